@@ -1,0 +1,325 @@
+-- ddp: the module users require.  Tensor creation, random numbers, the
+-- thread budget, and every tensor method also as a function (ddp.add(a, b),
+-- ddp.cat({a, b}, 0)), as in PyTorch's torch namespace.
+local core = require "ddp.core"
+local tensor = require "ddp.tensor"
+local ops = require "ddp.ops"
+local printer = require "ddp.print"
+local C, ffi = core.C, core.ffi
+local new, check, raise = core.new, core.check, core.raise
+local shape_args, shape_buf, is_integer = core.shape_args, core.shape_buf, core.is_integer
+local T, mt = tensor.methods, tensor.mt
+local type = type
+
+core.add_lib_file(debug.getinfo(1, "S").source)
+
+local ddp = { _VERSION = ffi.string(C.dl_version()) }
+
+-- dtype names, so scripts can write ddp.float32 as torch.float32
+for _, name in ipairs { "float32", "float64", "int32", "int64", "uint8", "bool", "bfloat16", "float16" } do
+  ddp[name] = name
+end
+ddp.float, ddp.double, ddp.long, ddp.int, ddp.half = "float32", "float64", "int64", "int32", "float16"
+
+local function dtype_opt(opts, op, dflt)
+  core.device_arg(opts.device, op)
+  return core.dtype_arg(opts.dtype, op, dflt or core.default_dtype())
+end
+
+-- -- From Lua values ---------------------------------------------------------
+
+-- Walks a nested table: its shape, and whether it holds fractions or
+-- booleans (which decide the dtype when none is given).
+local function scan(data, op)
+  local shape, n = {}, 1
+  local node = data
+  while type(node) == "table" and not core.is_tensor(node) do
+    shape[#shape + 1] = #node
+    n = n * #node
+    if #node == 0 then break end
+    node = node[1]
+  end
+  if #shape > 8 then raise(op .. ": nested more than 8 levels deep") end
+  local values = ffi.new("double[?]", n > 0 and n or 1)
+  local pos, has_frac, has_bool, has_num = 0, false, false, false
+  local function walk(t, d, path)
+    if d > #shape then
+      local v = t
+      if type(v) == "boolean" then
+        has_bool = true
+        v = v and 1 or 0
+      elseif type(v) == "number" then
+        has_num = true
+        if not is_integer(v) then has_frac = true end
+      elseif core.is_tensor(v) and C.dl_tensor_numel(v) == 1 then
+        v = T.item(v)
+        has_num = true
+        if type(v) == "boolean" then v = v and 1 or 0 end
+        if not is_integer(v) or T.is_floating_point(t) then has_frac = true end
+      else
+        raise(("%s: element %s is a %s, expected a number or boolean"):format(op, path, core.describe(v)))
+      end
+      values[pos] = v
+      pos = pos + 1
+      return
+    end
+    if type(t) ~= "table" or core.is_tensor(t) then
+      raise(("%s: element %s is a %s, expected a table of %d elements"):format(op, path, core.describe(t), shape[d]))
+    end
+    if #t ~= shape[d] then
+      raise(("%s: ragged nested table: %s has %d elements, expected %d"):format(op, path == "" and "the top level" or path, #t, shape[d]))
+    end
+    for i = 1, #t do walk(t[i], d + 1, path .. "[" .. i .. "]") end
+  end
+  walk(data, 1, "")
+  local dtype = has_frac and core.default_dtype()
+             or (has_bool and not has_num) and C.DL_BOOL
+             or (n == 0 and core.default_dtype())
+             or C.DL_INT64
+  return shape, values, dtype
+end
+
+-- ddp.tensor(data[, {dtype=, device=}]): data is a number, a boolean, a
+-- nested table or a tensor (copied).  Without dtype: int64 when every value
+-- is an integer, bool for booleans, float32 otherwise -- Lua has no 1.0
+-- distinct from 1, so pass {dtype = "float32"} for float data.
+function ddp.tensor(data, opts)
+  opts = opts or {}
+  if core.is_tensor(data) then
+    local d = dtype_opt(opts, "tensor", C.dl_tensor_dtype(data))
+    return new(C.dl_to_dtype, data, d)
+  end
+  local td = type(data)
+  if td == "number" or td == "boolean" then
+    local v = td == "boolean" and (data and 1 or 0) or data
+    local dflt = td == "boolean" and C.DL_BOOL or is_integer(v) and C.DL_INT64 or core.default_dtype()
+    return new(C.dl_full, nil, 0, dtype_opt(opts, "tensor", dflt), v)
+  end
+  if td ~= "table" then
+    raise("tensor: expected a number, boolean, table or tensor, got " .. td)
+  end
+  local shape, values, inferred = scan(data, "tensor")
+  local d = dtype_opt(opts, "tensor", inferred)
+  local n = shape_args("tensor", false, shape)
+  return new(C.dl_from_doubles, values, shape_buf, n, d)
+end
+core.tensor_from = ddp.tensor
+core.set_tensor_from_value(function(x) return ddp.tensor(x) end)
+ddp.as_tensor = function(data, opts)
+  if core.is_tensor(data) and not (opts and (opts.dtype or opts.device)) then return data end
+  return ddp.tensor(data, opts)
+end
+
+-- -- Creation ---------------------------------------------------------------
+
+function ddp.empty(...)
+  local n, opts = shape_args("empty", false, ...)
+  return new(C.dl_empty, shape_buf, n, dtype_opt(opts, "empty"))
+end
+function ddp.zeros(...)
+  local n, opts = shape_args("zeros", false, ...)
+  return new(C.dl_zeros, shape_buf, n, dtype_opt(opts, "zeros"))
+end
+function ddp.ones(...)
+  local n, opts = shape_args("ones", false, ...)
+  return new(C.dl_full, shape_buf, n, dtype_opt(opts, "ones"), 1)
+end
+-- full(shape, value[, opts]); the dtype follows the value when not given
+function ddp.full(shape, value, opts)
+  if type(shape) ~= "table" then raise("full: shape must be a table, e.g. ddp.full({2, 3}, 7)") end
+  if type(value) == "boolean" then
+    value = value and 1 or 0
+    opts = opts or {}
+    opts = { dtype = opts.dtype or "bool", device = opts.device }
+  end
+  if type(value) ~= "number" then raise("full: fill value must be a number, got " .. type(value)) end
+  opts = opts or {}
+  local n = shape_args("full", false, shape)
+  local dflt = is_integer(value) and C.DL_INT64 or core.default_dtype()
+  return new(C.dl_full, shape_buf, n, dtype_opt(opts, "full", dflt), value)
+end
+
+-- arange(end), arange(start, end[, step])[, opts]
+function ddp.arange(a, b, c, opts)
+  if type(b) == "table" then b, c, opts = nil, nil, b end
+  if type(c) == "table" then c, opts = nil, c end
+  opts = opts or {}
+  local start, stop, step = 0, a, 1
+  if b ~= nil then start, stop, step = a, b, c or 1 end
+  for _, v in ipairs { start, stop, step } do
+    if type(v) ~= "number" then raise("arange: start, end and step must be numbers, got " .. type(v)) end
+  end
+  local dflt = (is_integer(start) and is_integer(stop) and is_integer(step)) and C.DL_INT64 or core.default_dtype()
+  return new(C.dl_arange, start, stop, step, dtype_opt(opts, "arange", dflt))
+end
+function ddp.linspace(start, stop, steps, opts)
+  opts = opts or {}
+  if type(start) ~= "number" or type(stop) ~= "number" then raise("linspace: start and end must be numbers") end
+  if not is_integer(steps) then raise("linspace: steps must be an integer, got " .. tostring(steps)) end
+  return new(C.dl_linspace, start, stop, steps, dtype_opt(opts, "linspace"))
+end
+function ddp.eye(n, m, opts)
+  if type(m) == "table" then m, opts = nil, m end
+  opts = opts or {}
+  if not is_integer(n) or n < 0 then raise("eye: n must be a non-negative integer, got " .. tostring(n)) end
+  if m ~= nil and (not is_integer(m) or m < 0) then raise("eye: m must be a non-negative integer, got " .. tostring(m)) end
+  return new(C.dl_eye, n, m or -1, dtype_opt(opts, "eye"))
+end
+
+function ddp.rand(...)
+  local n, opts = shape_args("rand", false, ...)
+  return new(C.dl_rand, shape_buf, n, dtype_opt(opts, "rand"))
+end
+function ddp.randn(...)
+  local n, opts = shape_args("randn", false, ...)
+  return new(C.dl_randn, shape_buf, n, dtype_opt(opts, "randn"))
+end
+-- randint(high, shape) or randint(low, high, shape)[, opts]
+function ddp.randint(a, b, c, opts)
+  local low, high, shape
+  if type(b) == "table" then low, high, shape, opts = 0, a, b, c else low, high, shape = a, b, c end
+  opts = opts or {}
+  if not is_integer(low) or not is_integer(high) then raise("randint: low and high must be integers") end
+  if type(shape) ~= "table" then raise("randint: shape must be a table, e.g. ddp.randint(0, 10, {3})") end
+  local n = shape_args("randint", false, shape)
+  return new(C.dl_randint, low, high, shape_buf, n, dtype_opt(opts, "randint", C.DL_INT64))
+end
+function ddp.randperm(n, opts)
+  opts = opts or {}
+  if not is_integer(n) or n < 0 then raise("randperm: n must be a non-negative integer, got " .. tostring(n)) end
+  return new(C.dl_randperm, n, dtype_opt(opts, "randperm", C.DL_INT64))
+end
+
+-- *_like(t[, opts]): same shape, same dtype unless opts.dtype says otherwise
+local function like(name, make)
+  ddp[name .. "_like"] = function(t, a, b)
+    t = core.tensor_arg(t, name .. "_like", "input")
+    local opts = type(a) == "table" and a or b or {}
+    local o = { dtype = opts.dtype or T.dtype(t), device = opts.device }
+    return make(core.shape_of(t), o, a)
+  end
+end
+like("empty", function(s, o) return ddp.empty(s, o) end)
+like("zeros", function(s, o) return ddp.zeros(s, o) end)
+like("ones", function(s, o) return ddp.ones(s, o) end)
+like("rand", function(s, o) return ddp.rand(s, o) end)
+like("randn", function(s, o) return ddp.randn(s, o) end)
+like("full", function(s, o, v) return ddp.full(s, v, o) end)
+
+-- from_blob(ptr, shape[, {dtype=, strides=, owner=}]): wraps memory without
+-- copying.  owner (any Lua value, e.g. the ffi buffer behind ptr) stays
+-- alive until the last view of the storage is gone.
+function ddp.from_blob(ptr, shape, opts)
+  opts = opts or {}
+  if type(ptr) ~= "cdata" then raise("from_blob: ptr must be a cdata pointer, got " .. type(ptr)) end
+  local n = shape_args("from_blob", false, shape)
+  local strides
+  if opts.strides then
+    strides = ffi.new("int64_t[8]")
+    for i = 1, n do strides[i - 1] = opts.strides[i] end
+  end
+  local anchor = core.anchor(opts.owner == nil and ptr or opts.owner)
+  return new(C.dl_from_blob_anchored, ffi.cast("void *", ptr), dtype_opt(opts, "from_blob"),
+             shape_buf, strides, n, anchor)
+end
+
+-- -- Joining ----------------------------------------------------------------
+
+local function tensor_list(list, op)
+  if type(list) ~= "table" or core.is_tensor(list) then
+    raise(op .. ": expected a table of tensors, got " .. core.describe(list))
+  end
+  if #list == 0 then raise(op .. ": expected a non-empty table of tensors") end
+  local arr = ffi.new("dl_tensor *[?]", #list)
+  local keep = {}
+  for i = 1, #list do
+    local t = list[i]
+    if not core.is_tensor(t) then
+      raise(("%s: element %d is a %s, expected a tensor"):format(op, i, core.describe(t)))
+    end
+    keep[i] = t
+    arr[i - 1] = t
+  end
+  return arr, #list, keep
+end
+
+function ddp.cat(list, dim)
+  local arr, n, keep = tensor_list(list, "cat")
+  local r = new(C.dl_cat, arr, n, core.dim_arg(dim or 0, "cat"))
+  local _ = keep
+  return r
+end
+ddp.concat, ddp.concatenate = ddp.cat, ddp.cat
+function ddp.stack(list, dim)
+  local arr, n, keep = tensor_list(list, "stack")
+  local r = new(C.dl_stack, arr, n, core.dim_arg(dim or 0, "stack"))
+  local _ = keep
+  return r
+end
+function ddp.where(cond, a, b)
+  if a == nil and b == nil then return T.nonzero(core.tensor_arg(cond, "where", "condition")) end
+  return new(C.dl_where, core.tensor_arg(cond, "where", "condition"),
+             core.operand(a, "where", 2), core.operand(b, "where", 3))
+end
+function ddp.addmm(c, a, b, opts) return T.addmm(core.operand(c, "addmm", 1), a, b, opts) end
+function ddp.one_hot(t, n) return T.one_hot(core.tensor_arg(t, "one_hot", "input"), n) end
+
+-- Every other method as a function of its first argument.
+for name, f in pairs(T) do
+  if ddp[name] == nil and not name:match("^_") then
+    ddp[name] = function(x, ...)
+      return f(core.operand(x, name, 1), ...)
+    end
+  end
+end
+
+-- -- Runtime ------------------------------------------------------------------
+
+function ddp.is_tensor(x) return core.is_tensor(x) end
+function ddp.is_floating_point(t) return T.is_floating_point(core.tensor_arg(t, "is_floating_point")) end
+function ddp.promote_types(a, b)
+  return core.dtype_name(C.dl_promote_types(core.dtype_arg(a, "promote_types"), core.dtype_arg(b, "promote_types")))
+end
+function ddp.result_type(a, b)
+  return core.dtype_name(C.dl_result_type(core.operand(a, "result_type", 1), core.operand(b, "result_type", 2)))
+end
+ddp.get_default_dtype = function() return core.dtype_name(core.default_dtype()) end
+ddp.set_default_dtype = core.set_default_dtype
+
+function ddp.manual_seed(seed)
+  if not is_integer(seed) or seed < 0 then raise("manual_seed: seed must be a non-negative integer, got " .. tostring(seed)) end
+  C.dl_manual_seed(seed)
+end
+function ddp.initial_seed() return tonumber(C.dl_rng_seed()) end
+function ddp.get_rng_state()
+  return { seed = tonumber(C.dl_rng_seed()), offset = tonumber(C.dl_rng_offset()) }
+end
+function ddp.set_rng_state(s)
+  if type(s) ~= "table" or not is_integer(s.seed) or not is_integer(s.offset) then
+    raise("set_rng_state: expected a table {seed=, offset=} from get_rng_state")
+  end
+  C.dl_rng_set_state(s.seed, s.offset)
+end
+
+function ddp.set_num_threads(n)
+  if not is_integer(n) or n < 1 then raise("set_num_threads: expected a positive integer, got " .. tostring(n)) end
+  check(C.dl_set_num_threads(n))
+end
+function ddp.get_num_threads() return C.dl_get_num_threads() end
+function ddp.memory_allocated() return tonumber(C.dl_mem_allocated()) end
+function ddp.max_memory_allocated() return tonumber(C.dl_mem_peak()) end
+
+ddp.cuda = {
+  is_available = function() return C.dl_cuda_device_count() > 0 end,
+  device_count = function() return C.dl_cuda_device_count() end,
+  status = function() return ffi.string(C.dl_cuda_status()) end,
+}
+
+ddp.set_printoptions = printer.set_printoptions
+mt.__tostring = printer.format
+mt.__name = "ddp.Tensor"
+ffi.metatype("dl_tensor", mt)
+ddp.Tensor = T
+local _ = ops
+
+return ddp

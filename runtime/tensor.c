@@ -1,0 +1,497 @@
+/*
+** tensor.c -- storage and tensor lifetime, metadata, creation and element
+** access.  Views live in view.c, random creation in random.c.
+*/
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* -- Memory accounting ---------------------------------------------------- */
+
+static atomic_llong mem_live, mem_peak, mem_since_gc, mem_live_at_gc;
+
+DL_HIDDEN void *mem_alloc(size_t nbytes) {
+  void *p = NULL;
+  size_t n = nbytes ? (nbytes + 63) & ~(size_t)63 : 64;
+  if (n < nbytes || posix_memalign(&p, 64, n)) return NULL;
+  long long live = atomic_fetch_add(&mem_live, (long long)nbytes) + (long long)nbytes;
+  atomic_fetch_add(&mem_since_gc, (long long)nbytes);
+  long long peak = atomic_load(&mem_peak);
+  while (live > peak && !atomic_compare_exchange_weak(&mem_peak, &peak, live)) {}
+  return p;
+}
+
+DL_HIDDEN void mem_free(void *p, size_t nbytes) {
+  if (!p) return;
+  atomic_fetch_sub(&mem_live, (long long)nbytes);
+  free(p);
+}
+
+DL_API int64_t dl_mem_allocated(void) { return atomic_load(&mem_live); }
+DL_API int64_t dl_mem_peak(void) { return atomic_load(&mem_peak); }
+
+/* Lua only sees 8-byte pointers: ask for a collection once as many bytes
+** were allocated as were live after the last one (at least 64 MiB), which
+** keeps garbage below about twice the live set. */
+DL_API int dl_gc_hint(void) {
+  long long since = atomic_load(&mem_since_gc);
+  long long base = atomic_load(&mem_live_at_gc);
+  return since > (base > (64LL << 20) ? base : (64LL << 20));
+}
+
+DL_API void dl_gc_done(void) {
+  atomic_store(&mem_since_gc, 0);
+  atomic_store(&mem_live_at_gc, atomic_load(&mem_live));
+}
+
+/* -- Storage -------------------------------------------------------------- */
+
+static dl_storage *storage_new(size_t nbytes) {
+  dl_storage *s = malloc(sizeof *s);
+  void *data = s ? mem_alloc(nbytes) : NULL;
+  if (!data) {
+    free(s);
+    return dl_errp(EM_NOMEM, "alloc", (long long)nbytes,
+                   (long long)dl_mem_allocated());
+  }
+  atomic_init(&s->refcount, 1);
+  s->device = -1;
+  s->data = data;
+  s->nbytes = nbytes;
+  s->owned = 1;
+  s->deleter = NULL;
+  s->ctx = NULL;
+  return s;
+}
+
+static void storage_release(dl_storage *s) {
+  if (atomic_fetch_sub(&s->refcount, 1) != 1) return;
+  if (s->owned)
+    mem_free(s->data, s->nbytes);
+  else if (s->deleter)
+    s->deleter(s->ctx, s->data);
+  free(s);
+}
+
+/* -- Tensors -------------------------------------------------------------- */
+
+DL_HIDDEN int64_t shape_numel(const int64_t *shape, int ndim) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  return n;
+}
+
+DL_HIDDEN void contiguous_strides(const int64_t *shape, int ndim,
+                                  int64_t *stride) {
+  int64_t s = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    stride[i] = s;
+    s *= shape[i] > 1 ? shape[i] : 1;
+  }
+}
+
+DL_HIDDEN int check_shape(const char *op, const int64_t *shape, int ndim) {
+  if (ndim < 0 || ndim > DL_MAX_DIMS) return dl_err(EM_NDIM_MAX, op, ndim);
+  if (ndim > 0 && !shape) return dl_err(EM_NULLARG, op, "shape");
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0)
+      return dl_err(EM_NEG_SIZE, op, (long long)shape[i],
+                    fmt_shape(shape, ndim));
+    if (shape[i] && n > (INT64_C(1) << 48) / shape[i])
+      return dl_err(EM_TOO_BIG, op, fmt_shape(shape, ndim));
+    n *= shape[i];
+  }
+  return 0;
+}
+
+static dl_tensor *header_new(int dtype, const int64_t *shape, int ndim) {
+  dl_tensor *t = calloc(1, sizeof *t);
+  if (!t) return dl_errp(EM_NOMEM, "alloc", (long long)sizeof *t, 0LL);
+  atomic_init(&t->refcount, 1);
+  t->dtype = (int8_t)dtype;
+  t->ndim = (int8_t)ndim;
+  for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+  return t;
+}
+
+DL_HIDDEN dl_tensor *tensor_new(int dtype, const int64_t *shape, int ndim) {
+  if (dtype < 0 || dtype >= DL_NDTYPES)
+    return dl_errp(EM_BADDTYPE, "alloc", dtype);
+  if (check_shape("alloc", shape, ndim)) return NULL;
+  dl_tensor *t = header_new(dtype, shape, ndim);
+  if (!t) return NULL;
+  contiguous_strides(shape, ndim, t->stride);
+  int64_t n = shape_numel(shape, ndim);
+  t->storage = storage_new((size_t)n * (size_t)dl_dtype_sizes[dtype]);
+  if (!t->storage) {
+    free(t);
+    return NULL;
+  }
+  return t;
+}
+
+DL_HIDDEN dl_tensor *tensor_alias(const dl_tensor *src, const int64_t *shape,
+                                  const int64_t *stride, int ndim,
+                                  int64_t offset) {
+  dl_tensor *t = header_new(src->dtype, shape, ndim);
+  if (!t) return NULL;
+  for (int i = 0; i < ndim; i++) t->stride[i] = stride[i];
+  t->offset = offset;
+  t->storage = src->storage;
+  atomic_fetch_add(&t->storage->refcount, 1);
+  return t;
+}
+
+DL_API void dl_tensor_retain(dl_tensor *t) {
+  if (t) atomic_fetch_add(&t->refcount, 1);
+}
+
+/* The autograd engine frees its per-tensor state through this hook. */
+void (*dl__autograd_free)(dl_tensor *t) DL_HIDDEN = NULL;
+
+DL_API void dl_tensor_release(dl_tensor *t) {
+  if (!t || atomic_fetch_sub(&t->refcount, 1) != 1) return;
+  if (t->autograd && dl__autograd_free) dl__autograd_free(t);
+  storage_release(t->storage);
+  free(t);
+}
+
+DL_API int dl_tensor_refcount(const dl_tensor *t) {
+  return t ? atomic_load(&t->refcount) : 0;
+}
+DL_API int dl_tensor_storage_refcount(const dl_tensor *t) {
+  return t ? atomic_load(&t->storage->refcount) : 0;
+}
+DL_API int dl_tensor_dim(const dl_tensor *t) { return t->ndim; }
+DL_API int64_t dl_tensor_size(const dl_tensor *t, int dim) {
+  return dim >= 0 && dim < t->ndim ? t->shape[dim] : -1;
+}
+DL_API int64_t dl_tensor_stride(const dl_tensor *t, int dim) {
+  return dim >= 0 && dim < t->ndim ? t->stride[dim] : 0;
+}
+DL_API int64_t dl_tensor_numel(const dl_tensor *t) {
+  return shape_numel(t->shape, t->ndim);
+}
+DL_API int64_t dl_tensor_offset(const dl_tensor *t) { return t->offset; }
+DL_API int dl_tensor_dtype(const dl_tensor *t) { return t->dtype; }
+DL_API int dl_tensor_device(const dl_tensor *t) { return t->storage->device; }
+DL_API void *dl_tensor_data(const dl_tensor *t) { return tensor_first(t); }
+DL_API int dl_tensor_same_storage(const dl_tensor *a, const dl_tensor *b) {
+  return a && b && a->storage == b->storage;
+}
+DL_API int dl_tensor_is_wrapped_number(const dl_tensor *t) {
+  return (t->flags & TF_WRAPPED) != 0;
+}
+
+DL_API int dl_tensor_is_contiguous(const dl_tensor *t) {
+  int64_t s = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->shape[i] == 1) continue;
+    if (t->stride[i] != s) return 0;
+    s *= t->shape[i];
+  }
+  return 1;
+}
+
+/* -- Creation ------------------------------------------------------------- */
+
+DL_API dl_tensor *dl_empty(const int64_t *shape, int ndim, int dtype) {
+  return tensor_new(dtype, shape, ndim);
+}
+
+DL_API dl_tensor *dl_zeros(const int64_t *shape, int ndim, int dtype) {
+  dl_tensor *t = tensor_new(dtype, shape, ndim);
+  if (t) memset(t->storage->data, 0, t->storage->nbytes);
+  return t;
+}
+
+DL_API dl_tensor *dl_full(const int64_t *shape, int ndim, int dtype,
+                          double value) {
+  dl_tensor *t = tensor_new(dtype, shape, ndim);
+  if (t && dl_fill_(t, value)) {
+    dl_tensor_release(t);
+    return NULL;
+  }
+  return t;
+}
+
+DL_API dl_tensor *dl_scalar(double value, int is_float) {
+  dl_tensor *t = tensor_new(is_float ? DL_FLOAT64 : DL_INT64, NULL, 0);
+  if (!t) return NULL;
+  if (is_float)
+    *(double *)t->storage->data = value;
+  else
+    *(int64_t *)t->storage->data = (int64_t)value;
+  t->flags |= TF_WRAPPED;
+  return t;
+}
+
+DL_API dl_tensor *dl_arange(double start, double end, double step, int dtype) {
+  if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step) ||
+      (step > 0 && end < start) || (step < 0 && end > start))
+    return dl_errp(EM_ARANGE, "arange", start, end, step);
+  int64_t n = (int64_t)ceil((end - start) / step);
+  if (n < 0) n = 0;
+  dl_tensor *t = tensor_new(dtype, &n, 1);
+  if (!t) return NULL;
+  char *p = t->storage->data;
+  int es = dl_dtype_sizes[dtype];
+  for (int64_t i = 0; i < n; i++) store_double(p + i * es, dtype, start + (double)i * step);
+  return t;
+}
+
+DL_API dl_tensor *dl_linspace(double start, double end, int64_t steps,
+                              int dtype) {
+  if (steps < 0)
+    return dl_errp(EM_BADVALUE, "linspace", "number of steps must be >= 0");
+  dl_tensor *t = tensor_new(dtype, &steps, 1);
+  if (!t) return NULL;
+  char *p = t->storage->data;
+  int es = dl_dtype_sizes[dtype];
+  double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0;
+  /* as PyTorch: the second half counts back from end, so end is exact */
+  for (int64_t i = 0; i < steps; i++) {
+    double v = i < steps / 2 ? start + step * (double)i
+                             : end - step * (double)(steps - 1 - i);
+    store_double(p + i * es, dtype, v);
+  }
+  return t;
+}
+
+DL_API dl_tensor *dl_eye(int64_t n, int64_t m, int dtype) {
+  int64_t shape[2] = {n, m < 0 ? n : m};
+  dl_tensor *t = dl_zeros(shape, 2, dtype);
+  if (!t) return NULL;
+  char *p = t->storage->data;
+  int es = dl_dtype_sizes[dtype];
+  int64_t k = shape[0] < shape[1] ? shape[0] : shape[1];
+  for (int64_t i = 0; i < k; i++) store_double(p + (i * shape[1] + i) * es, dtype, 1);
+  return t;
+}
+
+DL_API dl_tensor *dl_from_doubles(const double *values, const int64_t *shape,
+                                  int ndim, int dtype) {
+  dl_tensor *t = tensor_new(dtype, shape, ndim);
+  if (!t) return NULL;
+  int64_t n = shape_numel(shape, ndim);
+  if (n && !values) {
+    dl_tensor_release(t);
+    return dl_errp(EM_NULLARG, "tensor", "values");
+  }
+  char *p = t->storage->data;
+  int es = dl_dtype_sizes[dtype];
+  for (int64_t i = 0; i < n; i++) store_double(p + i * es, dtype, values[i]);
+  return t;
+}
+
+DL_API dl_tensor *dl_from_int64s(const int64_t *values, const int64_t *shape,
+                                 int ndim, int dtype) {
+  dl_tensor *t = tensor_new(dtype, shape, ndim);
+  if (!t) return NULL;
+  int64_t n = shape_numel(shape, ndim);
+  if (n && !values) {
+    dl_tensor_release(t);
+    return dl_errp(EM_NULLARG, "tensor", "values");
+  }
+  dl_tensor *src = NULL;
+  int64_t sshape = n;
+  src = dl_from_blob((void *)values, DL_INT64, &sshape, NULL, 1, NULL, NULL);
+  dl_tensor *flat = src ? dl_view(t, &sshape, 1) : NULL;
+  int rc = flat ? dl_copy_(flat, src) : -1;
+  dl_tensor_release(flat);
+  dl_tensor_release(src);
+  if (rc) {
+    dl_tensor_release(t);
+    return NULL;
+  }
+  return t;
+}
+
+DL_API dl_tensor *dl_from_blob(void *data, int dtype, const int64_t *shape,
+                               const int64_t *strides, int ndim,
+                               dl_deleter deleter, void *ctx) {
+  if (dtype < 0 || dtype >= DL_NDTYPES)
+    return dl_errp(EM_BADDTYPE, "from_blob", dtype);
+  if (check_shape("from_blob", shape, ndim)) return NULL;
+  int64_t n = shape_numel(shape, ndim);
+  if (!data && n) return dl_errp(EM_NULLARG, "from_blob", "data");
+  dl_tensor *t = header_new(dtype, shape, ndim);
+  dl_storage *s = t ? malloc(sizeof *s) : NULL;
+  if (!s) {
+    free(t);
+    return dl_errp(EM_NOMEM, "from_blob", (long long)sizeof *s, 0LL);
+  }
+  if (strides)
+    memcpy(t->stride, strides, sizeof(int64_t) * (size_t)ndim);
+  else
+    contiguous_strides(shape, ndim, t->stride);
+  int64_t extent = n ? 1 : 0;
+  for (int i = 0; i < ndim && n; i++)
+    extent += (shape[i] - 1) * (t->stride[i] < 0 ? -t->stride[i] : t->stride[i]);
+  atomic_init(&s->refcount, 1);
+  s->device = -1;
+  s->data = data;
+  s->nbytes = (size_t)extent * (size_t)dl_dtype_sizes[dtype];
+  s->owned = 0;
+  s->deleter = deleter;
+  s->ctx = ctx;
+  t->storage = s;
+  return t;
+}
+
+/* -- Owners anchored in Lua ---------------------------------------------- */
+
+static struct {
+  pthread_mutex_t mu;
+  int64_t *ids;
+  int n, cap;
+  atomic_int pending;
+} anchors = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void anchor_release(void *ctx, void *data) {
+  (void)data;
+  pthread_mutex_lock(&anchors.mu);
+  if (anchors.n == anchors.cap) {
+    int cap = anchors.cap ? anchors.cap * 2 : 64;
+    int64_t *ids = realloc(anchors.ids, sizeof(int64_t) * (size_t)cap);
+    if (!ids) {  /* the owner stays anchored: a leak, never a crash */
+      pthread_mutex_unlock(&anchors.mu);
+      return;
+    }
+    anchors.ids = ids;
+    anchors.cap = cap;
+  }
+  anchors.ids[anchors.n++] = (int64_t)(intptr_t)ctx;
+  atomic_store(&anchors.pending, anchors.n);
+  pthread_mutex_unlock(&anchors.mu);
+}
+
+DL_API dl_tensor *dl_from_blob_anchored(void *data, int dtype,
+                                        const int64_t *shape,
+                                        const int64_t *strides, int ndim,
+                                        int64_t anchor) {
+  return dl_from_blob(data, dtype, shape, strides, ndim, anchor_release,
+                      (void *)(intptr_t)anchor);
+}
+
+DL_API int dl_anchors_pending(void) { return atomic_load(&anchors.pending); }
+
+DL_API int dl_released_anchors(int64_t *out, int max) {
+  pthread_mutex_lock(&anchors.mu);
+  int n = anchors.n < max ? anchors.n : max;
+  for (int i = 0; i < n; i++) out[i] = anchors.ids[--anchors.n];
+  atomic_store(&anchors.pending, anchors.n);
+  pthread_mutex_unlock(&anchors.mu);
+  return n;
+}
+
+DL_API dl_tensor *dl_to_dtype(const dl_tensor *t, int dtype) {
+  if (check_tensor("to", t)) return NULL;
+  if (dtype < 0 || dtype >= DL_NDTYPES) return dl_errp(EM_BADDTYPE, "to", dtype);
+  dl_tensor *r = tensor_new(dtype, t->shape, t->ndim);
+  if (r && dl_copy_(r, t)) {
+    dl_tensor_release(r);
+    return NULL;
+  }
+  return r;
+}
+
+DL_API dl_tensor *dl_clone(const dl_tensor *t) {
+  if (check_tensor("clone", t)) return NULL;
+  return dl_to_dtype(t, t->dtype);
+}
+
+DL_API int dl_copy_(dl_tensor *dst, const dl_tensor *src) {
+  if (check_cpu("copy_", dst) || check_cpu("copy_", src)) return -1;
+  dl_tensor *tmp = NULL;
+  if (dst->storage == src->storage && dst != src) {
+    /* overlapping views would read what they just wrote */
+    tmp = dl_clone(src);
+    if (!tmp) return -1;
+    src = tmp;
+  }
+  dl_tensor *ops[2] = {dst, (dl_tensor *)src};
+  iter_t it;
+  int rc = iter_init(&it, "copy_", ops, 2);
+  if (!rc) iter_run(&it, cast_loop(dst->dtype, src->dtype), NULL);
+  dl_tensor_release(tmp);
+  return rc;
+}
+
+#define FILL_FN(name, T)                                                    \
+  static void name(char **data, const int64_t *st, int64_t n, void *ctx) { \
+    T v = *(const T *)ctx;                                                 \
+    char *o = data[0];                                                     \
+    if (st[0] == sizeof(T)) {                                              \
+      T *p = (T *)o;                                                       \
+      for (int64_t i = 0; i < n; i++) p[i] = v;                            \
+    } else {                                                               \
+      for (int64_t i = 0; i < n; i++, o += st[0]) *(T *)o = v;             \
+    }                                                                      \
+  }
+FILL_FN(fill1, uint8_t)
+FILL_FN(fill2, uint16_t)
+FILL_FN(fill4, uint32_t)
+FILL_FN(fill8, uint64_t)
+
+DL_API int dl_fill_(dl_tensor *t, double value) {
+  if (check_cpu("fill_", t)) return -1;
+  uint64_t bytes = 0;
+  store_double((char *)&bytes, t->dtype, value);
+  static const loop_fn fills[9] = {0, fill1, fill2, 0, fill4, 0, 0, 0, fill8};
+  iter_t it;
+  if (iter_init(&it, "fill_", &t, 1)) return -1;
+  iter_run(&it, fills[dl_dtype_sizes[t->dtype]], &bytes);
+  return 0;
+}
+
+/* -- Element access ------------------------------------------------------- */
+
+static const char *elem_ptr(const dl_tensor *t, int64_t linear) {
+  int64_t off = t->offset;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    int64_t sz = t->shape[i];
+    off += (linear % sz) * t->stride[i];
+    linear /= sz;
+  }
+  return (const char *)t->storage->data + off * dl_dtype_sizes[t->dtype];
+}
+
+static int check_linear(const char *op, const dl_tensor *t, int64_t linear) {
+  if (check_cpu(op, t)) return -1;
+  int64_t n = dl_tensor_numel(t);
+  if (linear < 0 || linear >= n)
+    return dl_err(EM_LINEAR_RANGE, op, (long long)linear, (long long)n);
+  return 0;
+}
+
+DL_API int dl_get_double(const dl_tensor *t, int64_t linear, double *out) {
+  if (check_linear("get", t, linear)) return -1;
+  *out = load_double(elem_ptr(t, linear), t->dtype);
+  return 0;
+}
+
+DL_API int dl_get_int64(const dl_tensor *t, int64_t linear, int64_t *out) {
+  if (check_linear("get", t, linear)) return -1;
+  *out = load_int64(elem_ptr(t, linear), t->dtype);
+  return 0;
+}
+
+DL_API int dl_set_double(dl_tensor *t, int64_t linear, double value) {
+  if (check_linear("set", t, linear)) return -1;
+  store_double((char *)elem_ptr(t, linear), t->dtype, value);
+  return 0;
+}
+
+DL_API int dl_to_doubles(const dl_tensor *t, double *out) {
+  if (check_cpu("totable", t)) return -1;
+  dl_tensor *o = dl_from_blob(out, DL_FLOAT64, t->shape, NULL, t->ndim, NULL, NULL);
+  if (!o) return -1;
+  int rc = dl_copy_(o, t);
+  dl_tensor_release(o);
+  return rc;
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ddplua needs, only those missing, so a second
+# run costs one dpkg query.
+set -euo pipefail
+pkgs=(build-essential pkg-config luajit libluajit-5.1-dev lua-busted
+      libopenblas-dev libgloo-dev libedit-dev zlib1g-dev dataset-fashion-mnist)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

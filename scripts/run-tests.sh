@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Runs every test of ddplua -- C unit tests, busted specs, a memory check --
+# and ends with one line CI reads: "N passed, N failed, N skipped".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+out=$BUILD/test-out
+mkdir -p "$out"
+passed=0 failed=0 skipped=0
+
+count() {  # $1: passed, $2: failed, $3: skipped
+  passed=$((passed + $1)); failed=$((failed + $2)); skipped=$((skipped + $3))
+}
+
+# -- C unit tests: each prints "name: N passed, M failed" last, "SKIP:" lines
+for src in tests/c/test_*.c; do
+  [ -e "$src" ] || continue
+  name=$(basename "$src" .c)
+  if ! ${CC:-cc} -std=c11 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -Iruntime/include -Iruntime \
+       "$src" -L"$BUILD" -lddplua -Wl,-rpath,"$PWD/$BUILD" -lm -lpthread -o "$BUILD/$name" 2>"$out/$name.build"; then
+    echo "FAIL $name: does not compile"; cat "$out/$name.build"; count 0 1 0; continue
+  fi
+  "$BUILD/$name" >"$out/$name.log" 2>&1
+  rc=$?
+  grep -E '^(SKIP|FAIL)' "$out/$name.log"
+  line=$(tail -n 1 "$out/$name.log")
+  p=$(sed -nE 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\1/p' <<<"$line")
+  f=$(sed -nE 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$line")
+  s=$(grep -c '^SKIP' "$out/$name.log")
+  if [ -z "$p" ]; then
+    echo "FAIL $name: exited $rc without a summary line"; tail -n 20 "$out/$name.log"; count 0 1 0
+  else
+    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+    echo "$name: $p passed, $f failed"
+    count "$p" "$f" "$s"
+  fi
+done
+
+# -- busted specs (TAP: "ok", "not ok", "ok ... # SKIP")
+specs=$(ls tests/*_spec.lua 2>/dev/null)
+if [ -n "$specs" ]; then
+  busted --lua=luajit -o TAP $specs >"$out/busted.tap" 2>&1
+  p=$(grep -E '^ok ' "$out/busted.tap" | grep -vc '# SKIP')
+  s=$(grep -cE '^ok .*# SKIP' "$out/busted.tap")
+  f=$(grep -cE '^not ok ' "$out/busted.tap")
+  grep -E '^ok .*# SKIP' "$out/busted.tap" | sed -E 's/^ok [0-9]+ - # SKIP/SKIP:/'
+  if [ "$f" -gt 0 ]; then
+    echo "busted failures:"
+    awk '/^not ok /{show=1} /^ok /{show=0} show' "$out/busted.tap" | head -n 200
+  fi
+  if [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then
+    echo "busted ran no test:"; tail -n 30 "$out/busted.tap"; f=1
+  fi
+  echo "busted: $p passed, $f failed, $s skipped"
+  count "$p" "$f" "$s"
+fi
+
+# -- memory: an example under valgrind must show no invalid access and no
+# leak from the runtime (LuaJIT's own allocator is suppressed).
+if command -v valgrind >/dev/null; then
+  if valgrind --quiet --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite \
+       --suppressions=tests/valgrind.supp "$BUILD/ddplua" examples/tensor_tour.lua \
+       >"$out/valgrind.log" 2>&1; then
+    echo "valgrind examples/tensor_tour.lua: clean"; count 1 0 0
+  else
+    echo "FAIL valgrind examples/tensor_tour.lua:"; tail -n 60 "$out/valgrind.log"; count 0 1 0
+  fi
+else
+  echo "SKIP: valgrind not installed"; count 0 0 1
+fi
+
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
