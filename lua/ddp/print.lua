@@ -159,7 +159,7 @@ local function vector_str(node, indent, f)
   local per_line = math.max(1, floor((opts.linewidth - indent) / elem_len))
   local items = {}
   for _, v in ipairs(node) do
-    items[#items + 1] = v == false and "..." or pad(f.fn(v), f.width)
+    items[#items + 1] = v == false and " ..." or pad(f.fn(v), f.width)
   end
   local lines = {}
   for i = 1, #items, per_line do

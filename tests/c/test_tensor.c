@@ -1,0 +1,211 @@
+/* test_tensor.c -- C unit tests of tensor lifetime, views sharing storage,
+** alignment, memory accounting, the iterator, threads and the generator. */
+#include <math.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ddplua.h"
+
+static int passed, failed;
+#define CHECK(cond)                                                        \
+  do {                                                                     \
+    if (cond) passed++;                                                    \
+    else {                                                                 \
+      failed++;                                                            \
+      printf("FAIL %s:%d: %s (%s)\n", __FILE__, __LINE__, #cond, dl_last_error()); \
+    }                                                                      \
+  } while (0)
+
+static double at(const dl_tensor *t, int64_t i) {
+  double v = NAN;
+  dl_get_double(t, i, &v);
+  return v;
+}
+
+static void test_refcounts(void) {
+  int64_t s[2] = {3, 4};
+  dl_tensor *a = dl_zeros(s, 2, DL_FLOAT32);
+  CHECK(a && dl_tensor_refcount(a) == 1 && dl_tensor_storage_refcount(a) == 1);
+  dl_tensor *v = dl_transpose(a, 0, 1);
+  CHECK(v && dl_tensor_storage_refcount(a) == 2 && dl_tensor_same_storage(a, v));
+  dl_tensor_retain(a);
+  CHECK(dl_tensor_refcount(a) == 2);
+  dl_tensor_release(a);
+  dl_tensor_release(a);  /* the view keeps the storage alive */
+  CHECK(dl_tensor_storage_refcount(v) == 1);
+  CHECK(dl_tensor_size(v, 0) == 4 && dl_tensor_stride(v, 0) == 1 && dl_tensor_stride(v, 1) == 4);
+  dl_tensor_release(v);
+  dl_tensor_release(NULL);  /* harmless */
+}
+
+static void test_views_share(void) {
+  int64_t s[2] = {2, 3};
+  dl_tensor *a = dl_arange(0, 6, 1, DL_FLOAT32);
+  dl_tensor *m = dl_view(a, s, 2);
+  dl_tensor *row = dl_select(m, 0, 1);
+  CHECK(row && at(row, 0) == 3 && at(row, 2) == 5);
+  dl_set_double(row, 1, 42);
+  CHECK(at(a, 4) == 42);  /* writes through the view reach the base */
+  dl_tensor *t = dl_transpose(m, 0, 1);
+  CHECK(!dl_tensor_is_contiguous(t));
+  int64_t flat = 6;
+  CHECK(dl_view(t, &flat, 1) == NULL && dl_last_error_code() == DL_ESHAPE);
+  CHECK(strstr(dl_last_error(), "reshape") != NULL);
+  dl_tensor *r = dl_reshape(t, &flat, 1);  /* must copy */
+  CHECK(r && !dl_tensor_same_storage(r, a) && at(r, 1) == 3 && at(r, 3) == 42);
+  dl_tensor *c = dl_contiguous(m);  /* already contiguous: same tensor */
+  CHECK(c == m && dl_tensor_refcount(m) == 2);
+  dl_tensor *n = dl_narrow(m, 1, 1, 2);
+  CHECK(n && dl_tensor_offset(n) == 1 && at(n, 0) == 1 && at(n, 3) == 5);
+  int64_t e[3] = {4, 2, 3};
+  dl_tensor *x = dl_expand(m, e, 3);
+  CHECK(x && dl_tensor_stride(x, 0) == 0 && at(x, 9) == 3);
+  dl_tensor *u = dl_unsqueeze(m, -1);
+  CHECK(u && dl_tensor_dim(u) == 3 && dl_tensor_size(u, 2) == 1);
+  dl_tensor *sq = dl_squeeze_all(u);
+  CHECK(sq && dl_tensor_dim(sq) == 2);
+  dl_tensor *list[] = {a, m, row, t, r, c, n, x, u, sq};
+  for (size_t i = 0; i < sizeof list / sizeof *list; i++) dl_tensor_release(list[i]);
+}
+
+static void test_alignment_and_memory(void) {
+  int64_t base = dl_mem_allocated();
+  int64_t s = 1000;
+  dl_tensor *a = dl_empty(&s, 1, DL_FLOAT64);
+  CHECK(((uintptr_t)dl_tensor_data(a) & 63) == 0);
+  CHECK(dl_mem_allocated() - base == 8000);
+  dl_tensor *b = dl_empty(&s, 1, DL_UINT8);
+  CHECK(((uintptr_t)dl_tensor_data(b) & 63) == 0);
+  dl_tensor_release(a);
+  dl_tensor_release(b);
+  CHECK(dl_mem_allocated() == base);
+  CHECK(dl_mem_peak() >= base + 9000);
+}
+
+static int deleted;
+static void on_delete(void *ctx, void *data) {
+  (void)data;
+  deleted = *(int *)ctx;
+}
+
+static void test_from_blob(void) {
+  float buf[6] = {1, 2, 3, 4, 5, 6};
+  int tag = 7;
+  int64_t s[2] = {2, 3};
+  dl_tensor *t = dl_from_blob(buf, DL_FLOAT32, s, NULL, 2, on_delete, &tag);
+  CHECK(t && dl_tensor_data(t) == buf && at(t, 4) == 5);
+  dl_tensor *v = dl_transpose(t, 0, 1);
+  dl_tensor_release(t);
+  CHECK(deleted == 0);
+  dl_tensor_release(v);
+  CHECK(deleted == 7);
+  dl_tensor *a = dl_from_blob_anchored(buf, DL_FLOAT32, s, NULL, 2, 99);
+  dl_tensor_release(a);
+  int64_t ids[4];
+  CHECK(dl_anchors_pending() == 1 && dl_released_anchors(ids, 4) == 1 && ids[0] == 99);
+  CHECK(dl_anchors_pending() == 0);
+}
+
+static void test_errors(void) {
+  int64_t bad[1] = {-2};
+  CHECK(dl_zeros(bad, 1, DL_FLOAT32) == NULL && dl_last_error_code() == DL_ESHAPE);
+  CHECK(strstr(dl_last_error(), "-2") != NULL);
+  int64_t nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+  CHECK(dl_zeros(nine, 9, DL_FLOAT32) == NULL);
+  CHECK(dl_zeros(nine, 1, 42) == NULL && dl_last_error_code() == DL_EDTYPE);
+  dl_tensor *a = dl_arange(0, 4, 1, DL_INT32);
+  CHECK(dl_transpose(a, 0, 3) == NULL && strstr(dl_last_error(), "dim 3 out of range"));
+  CHECK(dl_binary(DL_FMOD, a, a) == NULL && strstr(dl_last_error(), "division by zero"));
+  double v;
+  CHECK(dl_get_double(a, 4, &v) < 0 && dl_last_error_code() == DL_EINDEX);
+  CHECK(dl_view(NULL, nine, 1) == NULL && dl_last_error_code() == DL_EINVAL);
+  dl_tensor_release(a);
+}
+
+static void test_broadcast_iter(void) {
+  /* [3,1] + [4] and a transposed operand, checked element by element */
+  int64_t s31[2] = {3, 1}, s4 = 4;
+  dl_tensor *a = dl_arange(0, 3, 1, DL_FLOAT64), *av = dl_view(a, s31, 2);
+  dl_tensor *b = dl_arange(0, 40, 10, DL_FLOAT64);
+  dl_tensor *c = dl_binary(DL_ADD, av, b);
+  CHECK(c && dl_tensor_size(c, 0) == 3 && dl_tensor_size(c, 1) == 4);
+  int ok = 1;
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 4; j++) ok &= at(c, i * 4 + j) == i + 10 * j;
+  CHECK(ok);
+  dl_tensor *ct = dl_transpose(c, 0, 1), *d = dl_binary(DL_SUB, ct, ct);
+  CHECK(d && at(d, 5) == 0);
+  (void)s4;
+  dl_tensor *list[] = {a, av, b, c, ct, d};
+  for (size_t i = 0; i < 6; i++) dl_tensor_release(list[i]);
+}
+
+static void test_threads_and_rng(void) {
+  /* a large op gives the same bits on 1 and 2 threads */
+  int64_t n = 1 << 20;
+  dl_set_num_threads(1);
+  dl_manual_seed(123);
+  dl_tensor *a = dl_randn(&n, 1, DL_FLOAT32);
+  dl_tensor *ea = dl_unary(DL_EXP, a);
+  dl_set_num_threads(2);
+  CHECK(dl_get_num_threads() == 2);
+  dl_manual_seed(123);
+  dl_tensor *b = dl_randn(&n, 1, DL_FLOAT32);
+  dl_tensor *eb = dl_unary(DL_EXP, b);
+  CHECK(memcmp(dl_tensor_data(a), dl_tensor_data(b), (size_t)n * 4) == 0);
+  CHECK(memcmp(dl_tensor_data(ea), dl_tensor_data(eb), (size_t)n * 4) == 0);
+  /* moments of randn and rand are about right */
+  const float *p = dl_tensor_data(b);
+  double m = 0, m2 = 0;
+  for (int64_t i = 0; i < n; i++) m += p[i], m2 += (double)p[i] * p[i];
+  m /= (double)n;
+  m2 /= (double)n;
+  CHECK(fabs(m) < 0.01 && fabs(m2 - 1) < 0.01);
+  CHECK(dl_rng_offset() == (uint64_t)n / 4);
+  dl_tensor *u = dl_rand(&n, 1, DL_FLOAT64);
+  const double *q = dl_tensor_data(u);
+  double lo = 1, hi = 0;
+  for (int64_t i = 0; i < n; i++) lo = q[i] < lo ? q[i] : lo, hi = q[i] > hi ? q[i] : hi;
+  CHECK(lo >= 0 && lo < 1e-4 && hi < 1 && hi > 1 - 1e-4);
+  int64_t k = 1000;
+  dl_tensor *ri = dl_randint(-3, 3, &k, 1, DL_INT64);
+  const int64_t *r = dl_tensor_data(ri);
+  int okr = 1;
+  for (int i = 0; i < k; i++) okr &= r[i] >= -3 && r[i] < 3;
+  CHECK(okr);
+  dl_tensor *pm = dl_randperm(100, DL_INT64);
+  const int64_t *pp = dl_tensor_data(pm);
+  int seen[100] = {0}, okp = 1;
+  for (int i = 0; i < 100; i++) okp &= pp[i] >= 0 && pp[i] < 100 && !seen[pp[i]]++;
+  CHECK(okp);
+  dl_tensor *list[] = {a, ea, b, eb, u, ri, pm};
+  for (size_t i = 0; i < 7; i++) dl_tensor_release(list[i]);
+}
+
+static void test_half(void) {
+  double vals[5] = {1.0, -2.5, 65504.0, 1e-7, 3.14159};
+  int64_t s = 5;
+  dl_tensor *h = dl_from_doubles(vals, &s, 1, DL_FLOAT16);
+  dl_tensor *b = dl_from_doubles(vals, &s, 1, DL_BFLOAT16);
+  CHECK(at(h, 0) == 1.0 && at(h, 1) == -2.5 && at(h, 2) == 65504.0);
+  CHECK(fabs(at(h, 3) - 1.1920928955078125e-07) < 1e-12);  /* nearest subnormal */
+  CHECK(at(h, 4) == 3.140625 && at(b, 4) == 3.140625);
+  dl_tensor *sum = dl_binary(DL_ADD, h, h);
+  CHECK(sum && dl_tensor_dtype(sum) == DL_FLOAT16 && at(sum, 1) == -5.0);
+  dl_tensor *list[] = {h, b, sum};
+  for (size_t i = 0; i < 3; i++) dl_tensor_release(list[i]);
+}
+
+int main(void) {
+  test_refcounts();
+  test_views_share();
+  test_alignment_and_memory();
+  test_from_blob();
+  test_errors();
+  test_broadcast_iter();
+  test_threads_and_rng();
+  test_half();
+  printf("test_tensor: %d passed, %d failed\n", passed, failed);
+  return failed != 0;
+}

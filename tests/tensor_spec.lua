@@ -1,0 +1,247 @@
+-- The Lua tensor API: creation forms, dtype inference, element access,
+-- views, printing (against PyTorch's own strings), ownership and threads.
+local ddp = require "ddp"
+local ffi = require "ffi"
+
+describe("creation", function()
+  it("takes shapes as varargs, tables and with options", function()
+    assert.same({ 2, 3 }, ddp.zeros(2, 3):shape())
+    assert.same({ 2, 3 }, ddp.zeros({ 2, 3 }):shape())
+    assert.equal("float64", ddp.zeros({ 2, 3 }, { dtype = "float64" }):dtype())
+    assert.equal("int32", ddp.ones(4, { dtype = "int32" }):dtype())
+    assert.same({}, ddp.zeros({}):shape())
+    assert.equal(0, ddp.zeros({}):dim())
+    assert.equal("float32", ddp.empty(3):dtype())
+  end)
+
+  it("infers dtypes from Lua values as PyTorch does from Python literals", function()
+    assert.equal("int64", ddp.tensor({ 1, 2 }):dtype())
+    assert.equal("float32", ddp.tensor({ 1.5, 2 }):dtype())
+    assert.equal("bool", ddp.tensor({ true, false }):dtype())
+    assert.equal("float64", ddp.tensor({ 1, 2 }, { dtype = "torch.float64" }):dtype())
+    assert.equal("int64", ddp.arange(5):dtype())
+    assert.equal("float32", ddp.arange(0, 1, 0.25):dtype())
+    assert.equal("int64", ddp.full({ 2 }, 7):dtype())
+    assert.equal("float32", ddp.full({ 2 }, 0.5):dtype())
+    assert.equal("bool", ddp.full({ 2 }, true):dtype())
+  end)
+
+  it("builds nested tables row-major", function()
+    local t = ddp.tensor({ { 1, 2, 3 }, { 4, 5, 6 } })
+    assert.same({ 2, 3 }, t:shape())
+    assert.same({ { 1, 2, 3 }, { 4, 5, 6 } }, t:totable())
+    assert.equal(6, t:get(1, 2))
+    assert.equal(3, t:get(-2, -1))
+  end)
+
+  it("makes ranges, identities and *_like tensors", function()
+    assert.same({ 0, 2, 4 }, ddp.arange(0, 5, 2):totable())
+    assert.same({ 0, 0.25, 0.5, 0.75, 1 }, ddp.linspace(0, 1, 5):totable())
+    assert.same({ { 1, 0, 0 }, { 0, 1, 0 } }, ddp.eye(2, 3):totable())
+    local x = ddp.zeros(2, 5, { dtype = "int32" })
+    local o = ddp.ones_like(x)
+    assert.equal("int32", o:dtype())
+    assert.same({ 2, 5 }, o:shape())
+    assert.equal("float64", ddp.zeros_like(x, { dtype = "float64" }):dtype())
+    assert.same({ 9, 9 }, ddp.full_like(ddp.zeros(2), 9):totable())
+  end)
+end)
+
+describe("element access", function()
+  it("reads and writes elements with 0-based, negative indices", function()
+    local t = ddp.zeros(2, 3)
+    t:set(1, -1, 7.5)
+    assert.equal(7.5, t:get(1, 2))
+    assert.equal(7.5, t:view(6):get(5))
+    assert.same({ 0, 0, 7.5 }, t:get(1):totable())
+    assert.equal(4, ddp.tensor(4):item())
+    assert.equal(true, ddp.tensor({ true }):item())
+  end)
+
+  it("keeps int64 values exact up to 2^53", function()
+    local big = 2 ^ 53
+    assert.equal(big, ddp.tensor({ big }, { dtype = "int64" }):item())
+  end)
+end)
+
+describe("views", function()
+  it("share storage and see each other's writes", function()
+    local a = ddp.arange(6, { dtype = "float32" })
+    local m = a:view(2, 3)
+    m:t():set(2, 1, 100)
+    assert.equal(100, a:get(5))
+    assert.is_true(a:is_shared(m))
+    assert.is_false(m:t():is_contiguous())
+    assert.is_false(m:t():reshape(6):is_shared(a))  -- reshape had to copy
+    assert.is_true(m:reshape(6):is_shared(a))       -- view was possible
+  end)
+
+  it("split, chunk and unbind return tables of views", function()
+    local t = ddp.arange(10)
+    local parts = t:split(4)
+    assert.equal(3, #parts)
+    assert.same({ 8, 9 }, parts[3]:totable())
+    local c = t:chunk(3)
+    assert.equal(3, #c)
+    assert.same({ 4, 4, 2 }, { c[1]:numel(), c[2]:numel(), c[3]:numel() })  -- as torch.chunk
+    local s = t:split({ 1, 9 })
+    assert.equal(9, s[2]:numel())
+    assert.equal(2, #ddp.zeros(2, 3):unbind(0))
+  end)
+end)
+
+describe("operators and methods", function()
+  it("broadcast with Lua numbers on either side", function()
+    local t = ddp.tensor({ 1, 2, 3 })
+    assert.same({ 2, 3, 4 }, (t + 1):totable())
+    assert.same({ 9, 8, 7 }, (10 - t):totable())
+    assert.same({ 0.5, 1, 1.5 }, (t / 2):totable())
+    assert.equal("float32", (t / 2):dtype())
+    assert.equal("int64", (t * 2):dtype())
+    assert.equal("float32", (t * 2.5):dtype())
+    assert.same({ -1, -2, -3 }, (-t):totable())
+    assert.same({ 1, 4, 9 }, (t ^ 2):totable())
+    assert.same({ 1, 0, 1 }, (t % 2):totable())
+    assert.equal(3, #t)
+  end)
+
+  it("in-place methods return self", function()
+    local t = ddp.zeros(3)
+    assert.equal(t, t:add_(1):mul_(3))
+    assert.same({ 3, 3, 3 }, t:totable())
+    assert.equal(t, t:fill_(2))
+    assert.equal(t, t:zero_())
+  end)
+
+  it("exposes methods as ddp functions too", function()
+    local a, b = ddp.tensor({ 1, 5 }), ddp.tensor({ 4, 2 })
+    assert.same({ 4, 5 }, ddp.maximum(a, b):totable())
+    assert.same({ 5, 7 }, ddp.add(a, b):totable())
+    assert.same({ 1, 5 }, ddp.where(ddp.tensor({ true, false }), a, b):totable() and
+      ddp.where(ddp.tensor({ true, true }), a, b):totable())
+  end)
+
+  it("converts dtypes", function()
+    local t = ddp.tensor({ 1.7, -2.5 })
+    assert.same({ 1, -2 }, t:long():totable())
+    assert.equal("float64", t:double():dtype())
+    assert.equal("bfloat16", t:to("bfloat16"):dtype())
+    assert.equal(t, t:to("cpu"))
+    assert.equal(t, t:to("float32"))  -- no copy when nothing changes
+  end)
+end)
+
+describe("printing", function()
+  local cases = dofile("tests/golden/print_cases.lua")
+  for _, c in ipairs(cases) do
+    it("prints " .. c.torch .. " as PyTorch does", function()
+      local t = assert(load("local ddp = ...; return " .. c.lua))(ddp)
+      assert.equal(c.expected, tostring(t))
+    end)
+  end
+end)
+
+describe("random numbers", function()
+  it("repeat with the same seed and differ without", function()
+    ddp.manual_seed(7)
+    local a = ddp.randn(100)
+    local b = ddp.rand(10)
+    ddp.manual_seed(7)
+    assert.is_true(a:equal(ddp.randn(100)))
+    assert.is_true(b:equal(ddp.rand(10)))
+    assert.is_false(a:equal(ddp.randn(100)))
+  end)
+
+  it("save and restore the generator state", function()
+    local s = ddp.get_rng_state()
+    local a = ddp.rand(5)
+    ddp.set_rng_state(s)
+    assert.is_true(a:equal(ddp.rand(5)))
+  end)
+
+  it("give the same numbers whatever the thread count", function()
+    local n = ddp.get_num_threads()
+    ddp.set_num_threads(1)
+    ddp.manual_seed(3)
+    local a = ddp.randn(200000)
+    ddp.set_num_threads(2)
+    ddp.manual_seed(3)
+    local b = ddp.randn(200000)
+    ddp.set_num_threads(n)
+    assert.is_true(a:equal(b))
+  end)
+end)
+
+describe("ownership", function()
+  it("frees tensor memory when Lua collects the handles", function()
+    collectgarbage()
+    local base = ddp.memory_allocated()
+    for _ = 1, 50 do
+      local _ = ddp.zeros(1000, 1000)  -- 4 MB each, garbage at once
+    end
+    collectgarbage()
+    collectgarbage()
+    assert.equal(base, ddp.memory_allocated())
+  end)
+
+  it("keeps memory bounded without explicit collection", function()
+    collectgarbage()
+    local base = ddp.memory_allocated()
+    local peak = 0
+    for _ = 1, 200 do
+      local t = ddp.zeros(1000, 1000)  -- 4 MB; 800 MB in all
+      peak = math.max(peak, ddp.memory_allocated() - base)
+      t = nil
+    end
+    -- the C side asks Lua to collect: garbage never piles up to 800 MB
+    assert.is_true(peak < 300 * 1024 * 1024, "peak " .. peak)
+  end)
+
+  it("free() releases at once", function()
+    collectgarbage()
+    local base = ddp.memory_allocated()
+    local t = ddp.zeros(1000)
+    assert.equal(base + 4000, ddp.memory_allocated())
+    t:free()
+    assert.equal(base, ddp.memory_allocated())
+  end)
+
+  it("from_blob wraps memory without copying and keeps its owner alive", function()
+    local buf = ffi.new("float[6]", { 1, 2, 3, 4, 5, 6 })
+    local t = ddp.from_blob(buf, { 2, 3 }, { dtype = "float32", owner = buf })
+    local weak = setmetatable({ buf }, { __mode = "v" })
+    buf = nil
+    collectgarbage()
+    assert.is_not_nil(weak[1])        -- anchored by the tensor
+    t:set(0, 0, 10)
+    assert.equal(10, weak[1][0])      -- same memory
+    local v = t:t()
+    t = nil
+    collectgarbage()
+    assert.is_not_nil(weak[1])        -- the view still needs it
+    assert.equal(10, v:get(0, 0))
+    v = nil
+    collectgarbage()
+    ddp.zeros(1)                      -- lets the runtime drain released owners
+    collectgarbage()
+    assert.is_nil(weak[1])
+  end)
+end)
+
+describe("threads", function()
+  it("sets and reads the budget", function()
+    local n = ddp.get_num_threads()
+    ddp.set_num_threads(3)
+    assert.equal(3, ddp.get_num_threads())
+    ddp.set_num_threads(n)
+  end)
+
+  it("gives identical results on 1 and 2 threads for large elementwise ops", function()
+    local x = ddp.randn(300000)
+    ddp.set_num_threads(1)
+    local a = (x * 3 + 1):exp()
+    ddp.set_num_threads(2)
+    local b = (x * 3 + 1):exp()
+    assert.is_true(a:equal(b))
+  end)
+end)
