@@ -13,7 +13,7 @@ ERRDEF(DTYPE_NEED_FLOAT, DL_EDTYPE, "%s: expected a floating point tensor, got %
 ERRDEF(DTYPE_NEED_INT, DL_EDTYPE, "%s: expected an integer tensor (int64 or int32) for %s, got %s")
 ERRDEF(DTYPE_NEED_BOOL, DL_EDTYPE, "%s: expected a bool tensor for %s, got %s")
 ERRDEF(DTYPE_MISMATCH, DL_EDTYPE, "%s: dtypes %s and %s do not match")
-ERRDEF(INPLACE_DTYPE, DL_EDTYPE, "%s: result dtype %s cannot be stored in place into a %s tensor")
+ERRDEF(INPLACE_DTYPE, DL_EDTYPE, "%s: result dtype %s cannot be stored in place into a tensor of dtype %s")
 ERRDEF(DEVICE_UNSUP, DL_EDEVICE, "%s: tensor is on cuda:%d; this op runs on the cpu only for now")
 ERRDEF(BADVALUE, DL_EINVAL, "%s: %s")
 
@@ -37,7 +37,13 @@ ERRDEF(LINEAR_RANGE, DL_EINDEX, "%s: element %lld out of range for a tensor of %
 ERRDEF(SQUEEZE, DL_ESHAPE, "%s: dim %d has size %lld, not 1")
 ERRDEF(STRIDED, DL_EINDEX, "%s: view (shape %s, strides %s, offset %lld) reaches outside the storage of %lld elements")
 ERRDEF(ITEM, DL_ESHAPE, "%s: a tensor with %lld elements cannot be converted to a number (need exactly 1)")
-ERRDEF(ARANGE, DL_EINVAL, "%s: invalid range start=%g end=%g step=%g")
+ERRDEF(ARANGE, DL_EINVAL, "%s: invalid range start=%g end=%g step=%g: %s")
+ERRDEF(FLATTEN_ORDER, DL_EINDEX, "%s: start_dim %d comes after end_dim %d (for a %d-dim tensor)")
+ERRDEF(NEG_COUNT, DL_EINVAL, "%s: %s must be non-negative, got %lld")
+ERRDEF(LOW_HIGH, DL_EINVAL, "%s: expected low < high, got low=%lld high=%lld")
+ERRDEF(INT_DIV_ZERO, DL_EINVAL, "%s: integer division by zero (dtype %s)")
+ERRDEF(INT_NEG_POW, DL_EINVAL, "%s: integers to negative integer powers are not allowed (dtype %s)")
+ERRDEF(NEG_BOOL, DL_EDTYPE, "%s: negation (-) of a bool tensor is not supported; use logical_not() or ~ instead")
 
 /* Devices */
 ERRDEF(CUDA_UNAVAIL, DL_EDEVICE, "%s: CUDA is not available: %s")
@@ -60,3 +66,10 @@ ERRDEF(CAT_NDIM, DL_ESHAPE, "%s: tensor %d has %d dims (shape %s) but tensor %d 
 ERRDEF(CAT_SHAPE, DL_ESHAPE, "%s: shapes %s (tensor %d) and %s (tensor %d) must match except in dim %d (dim %d: %lld vs %lld)")
 ERRDEF(STACK_SHAPE, DL_ESHAPE, "%s: all tensors must have the same shape, got %s (tensor 0) and %s (tensor %d)")
 ERRDEF(ONE_HOT_RANGE, DL_EINDEX, "%s: class value %lld out of range for num_classes %lld")
+
+/* Reductions and sorting */
+ERRDEF(REDUCE_OP, DL_EINVAL, "%s: unknown reduction op %d")
+ERRDEF(REDUCE_EMPTY, DL_EINDEX, "%s: cannot reduce over dim %d of size 0 (shape %s): the operation has no identity")
+ERRDEF(REDUCE_NUMEL0, DL_EINDEX, "%s: cannot reduce a tensor with no elements (shape %s) without a dim: the operation has no identity")
+ERRDEF(TOPK_RANGE, DL_EINDEX, "%s: k = %lld out of range for dim %d of size %lld (shape %s)")
+ERRDEF(NDIM_MIN, DL_ESHAPE, "%s: expected a tensor with at least %d dims, got shape %s")
