@@ -4,6 +4,7 @@
 ** int64, uint8 and bool; bfloat16 and float16 compute in float32.
 */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
@@ -242,11 +243,11 @@ DL_API const char *dl_binop_name(int op) {
   UNLOOP(cos_##SFX, T, T, F(cos)(x))                                          \
   UNLOOP(tanh_##SFX, T, T, F(tanh)(x))                                        \
   UNLOOP(sigmoid_##SFX, T, T, sigmoid_##G(x))                                 \
-  UNLOOP(relu_##SFX, T, T, (x > 0 || x != x) ? x : 0)                         \
+  UNLOOP(relu_##SFX, T, T, x < 0 ? 0 : x) /* keeps NaN and -0, as PyTorch */  \
   UNLOOP(gelu_##SFX, T, T, gelu_##G(x))                                       \
   UNLOOP(gelut_##SFX, T, T, gelu_tanh_##G(x))                                 \
   UNLOOP(lnot_##SFX, T, uint8_t, x == 0)                                      \
-  UNLOOP(sign_##SFX, T, T, (T)((x > 0) - (x < 0)) + (x != x ? x : 0))         \
+  UNLOOP(sign_##SFX, T, T, (T)((x > 0) - (x < 0))) /* NaN -> 0, as PyTorch */ \
   UNLOOP(floor_##SFX, T, T, F(floor)(x))                                      \
   UNLOOP(ceil_##SFX, T, T, F(ceil)(x))                                        \
   UNLOOP(round_##SFX, T, T, F(nearbyint)(x))                                  \
@@ -343,19 +344,24 @@ static int can_cast(int from, int to) {
   return cf <= ct;
 }
 
-static int kernel_error(const char *name, kctx *c) {
-  if (c->err == 1)
-    return dl_err(EM_BADVALUE, name, "integer division by zero");
-  return dl_err(EM_BADVALUE, name, "integers to negative integer powers are not allowed");
+static int kernel_error(const char *name, kctx *c, int dtype) {
+  if (c->err == 1) return dl_err(EM_INT_DIV_ZERO, name, fmt_dtype(dtype));
+  return dl_err(EM_INT_NEG_POW, name, fmt_dtype(dtype));
+}
+
+/* "add_" for in-place ops, so messages name the method the user called. */
+static const char *inplace_name(const char *name) {
+  static _Thread_local char buf[32];
+  snprintf(buf, sizeof buf, "%s_", name);
+  return buf;
 }
 
 /* -- Binary -------------------------------------------------------------- */
 
 /* Runs op into out (shape already the broadcast shape, dtype = out dtype
 ** of the op, or compute dtype for half results). */
-static int binary_into(int op, dl_tensor *out, const dl_tensor *a,
-                       const dl_tensor *b, int cd) {
-  const char *name = binop_names[op];
+static int binary_into(const char *name, int op, dl_tensor *out,
+                       const dl_tensor *a, const dl_tensor *b, int cd) {
   int kd = is_half_dtype(cd) ? DL_FLOAT32 : cd;
   int k = kslot(kd);
   loop_fn fn = k >= 0 ? bin_table[op][k] : NULL;
@@ -376,7 +382,7 @@ static int binary_into(int op, dl_tensor *out, const dl_tensor *a,
   kctx c = {0};
   iter_run(&it, fn, &c);
   if (c.err) {
-    rc = kernel_error(name, &c);
+    rc = kernel_error(name, &c, kd);
     goto done;
   }
   rc = tmp ? dl_copy_(out, tmp) : 0;
@@ -400,7 +406,7 @@ DL_API dl_tensor *dl_binary(int op, const dl_tensor *a, const dl_tensor *b) {
   if (broadcast_shape(name, a->shape, a->ndim, b->shape, b->ndim, shape, &nd))
     return NULL;
   dl_tensor *out = tensor_new(od, shape, nd);
-  if (out && binary_into(op, out, a, b, cd)) {
+  if (out && binary_into(name, op, out, a, b, cd)) {
     dl_tensor_release(out);
     return NULL;
   }
@@ -422,7 +428,7 @@ static dl_tensor *unalias(const dl_tensor *dst, const dl_tensor *b) {
 
 DL_API int dl_binary_(int op, dl_tensor *a, const dl_tensor *b) {
   if (op < 0 || op >= DL_NBINOPS) return dl_err(EM_BADVALUE, "binary_", "unknown op");
-  const char *name = binop_names[op];
+  const char *name = inplace_name(binop_names[op]);
   if (check_cpu(name, a) || check_cpu(name, b)) return -1;
   int cd, od, nd;
   int64_t shape[DL_MAX_DIMS];
@@ -434,15 +440,16 @@ DL_API int dl_binary_(int op, dl_tensor *a, const dl_tensor *b) {
   if (!can_cast(od, a->dtype))
     return dl_err(EM_INPLACE_DTYPE, name, fmt_dtype(od), fmt_dtype(a->dtype));
   if (op == DL_SUB && cd == DL_BOOL)
-    return dl_err(EM_BADVALUE, name, "subtracting two bool tensors is not supported");
+    return dl_err(EM_BADVALUE, name,
+                  "subtracting two bool tensors is not supported; use logical_xor or ~");
   dl_tensor *ub = unalias(a, b);
   if (!ub) return -1;
   int rc;
   if (od == a->dtype && !is_half_dtype(od)) {
-    rc = binary_into(op, a, a, ub, cd);
+    rc = binary_into(name, op, a, a, ub, cd);
   } else {  /* compute in the op's dtype, then cast into a */
     dl_tensor *r = tensor_new(od, shape, nd);
-    rc = r ? binary_into(op, r, a, ub, cd) : -1;
+    rc = r ? binary_into(name, op, r, a, ub, cd) : -1;
     if (!rc) rc = dl_copy_(a, r);
     dl_tensor_release(r);
   }
@@ -452,9 +459,10 @@ DL_API int dl_binary_(int op, dl_tensor *a, const dl_tensor *b) {
 
 /* -- Unary --------------------------------------------------------------- */
 
-static int unary_into(int op, dl_tensor *out, const dl_tensor *a) {
-  const char *name = unop_names[op];
+static int unary_into(const char *name, int op, dl_tensor *out,
+                      const dl_tensor *a) {
   int cd = a->dtype;
+  if (op == DL_NEG && cd == DL_BOOL) return dl_err(EM_NEG_BOOL, name);
   if (un_float_only(op) && !dl_dtype_is_float(cd)) cd = DL_FLOAT32;
   int kd = is_half_dtype(cd) ? DL_FLOAT32 : cd;
   loop_fn fn = un_table[op][kslot(kd)];
@@ -488,9 +496,10 @@ static int unary_out_dtype(int op, int dtype) {
 
 DL_API dl_tensor *dl_unary(int op, const dl_tensor *a) {
   if (op < 0 || op >= DL_NUNOPS) return dl_errp(EM_BADVALUE, "unary", "unknown op");
-  if (check_cpu(unop_names[op], a)) return NULL;
+  const char *name = unop_names[op];
+  if (check_cpu(name, a)) return NULL;
   dl_tensor *out = tensor_new(unary_out_dtype(op, a->dtype), a->shape, a->ndim);
-  if (out && unary_into(op, out, a)) {
+  if (out && unary_into(name, op, out, a)) {
     dl_tensor_release(out);
     return NULL;
   }
@@ -499,13 +508,17 @@ DL_API dl_tensor *dl_unary(int op, const dl_tensor *a) {
 
 DL_API int dl_unary_(int op, dl_tensor *a) {
   if (op < 0 || op >= DL_NUNOPS) return dl_err(EM_BADVALUE, "unary_", "unknown op");
-  const char *name = unop_names[op];
+  const char *name = inplace_name(unop_names[op]);
   if (check_cpu(name, a)) return -1;
   int od = unary_out_dtype(op, a->dtype);
   if (!can_cast(od, a->dtype))
     return dl_err(EM_INPLACE_DTYPE, name, fmt_dtype(od), fmt_dtype(a->dtype));
-  if (od == a->dtype && !is_half_dtype(od)) return unary_into(op, a, a);
-  dl_tensor *r = dl_unary(op, a);
+  if (od == a->dtype && !is_half_dtype(od)) return unary_into(name, op, a, a);
+  dl_tensor *r = tensor_new(od, a->shape, a->ndim);
+  if (r && unary_into(name, op, r, a)) {
+    dl_tensor_release(r);
+    r = NULL;
+  }
   int rc = r ? dl_copy_(a, r) : -1;
   dl_tensor_release(r);
   return rc;
@@ -537,15 +550,16 @@ CLAMP_FN(u8, uint8_t)
 static const loop_fn clamp_table[K_N] = {clamp_f32, clamp_f64, clamp_i32,
                                          clamp_i64, clamp_u8, NULL};
 
-static int clamp_into(dl_tensor *out, const dl_tensor *a, double lo, double hi) {
-  if (check_cpu("clamp", a)) return -1;
+static int clamp_into(const char *name, dl_tensor *out, const dl_tensor *a,
+                      double lo, double hi) {
+  if (check_cpu(name, a)) return -1;
   if (lo == lo && hi == hi && lo > hi) {
     /* PyTorch: min > max sets every element to max */
     lo = hi;
   }
   int kd = is_half_dtype(a->dtype) ? DL_FLOAT32 : a->dtype;
   loop_fn fn = clamp_table[kslot(kd)];
-  if (!fn) return dl_err(EM_DTYPE_UNSUP, "clamp", fmt_dtype(a->dtype));
+  if (!fn) return dl_err(EM_DTYPE_UNSUP, name, fmt_dtype(a->dtype));
   dl_tensor *ca = as_dtype(a, kd);
   dl_tensor *dst = out->dtype == kd ? out : tensor_new(kd, out->shape, out->ndim);
   int rc = -1;
@@ -553,7 +567,7 @@ static int clamp_into(dl_tensor *out, const dl_tensor *a, double lo, double hi) 
     dl_tensor *ops[2] = {dst, ca};
     iter_t it;
     clamp_ctx c = {lo, hi};
-    rc = iter_init(&it, "clamp", ops, 2);
+    rc = iter_init(&it, name, ops, 2);
     if (!rc) iter_run(&it, fn, &c);
     if (!rc && dst != out) rc = dl_copy_(out, dst);
   }
@@ -562,18 +576,41 @@ static int clamp_into(dl_tensor *out, const dl_tensor *a, double lo, double hi) 
   return rc;
 }
 
+/* PyTorch promotes a non-float tensor with its bounds, which count as
+** Python scalars: a fractional or infinite bound gives float32, an integral
+** one lifts bool to int64 (NaN means no bound). */
+static int clamp_dtype(int dtype, double lo, double hi) {
+  if (dl_dtype_is_float(dtype)) return dtype;
+  int any = 0, frac = 0;
+  const double b[2] = {lo, hi};
+  for (int i = 0; i < 2; i++) {
+    if (b[i] != b[i]) continue;
+    any = 1;
+    if (isinf(b[i]) || b[i] != floor(b[i])) frac = 1;
+  }
+  if (frac) return DL_FLOAT32;
+  return dtype == DL_BOOL && any ? DL_INT64 : dtype;
+}
+
 DL_API dl_tensor *dl_clamp(const dl_tensor *a, double lo, double hi) {
   if (check_cpu("clamp", a)) return NULL;
-  dl_tensor *out = tensor_new(a->dtype, a->shape, a->ndim);
-  if (out && clamp_into(out, a, lo, hi)) {
+  int od = clamp_dtype(a->dtype, lo, hi);
+  dl_tensor *ca = as_dtype(a, od);
+  dl_tensor *out = ca ? tensor_new(od, a->shape, a->ndim) : NULL;
+  if (out && clamp_into("clamp", out, ca, lo, hi)) {
     dl_tensor_release(out);
-    return NULL;
+    out = NULL;
   }
+  dl_tensor_release(ca);
   return out;
 }
 
 DL_API int dl_clamp_(dl_tensor *a, double lo, double hi) {
-  return clamp_into(a, a, lo, hi);
+  if (check_cpu("clamp_", a)) return -1;
+  int od = clamp_dtype(a->dtype, lo, hi);
+  if (od != a->dtype)
+    return dl_err(EM_INPLACE_DTYPE, "clamp_", fmt_dtype(od), fmt_dtype(a->dtype));
+  return clamp_into("clamp_", a, a, lo, hi);
 }
 
 #define WHERE_FN(NAME, T)                                                   \

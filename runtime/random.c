@@ -184,7 +184,7 @@ DL_API int dl_normal_(dl_tensor *t, double mean, double std) {
 DL_API dl_tensor *dl_randint(int64_t low, int64_t high, const int64_t *shape,
                              int ndim, int dtype) {
   if (low >= high)
-    return dl_errp(EM_BADVALUE, "randint", "expected low < high");
+    return dl_errp(EM_LOW_HIGH, "randint", (long long)low, (long long)high);
   if (dtype == DL_BOOL)
     return dl_errp(EM_DTYPE_UNSUP, "randint", fmt_dtype(dtype));
   gen_ctx g = {.kind = D_INT, .low = low, .range = (uint64_t)high - (uint64_t)low};
@@ -198,7 +198,7 @@ DL_API dl_tensor *dl_randint(int64_t low, int64_t high, const int64_t *shape,
 }
 
 DL_API dl_tensor *dl_randperm(int64_t n, int dtype) {
-  if (n < 0) return dl_errp(EM_BADVALUE, "randperm", "n must be >= 0");
+  if (n < 0) return dl_errp(EM_NEG_COUNT, "randperm", "n", (long long)n);
   if (!is_int_dtype(dtype) && !dl_dtype_is_float(dtype))
     return dl_errp(EM_DTYPE_UNSUP, "randperm", fmt_dtype(dtype));
   /* Fisher-Yates driven by one random 64-bit draw per position */

@@ -199,11 +199,20 @@ DL_API int dl_tensor_is_contiguous(const dl_tensor *t) {
 
 /* -- Creation ------------------------------------------------------------- */
 
+/* Checks made under the op's own name, so messages do not say "alloc". */
+static int check_new(const char *op, const int64_t *shape, int ndim,
+                     int dtype) {
+  if (dtype < 0 || dtype >= DL_NDTYPES) return dl_err(EM_BADDTYPE, op, dtype);
+  return check_shape(op, shape, ndim);
+}
+
 DL_API dl_tensor *dl_empty(const int64_t *shape, int ndim, int dtype) {
+  if (check_new("empty", shape, ndim, dtype)) return NULL;
   return tensor_new(dtype, shape, ndim);
 }
 
 DL_API dl_tensor *dl_zeros(const int64_t *shape, int ndim, int dtype) {
+  if (check_new("zeros", shape, ndim, dtype)) return NULL;
   dl_tensor *t = tensor_new(dtype, shape, ndim);
   if (t) memset(t->storage->data, 0, t->storage->nbytes);
   return t;
@@ -211,6 +220,7 @@ DL_API dl_tensor *dl_zeros(const int64_t *shape, int ndim, int dtype) {
 
 DL_API dl_tensor *dl_full(const int64_t *shape, int ndim, int dtype,
                           double value) {
+  if (check_new("full", shape, ndim, dtype)) return NULL;
   dl_tensor *t = tensor_new(dtype, shape, ndim);
   if (t && dl_fill_(t, value)) {
     dl_tensor_release(t);
@@ -222,20 +232,26 @@ DL_API dl_tensor *dl_full(const int64_t *shape, int ndim, int dtype,
 DL_API dl_tensor *dl_scalar(double value, int is_float) {
   dl_tensor *t = tensor_new(is_float ? DL_FLOAT64 : DL_INT64, NULL, 0);
   if (!t) return NULL;
-  if (is_float)
-    *(double *)t->storage->data = value;
-  else
-    *(int64_t *)t->storage->data = (int64_t)value;
+  /* store_double saturates integers beyond int64 instead of overflowing */
+  store_double(t->storage->data, is_float ? DL_FLOAT64 : DL_INT64, value);
   t->flags |= TF_WRAPPED;
   return t;
 }
 
 DL_API dl_tensor *dl_arange(double start, double end, double step, int dtype) {
-  if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step) ||
-      (step > 0 && end < start) || (step < 0 && end > start))
-    return dl_errp(EM_ARANGE, "arange", start, end, step);
-  int64_t n = (int64_t)ceil((end - start) / step);
-  if (n < 0) n = 0;
+  const char *why = NULL;
+  if (!isfinite(start) || !isfinite(end) || !isfinite(step))
+    why = "start, end and step must be finite";
+  else if (step == 0)
+    why = "step must be nonzero";
+  else if ((step > 0 && end < start) || (step < 0 && end > start))
+    why = "step has the wrong sign to go from start to end";
+  double count = why ? 0 : ceil((end - start) / step);
+  if (!why && !(count <= (double)(INT64_C(1) << 48)))
+    why = "too many elements";
+  if (why) return dl_errp(EM_ARANGE, "arange", start, end, step, why);
+  int64_t n = count > 0 ? (int64_t)count : 0;
+  if (check_new("arange", &n, 1, dtype)) return NULL;
   dl_tensor *t = tensor_new(dtype, &n, 1);
   if (!t) return NULL;
   char *p = t->storage->data;
@@ -247,15 +263,17 @@ DL_API dl_tensor *dl_arange(double start, double end, double step, int dtype) {
 DL_API dl_tensor *dl_linspace(double start, double end, int64_t steps,
                               int dtype) {
   if (steps < 0)
-    return dl_errp(EM_BADVALUE, "linspace", "number of steps must be >= 0");
+    return dl_errp(EM_NEG_COUNT, "linspace", "steps", (long long)steps);
+  if (check_new("linspace", &steps, 1, dtype)) return NULL;
   dl_tensor *t = tensor_new(dtype, &steps, 1);
   if (!t) return NULL;
   char *p = t->storage->data;
   int es = dl_dtype_sizes[dtype];
   double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0;
-  /* as PyTorch: the second half counts back from end, so end is exact */
+  /* as PyTorch: the second half counts back from end, so end is exact;
+  ** one step gives start */
   for (int64_t i = 0; i < steps; i++) {
-    double v = i < steps / 2 ? start + step * (double)i
+    double v = i < steps / 2 || steps == 1 ? start + step * (double)i
                              : end - step * (double)(steps - 1 - i);
     store_double(p + i * es, dtype, v);
   }
@@ -264,6 +282,8 @@ DL_API dl_tensor *dl_linspace(double start, double end, int64_t steps,
 
 DL_API dl_tensor *dl_eye(int64_t n, int64_t m, int dtype) {
   int64_t shape[2] = {n, m < 0 ? n : m};
+  if (n < 0) return dl_errp(EM_NEG_COUNT, "eye", "n", (long long)n);
+  if (check_new("eye", shape, 2, dtype)) return NULL;
   dl_tensor *t = dl_zeros(shape, 2, dtype);
   if (!t) return NULL;
   char *p = t->storage->data;
@@ -275,6 +295,7 @@ DL_API dl_tensor *dl_eye(int64_t n, int64_t m, int dtype) {
 
 DL_API dl_tensor *dl_from_doubles(const double *values, const int64_t *shape,
                                   int ndim, int dtype) {
+  if (check_new("tensor", shape, ndim, dtype)) return NULL;
   dl_tensor *t = tensor_new(dtype, shape, ndim);
   if (!t) return NULL;
   int64_t n = shape_numel(shape, ndim);
@@ -290,6 +311,7 @@ DL_API dl_tensor *dl_from_doubles(const double *values, const int64_t *shape,
 
 DL_API dl_tensor *dl_from_int64s(const int64_t *values, const int64_t *shape,
                                  int ndim, int dtype) {
+  if (check_new("tensor", shape, ndim, dtype)) return NULL;
   dl_tensor *t = tensor_new(dtype, shape, ndim);
   if (!t) return NULL;
   int64_t n = shape_numel(shape, ndim);

@@ -32,7 +32,8 @@ static int infer_shape(const char *op, const dl_tensor *t, const int64_t *in,
     return dl_err(EM_VIEW_NUMEL, op, fmt_shape(in, ndim), (long long)numel,
                   fmt_tshape(t));
   }
-  return 0;
+  /* the products above may have wrapped around: check the sizes properly */
+  return check_shape(op, out, ndim);
 }
 
 /* Strides for viewing t as shape without copying, or -1 when the layout
@@ -147,7 +148,7 @@ DL_API dl_tensor *dl_narrow(const dl_tensor *t, int dim, int64_t start,
   if (norm_dim("narrow", dim, t->ndim, &d)) return NULL;
   int64_t size = t->shape[d];
   if (start < 0 && start >= -size) start += size;
-  if (start < 0 || length < 0 || start > size || start + length > size)
+  if (start < 0 || length < 0 || start > size || length > size - start)
     return dl_errp(EM_NARROW, "narrow", (long long)start, (long long)length, d,
                    (long long)size);
   int64_t s[DL_MAX_DIMS];
@@ -243,6 +244,7 @@ DL_API dl_tensor *dl_expand(const dl_tensor *t, const int64_t *shape,
                      i, (long long)have, (long long)want);
     }
   }
+  if (check_shape("expand", s, ndim)) return NULL;
   return tensor_alias(t, s, st, ndim, t->offset);
 }
 
@@ -257,7 +259,7 @@ DL_API dl_tensor *dl_flatten(const dl_tensor *t, int start_dim, int end_dim) {
       norm_dim("flatten", end_dim, t->ndim, &b))
     return NULL;
   if (a > b)
-    return dl_errp(EM_BADVALUE, "flatten", "start_dim must not come after end_dim");
+    return dl_errp(EM_FLATTEN_ORDER, "flatten", start_dim, end_dim, t->ndim);
   int64_t s[DL_MAX_DIMS];
   int n = 0;
   for (int i = 0; i < t->ndim; i++) {
@@ -274,14 +276,20 @@ DL_API dl_tensor *dl_as_strided(const dl_tensor *t, const int64_t *shape,
                                 int64_t offset) {
   if (check_tensor("as_strided", t) || check_shape("as_strided", shape, ndim))
     return NULL;
+  if (ndim > 0 && !strides) return dl_errp(EM_NULLARG, "as_strided", "strides");
+  /* lowest and highest element reached; a product or sum that overflows
+  ** int64 is out of range too (wrapping would let it pass the check) */
   int64_t hi = offset, lo = offset;
+  int wrap = 0;
   for (int i = 0; i < ndim; i++) {
-    if (!shape[i]) { hi = lo = offset; break; }
-    int64_t span = (shape[i] - 1) * strides[i];
-    if (span > 0) hi += span; else lo += span;
+    if (!shape[i]) { hi = lo = offset; wrap = 0; break; }
+    int64_t span;
+    wrap |= __builtin_mul_overflow(shape[i] - 1, strides[i], &span);
+    wrap |= span > 0 ? __builtin_add_overflow(hi, span, &hi)
+                     : __builtin_add_overflow(lo, span, &lo);
   }
   int64_t cap = (int64_t)(t->storage->nbytes / (size_t)dl_dtype_sizes[t->dtype]);
-  if (lo < 0 || (shape_numel(shape, ndim) && hi >= cap))
+  if (wrap || lo < 0 || (shape_numel(shape, ndim) && hi >= cap))
     return dl_errp(EM_STRIDED, "as_strided", fmt_shape(shape, ndim),
                    fmt_shape(strides, ndim), (long long)offset, (long long)cap);
   return tensor_alias(t, shape, strides, ndim, offset);

@@ -115,11 +115,15 @@ function M.check(rc)
   if rc ~= 0 then raise_c() end
 end
 
--- Two tensors out of one call (max with dim, sort, topk).
+-- Two tensors out of one call (max with dim, sort, topk).  (f(..., x)
+-- would pass only the first vararg: Lua truncates ... before a comma.)
 local out2 = ffi.new("dl_tensor *[2]")
 function M.new2(f, ...)
+  local n = select("#", ...)
+  local args = { ... }
+  args[n + 1], args[n + 2] = out2, out2 + 1
   out2[0], out2[1] = nil, nil
-  if f(..., out2, out2 + 1) ~= 0 then raise_c() end
+  if f(unpack(args, 1, n + 2)) ~= 0 then raise_c() end
   local a, b = out2[0], out2[1]
   out2[0], out2[1] = nil, nil
   return own(a), own(b)
@@ -142,6 +146,14 @@ function M.describe(x)
   return type(x)
 end
 
+-- A bad argument as a message shows it: strings quoted, so "3" is not 3.
+local function show(x)
+  if type(x) == "string" then return ('"%s"'):format(x) end
+  if type(x) == "number" or x == nil or type(x) == "boolean" then return tostring(x) end
+  return "a " .. M.describe(x)
+end
+M.show = show
+
 -- A tensor for an op's operand: tensors as they are, Lua numbers and
 -- booleans as scalars that promote like Python scalars do.
 local tensor_from_value  -- set by ddp.tensor
@@ -155,7 +167,7 @@ function M.operand(x, op, pos)
   elseif tx == "boolean" then
     return M.new(C.dl_full, nil, 0, C.DL_BOOL, x and 1 or 0)
   elseif tx == "table" then
-    return tensor_from_value(x)
+    return tensor_from_value(x, op)
   end
   raise(("%s: argument %s must be a tensor or a number, got %s"):format(op, pos or "", tx))
 end
@@ -163,7 +175,7 @@ end
 -- A tensor argument that must be a tensor already (no scalars).
 function M.tensor_arg(x, op, what)
   if is_tensor(x) then return x end
-  if type(x) == "table" then return tensor_from_value(x) end
+  if type(x) == "table" then return tensor_from_value(x, op) end
   raise(("%s: %s must be a tensor, got %s"):format(op, what or "argument", M.describe(x)))
 end
 
@@ -203,12 +215,18 @@ function M.device_arg(dev, op)
     raise(("%s: device %s: CUDA tensors are not supported by this build yet (%s)")
           :format(op, dev, ffi.string(C.dl_cuda_status())))
   end
-  raise(("%s: unknown device %s (expected \"cpu\" or \"cuda:N\")"):format(op, tostring(dev)))
+  raise(("%s: unknown device %s (expected \"cpu\" or \"cuda:N\")"):format(op, show(dev)))
 end
 
+-- An integer argument: a dim (C int) unless what names something else.
 function M.dim_arg(d, op, what)
-  if is_integer(d) then return d end
-  raise(("%s: %s must be an integer, got %s"):format(op, what or "dim", d == nil and "nil" or tostring(d)))
+  if is_integer(d) then
+    if (what == nil or what:match("dim")) and (d < -2^31 or d >= 2^31) then
+      raise(("%s: %s %.0f out of range"):format(op, what or "dim", d))
+    end
+    return d
+  end
+  raise(("%s: %s must be an integer, got %s"):format(op, what or "dim", show(d)))
 end
 
 local function is_opts(t)
@@ -249,7 +267,11 @@ function M.shape_args(op, allow_neg, ...)
   for i = 1, n do
     local s = dims[i]
     if not is_integer(s) or (s < 0 and not (allow_neg and s == -1)) then
-      raise(("%s: size %d must be a non-negative integer, got %s"):format(op, i, tostring(s)))
+      local shown = {}
+      for j = 1, n do shown[j] = show(dims[j]) end
+      raise(("%s: invalid size %s at dim %d of shape [%s] (sizes must be non-negative integers%s)")
+            :format(op, show(s), i - 1, table.concat(shown, ", "),
+                    allow_neg and ", or -1 for one inferred size" or ""))
     end
     shape_buf[i - 1] = s
   end
@@ -261,7 +283,7 @@ local dims_buf = ffi.new("int[8]")
 function M.dims_arg(dim, op)
   if dim == nil then return nil, 0 end
   if is_integer(dim) then
-    dims_buf[0] = dim
+    dims_buf[0] = M.dim_arg(dim, op)
     return dims_buf, 1
   end
   if type(dim) == "table" and not is_tensor(dim) then

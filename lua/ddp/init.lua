@@ -22,6 +22,9 @@ end
 ddp.float, ddp.double, ddp.long, ddp.int, ddp.half = "float32", "float64", "int64", "int32", "float16"
 
 local function dtype_opt(opts, op, dflt)
+  if type(opts) ~= "table" or core.is_tensor(opts) then
+    raise(("%s: options must be a table such as {dtype = \"float64\"}, got %s"):format(op, core.show(opts)))
+  end
   core.device_arg(opts.device, op)
   return core.dtype_arg(opts.dtype, op, dflt or core.default_dtype())
 end
@@ -83,30 +86,34 @@ end
 -- nested table or a tensor (copied).  Without dtype: int64 when every value
 -- is an integer, bool for booleans, float32 otherwise -- Lua has no 1.0
 -- distinct from 1, so pass {dtype = "float32"} for float data.
-function ddp.tensor(data, opts)
+-- op: the name errors show (an op given a Lua table for a tensor).
+local function from_value(data, opts, op)
   opts = opts or {}
   if core.is_tensor(data) then
-    local d = dtype_opt(opts, "tensor", C.dl_tensor_dtype(data))
+    local d = dtype_opt(opts, op, C.dl_tensor_dtype(data))
     return new(C.dl_to_dtype, data, d)
   end
   local td = type(data)
   if td == "number" or td == "boolean" then
     local v = td == "boolean" and (data and 1 or 0) or data
     local dflt = td == "boolean" and C.DL_BOOL or is_integer(v) and C.DL_INT64 or core.default_dtype()
-    return new(C.dl_full, nil, 0, dtype_opt(opts, "tensor", dflt), v)
+    return new(C.dl_full, nil, 0, dtype_opt(opts, op, dflt), v)
   end
   if td ~= "table" then
-    raise("tensor: expected a number, boolean, table or tensor, got " .. td)
+    raise(op .. ": expected a number, boolean, table or tensor, got " .. td)
   end
-  local shape, values, inferred = scan(data, "tensor")
-  local d = dtype_opt(opts, "tensor", inferred)
-  local n = shape_args("tensor", false, shape)
+  local shape, values, inferred = scan(data, op)
+  local d = dtype_opt(opts, op, inferred)
+  local n = shape_args(op, false, shape)
   return new(C.dl_from_doubles, values, shape_buf, n, d)
 end
-core.tensor_from = ddp.tensor
-core.set_tensor_from_value(function(x) return ddp.tensor(x) end)
+function ddp.tensor(data, opts) return from_value(data, opts, "tensor") end
+core.tensor_from = function(data, opts, op) return from_value(data, opts, op or "tensor") end
+core.set_tensor_from_value(function(x, op) return from_value(x, nil, op or "tensor") end)
 ddp.as_tensor = function(data, opts)
-  if core.is_tensor(data) and not (opts and (opts.dtype or opts.device)) then return data end
+  if core.is_tensor(data) and (opts == nil or type(opts) == "table" and not (opts.dtype or opts.device)) then
+    return data
+  end
   return ddp.tensor(data, opts)
 end
 
@@ -130,6 +137,7 @@ function ddp.full(shape, value, opts)
   if type(value) == "boolean" then
     value = value and 1 or 0
     opts = opts or {}
+    dtype_opt(opts, "full")
     opts = { dtype = opts.dtype or "bool", device = opts.device }
   end
   if type(value) ~= "number" then raise("full: fill value must be a number, got " .. type(value)) end
@@ -146,8 +154,10 @@ function ddp.arange(a, b, c, opts)
   opts = opts or {}
   local start, stop, step = 0, a, 1
   if b ~= nil then start, stop, step = a, b, c or 1 end
-  for _, v in ipairs { start, stop, step } do
-    if type(v) ~= "number" then raise("arange: start, end and step must be numbers, got " .. type(v)) end
+  for _, v in ipairs { { "start", start }, { "end", stop }, { "step", step } } do
+    if type(v[2]) ~= "number" then
+      raise(("arange: %s must be a number, got %s"):format(v[1], core.show(v[2])))
+    end
   end
   local dflt = (is_integer(start) and is_integer(stop) and is_integer(step)) and C.DL_INT64 or core.default_dtype()
   return new(C.dl_arange, start, stop, step, dtype_opt(opts, "arange", dflt))
@@ -195,6 +205,7 @@ local function like(name, make)
   ddp[name .. "_like"] = function(t, a, b)
     t = core.tensor_arg(t, name .. "_like", "input")
     local opts = type(a) == "table" and a or b or {}
+    dtype_opt(opts, name .. "_like")
     local o = { dtype = opts.dtype or T.dtype(t), device = opts.device }
     return make(core.shape_of(t), o, a)
   end
@@ -211,15 +222,52 @@ like("full", function(s, o, v) return ddp.full(s, v, o) end)
 -- alive until the last view of the storage is gone.
 function ddp.from_blob(ptr, shape, opts)
   opts = opts or {}
-  if type(ptr) ~= "cdata" then raise("from_blob: ptr must be a cdata pointer, got " .. type(ptr)) end
+  if core.is_tensor(ptr) then
+    raise("from_blob: ptr is a tensor, not raw memory; use t:view() or t:clone()")
+  end
+  -- only pointers and arrays: ffi.cast would turn a number into an address.
+  -- (The type comes from tostring: ffi.typeof(ptr) kept ptr's owner alive
+  -- past the last view in tests/tensor_spec.lua.)
+  local shown = type(ptr) == "cdata" and tostring(ptr) or type(ptr)
+  local ct = shown:match("^cdata<(.*)>: ")
+  if ct and not (ct:match("%*$") or ct:match("%]$")) or not ct and shown:match("^%-?[%d.]+U?LL$")
+     or not ct and shown:match("i$") or type(ptr) ~= "cdata" then
+    raise("from_blob: ptr must be a cdata pointer or array, got "
+          .. (ct or type(ptr) ~= "cdata" and shown or shown .. " (a cdata number, not an address)"))
+  end
+  ct = ct or "*"  -- a metatype with its own __tostring: trust it is a pointer
   local n = shape_args("from_blob", false, shape)
+  local dims = {}
+  for i = 1, n do dims[i] = tonumber(shape_buf[i - 1]) end
+  local dtype = dtype_opt(opts, "from_blob")
   local strides
-  if opts.strides then
+  if opts.strides ~= nil then
+    if type(opts.strides) ~= "table" or #opts.strides ~= n then
+      raise(("from_blob: strides must be a table of %d integers, one per dim of shape %s")
+            :format(n, core.fmt_shape(dims)))
+    end
     strides = ffi.new("int64_t[8]")
-    for i = 1, n do strides[i - 1] = opts.strides[i] end
+    for i = 1, n do strides[i - 1] = core.dim_arg(opts.strides[i], "from_blob", "stride") end
+  end
+  -- an array knows its size: refuse a layout that reads outside it
+  if ct:match("%]$") then
+    local extent, numel, st = 1, 1, 1
+    for i = n, 1, -1 do
+      local stride = strides and opts.strides[i] or st
+      if stride < 0 and dims[i] > 1 then
+        raise("from_blob: negative strides would read before the start of the array")
+      end
+      extent = extent + (dims[i] - 1) * stride
+      numel, st = numel * dims[i], st * dims[i]
+    end
+    local need, have = extent * C.dl_dtype_size(dtype), ffi.sizeof(ptr)
+    if numel > 0 and need > have then
+      raise(("from_blob: shape %s of %s needs %d bytes but the array holds %d")
+            :format(core.fmt_shape(dims), core.dtype_name(dtype), need, have))
+    end
   end
   local anchor = core.anchor(opts.owner == nil and ptr or opts.owner)
-  return new(C.dl_from_blob_anchored, ffi.cast("void *", ptr), dtype_opt(opts, "from_blob"),
+  return new(C.dl_from_blob_anchored, ffi.cast("void *", ptr), dtype,
              shape_buf, strides, n, anchor)
 end
 
@@ -264,6 +312,24 @@ end
 function ddp.addmm(c, a, b, opts) return T.addmm(core.operand(c, "addmm", 1), a, b, opts) end
 function ddp.one_hot(t, n) return T.one_hot(core.tensor_arg(t, "one_hot", "input"), n) end
 
+-- A method called with a dot (t.view(2, 3)) gets no tensor as self: say
+-- so at the user's line rather than fail inside the FFI, or, with nil for
+-- self, crash in C on a NULL pointer.  Binary ops take numbers first
+-- (2 + t calls add(2, t)) and check their operands themselves.
+local takes_operand = {}
+for name in pairs(ops.binops) do takes_operand[T[name]] = true end
+for name, f in pairs(T) do
+  if not takes_operand[f] then
+    T[name] = function(self, ...)
+      if not core.is_tensor(self) then
+        raise(("%s: expected a tensor as self, got %s; call it as t:%s(...), with a colon")
+              :format(name, core.show(self), name))
+      end
+      return f(self, ...)
+    end
+  end
+end
+
 -- Every other method as a function of its first argument.
 for name, f in pairs(T) do
   if ddp[name] == nil and not name:match("^_") then
@@ -278,7 +344,9 @@ end
 function ddp.is_tensor(x) return core.is_tensor(x) end
 function ddp.is_floating_point(t) return T.is_floating_point(core.tensor_arg(t, "is_floating_point")) end
 function ddp.promote_types(a, b)
-  return core.dtype_name(C.dl_promote_types(core.dtype_arg(a, "promote_types"), core.dtype_arg(b, "promote_types")))
+  local da, db = core.dtype_arg(a, "promote_types", -1), core.dtype_arg(b, "promote_types", -1)
+  if da < 0 or db < 0 then raise("promote_types: expected two dtype names, got " .. core.show(a) .. " and " .. core.show(b)) end
+  return core.dtype_name(C.dl_promote_types(da, db))
 end
 function ddp.result_type(a, b)
   return core.dtype_name(C.dl_result_type(core.operand(a, "result_type", 1), core.operand(b, "result_type", 2)))

@@ -23,7 +23,7 @@ local binops = {
 local aliases = {
   subtract = "sub", multiply = "mul", divide = "div", true_divide = "div",
   greater = "gt", greater_equal = "ge", less = "lt", less_equal = "le",
-  not_equal = "ne", fmax = "maximum", fmin = "minimum",
+  not_equal = "ne",
 }
 
 for name, op in pairs(binops) do
@@ -39,15 +39,30 @@ end
 -- add/sub take PyTorch's alpha: a + alpha * b.
 for _, name in ipairs { "add", "sub" } do
   local op, plain, inplace = binops[name], T[name], T[name .. "_"]
+  local function alpha_ok(alpha, op)
+    if alpha ~= nil and type(alpha) ~= "number" then
+      raise(("%s: alpha must be a number, got %s"):format(op, core.show(alpha)))
+    end
+    return alpha ~= nil and alpha ~= 1
+  end
   T[name] = function(a, b, alpha)
-    if alpha ~= nil and alpha ~= 1 then b = T.mul(operand(b, name, 2), alpha) end
+    if alpha_ok(alpha, name) then b = T.mul(operand(b, name, 2), alpha) end
     return plain(a, b)
   end
   T[name .. "_"] = function(a, b, alpha)
-    if alpha ~= nil and alpha ~= 1 then b = T.mul(operand(b, name, 2), alpha) end
+    if alpha_ok(alpha, name .. "_") then b = T.mul(operand(b, name .. "_", 2), alpha) end
     return inplace(a, b)
   end
   local _ = op
+end
+
+-- fmax/fmin: maximum/minimum where a NaN loses to a number, as torch.fmax.
+for name, op in pairs { fmax = "maximum", fmin = "minimum" } do
+  T[name] = function(a, b)
+    a, b = operand(a, name, 1), operand(b, name, 2)
+    local r = T.where(a, T.isnan(b), T[op](a, b))
+    return T.where(b, T.isnan(a), r)
+  end
 end
 
 local unops = {
@@ -75,7 +90,7 @@ end
 local function gelu_op(approximate)
   if approximate == nil or approximate == "none" then return C.DL_GELU end
   if approximate == "tanh" then return C.DL_GELU_TANH end
-  raise(('gelu: approximate must be "none" or "tanh", got %s'):format(tostring(approximate)))
+  raise(('gelu: approximate must be "none" or "tanh", got %s'):format(core.show(approximate)))
 end
 function T.gelu(a, approximate) return new(C.dl_unary, gelu_op(approximate), a) end
 function T.gelu_(a, approximate)
@@ -290,10 +305,26 @@ function T.equal(a, b)
   return T.item(T.all(T.eq(a, b)))
 end
 
+-- Raises under op's name when a and b do not broadcast (the helpers used
+-- below would report it as their own error, "sub: ...").
+local function check_broadcast(a, b, op)
+  local sa, sb = core.shape_of(a), core.shape_of(b)
+  local na, nb = #sa, #sb
+  local n = na > nb and na or nb
+  for i = 1, n do
+    local x, y = sa[na - n + i] or 1, sb[nb - n + i] or 1
+    if x ~= y and x ~= 1 and y ~= 1 then
+      raise(("%s: shapes %s and %s cannot be broadcast (dim %d: %d vs %d)")
+            :format(op, core.fmt_shape(sa), core.fmt_shape(sb), i - 1, x, y))
+    end
+  end
+end
+
 function T.allclose(a, b, rtol, atol, equal_nan)
   if type(rtol) == "table" then rtol, atol, equal_nan = rtol.rtol, rtol.atol, rtol.equal_nan end
   rtol, atol = rtol or 1e-5, atol or 1e-8
   b = operand(b, "allclose", 2)
+  check_broadcast(a, b, "allclose")
   local a64, b64 = T.to(a, "float64"), T.to(b, "float64")
   local close = T.le(T.abs(T.sub(a64, b64)), T.add(T.mul(T.abs(b64), rtol), atol))
   -- equal infinities are close; NaNs only when asked
@@ -305,6 +336,7 @@ end
 function T.isclose(a, b, rtol, atol)
   rtol, atol = rtol or 1e-5, atol or 1e-8
   b = operand(b, "isclose", 2)
+  check_broadcast(a, b, "isclose")
   local a64, b64 = T.to(a, "float64"), T.to(b, "float64")
   return T.logical_or(T.le(T.abs(T.sub(a64, b64)), T.add(T.mul(T.abs(b64), rtol), atol)), T.eq(a64, b64))
 end
@@ -319,7 +351,7 @@ mt.__pow = function(a, b) return T.pow(a, b) end
 mt.__mod = function(a, b) return T.remainder(a, b) end
 mt.__unm = function(a) return T.neg(a) end
 mt.__len = function(a)
-  if C.dl_tensor_dim(a) == 0 then raise("len() of a 0-dim tensor") end
+  if C.dl_tensor_dim(a) == 0 then raise("len: # of a 0-dim tensor is undefined; use numel() or item()") end
   return tonumber(C.dl_tensor_size(a, 0))
 end
 

@@ -55,7 +55,7 @@ function T.is_floating_point(t) return C.dl_dtype_is_float(C.dl_tensor_dtype(t))
 function T.element_size(t) return C.dl_dtype_size(C.dl_tensor_dtype(t)) end
 function T.storage_offset(t) return tonumber(C.dl_tensor_offset(t)) end
 function T.data_ptr(t) return C.dl_tensor_data(t) end
-function T.is_shared(t, u) return C.dl_tensor_same_storage(t, u) ~= 0 end
+function T.is_shared(t, u) return C.dl_tensor_same_storage(t, tensor_arg(u, "is_shared", "other")) ~= 0 end
 
 -- Drops this handle's reference now instead of at the next collection.
 function T.free(t)
@@ -68,6 +68,7 @@ end
 function T.to(t, what, opts)
   if type(what) == "table" then what, opts = nil, what end
   opts = opts or {}
+  if type(opts) ~= "table" then raise("to: options must be a table, got " .. core.show(opts)) end
   local dtype, device = opts.dtype, opts.device
   if type(what) == "string" then
     if what == "cpu" or what:match("^cuda") then device = what else dtype = what end
@@ -141,7 +142,7 @@ local function linear_index(t, op, ...)
     local idx = select(i + 1, ...)
     local size = tonumber(C.dl_tensor_size(t, i))
     if not is_integer(idx) then
-      raise(("%s: index %d must be an integer, got %s"):format(op, i + 1, tostring(idx)))
+      raise(("%s: index for dim %d must be an integer, got %s"):format(op, i, core.show(idx)))
     end
     if idx < -size or idx >= size then
       raise(("%s: index %d out of range for dim %d of size %d"):format(op, idx, i, size))
@@ -157,11 +158,20 @@ end
 function T.get(t, ...)
   local n, k = C.dl_tensor_dim(t), select("#", ...)
   if k > n then
-    raise(("get: %d indices for a %d-dim tensor"):format(k, n))
+    raise(("get: %d indices given for a %d-dim tensor of shape %s"):format(k, n, core.fmt_shape(core.shape_of(t))))
   end
   if k < n then
     local r = t
-    for i = 1, k do r = T.select(r, 0, (select(i, ...))) end
+    for i = 1, k do
+      local idx, size = select(i, ...), tonumber(C.dl_tensor_size(t, i - 1))
+      if not is_integer(idx) then
+        raise(("get: index for dim %d must be an integer, got %s"):format(i - 1, core.show(idx)))
+      end
+      if idx < -size or idx >= size then
+        raise(("get: index %d out of range for dim %d of size %d"):format(idx, i - 1, size))
+      end
+      r = T.select(r, 0, idx)
+    end
     return r
   end
   return read(t, linear_index(t, "get", ...))
@@ -170,12 +180,13 @@ end
 function T.set(t, ...)
   local k = select("#", ...)
   local n = C.dl_tensor_dim(t)
+  if k == 0 then raise(("set: expected %d indices and a value, got nothing"):format(n)) end
   local v = select(k, ...)
   if k - 1 ~= n then
     raise(("set: expected %d indices and a value for a %d-dim tensor, got %d arguments"):format(n, n, k))
   end
   if type(v) == "boolean" then v = v and 1 or 0 end
-  if type(v) ~= "number" then raise("set: value must be a number, got " .. type(v)) end
+  if type(v) ~= "number" then raise("set: value must be a number or boolean, got " .. core.show(v)) end
   check(C.dl_set_double(t, linear_index(t, "set", ...), v))
   return t
 end
@@ -265,6 +276,22 @@ end
 function T.unflatten(t, dim, sizes)
   local shape = core.shape_of(t)
   dim = norm_dim(t, dim, "unflatten")
+  if type(sizes) ~= "table" or core.is_tensor(sizes) then
+    raise("unflatten: sizes must be a table of integers, got " .. core.show(sizes))
+  end
+  local prod, infer = 1, false
+  for i = 1, #sizes do
+    local v = sizes[i]
+    if not is_integer(v) or v < -1 or (v == -1 and infer) then
+      raise(("unflatten: invalid sizes %s (non-negative integers, and at most one -1)"):format(core.fmt_shape(sizes)))
+    end
+    if v == -1 then infer = true else prod = prod * v end
+  end
+  local size = shape[dim + 1] or 1
+  if (infer and (prod == 0 or size % prod ~= 0)) or (not infer and prod ~= size) then
+    raise(("unflatten: sizes %s do not multiply to the size %d of dim %d (shape %s)")
+          :format(core.fmt_shape(sizes), size, dim, core.fmt_shape(shape)))
+  end
   local new_shape = {}
   for i = 1, dim do new_shape[#new_shape + 1] = shape[i] end
   for i = 1, #sizes do new_shape[#new_shape + 1] = sizes[i] end
@@ -285,12 +312,18 @@ end
 
 -- split(size or {sizes}, dim) and chunk(n, dim) return Lua tables of views.
 function T.split(t, size, dim)
+  if C.dl_tensor_dim(t) == 0 then raise("split: cannot split a 0-dim tensor") end
   dim = norm_dim(t, dim or 0, "split")
   local total = T.size(t, dim)
   local parts = {}
-  if type(size) == "table" then
+  if type(size) == "table" and not core.is_tensor(size) then
     local sum, start = 0, 0
-    for i = 1, #size do sum = sum + size[i] end
+    for i = 1, #size do
+      if not is_integer(size[i]) or size[i] < 0 then
+        raise(("split: sizes must be non-negative integers, got %s at position %d"):format(core.show(size[i]), i))
+      end
+      sum = sum + size[i]
+    end
     if sum ~= total then
       raise(("split: sizes %s add up to %d, but dim %d has size %d"):format(core.fmt_shape(size), sum, dim, total))
     end
@@ -316,12 +349,14 @@ function T.chunk(t, chunks, dim)
   if not is_integer(chunks) or chunks <= 0 then
     raise("chunk: chunks must be a positive integer, got " .. tostring(chunks))
   end
+  if C.dl_tensor_dim(t) == 0 then raise("chunk: cannot chunk a 0-dim tensor") end
   dim = norm_dim(t, dim or 0, "chunk")
   local total = T.size(t, dim)
   return T.split(t, math.max(1, math.ceil(total / chunks)), dim)
 end
 
 function T.unbind(t, dim)
+  if C.dl_tensor_dim(t) == 0 then raise("unbind: cannot unbind a 0-dim tensor") end
   dim = norm_dim(t, dim or 0, "unbind")
   local r = {}
   for i = 0, T.size(t, dim) - 1 do r[i + 1] = T.select(t, dim, i) end
