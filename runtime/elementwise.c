@@ -27,7 +27,8 @@ static int kslot(int dtype) {
 }
 
 /* Set by integer kernels that meet a value they cannot compute. */
-typedef struct { int err; } kctx;
+/* Atomic: several pool threads may report at once. */
+typedef struct { atomic_int err; } kctx;
 
 /* -- Loop templates ------------------------------------------------------- */
 
@@ -379,7 +380,8 @@ static int binary_into(const char *name, int op, dl_tensor *out,
   dl_tensor *ops[3] = {dst, ca, cb};
   iter_t it;
   if (iter_init(&it, name, ops, 3)) goto done;
-  kctx c = {0};
+  kctx c;
+  atomic_init(&c.err, 0);
   iter_run(&it, fn, &c);
   if (c.err) {
     rc = kernel_error(name, &c, kd);
@@ -479,7 +481,8 @@ static int unary_into(const char *name, int op, dl_tensor *out,
   dl_tensor *ops[2] = {dst, ca};
   iter_t it;
   if (iter_init(&it, name, ops, 2)) goto done;
-  kctx c = {0};
+  kctx c;
+  atomic_init(&c.err, 0);
   iter_run(&it, fn, &c);
   rc = tmp ? dl_copy_(out, tmp) : 0;
 done:

@@ -6,6 +6,7 @@
 
 /* General */
 ERRDEF(NULLARG, DL_EINVAL, "%s: argument %s is nil")
+ERRDEF(FREED, DL_ESTATE, "%s: tensor was freed with t:free() and cannot be used any more")
 ERRDEF(NOMEM, DL_ENOMEM, "%s: out of memory allocating %lld bytes (%lld bytes live)")
 ERRDEF(BADDTYPE, DL_EDTYPE, "%s: unknown dtype %d")
 ERRDEF(DTYPE_UNSUP, DL_EDTYPE, "%s: not supported for dtype %s")

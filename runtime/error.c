@@ -89,11 +89,12 @@ DL_HIDDEN int norm_dim_incl(const char *op, int dim, int ndim, int *out) {
 
 DL_HIDDEN int check_tensor(const char *op, const dl_tensor *t) {
   if (!t) return dl_err(EM_NULLARG, op, "tensor");
+  if (t->flags & TF_FREED) return dl_err(EM_FREED, op);
   return 0;
 }
 
 DL_HIDDEN int check_cpu(const char *op, const dl_tensor *t) {
-  if (!t) return dl_err(EM_NULLARG, op, "tensor");
+  if (check_tensor(op, t)) return -1;
   if (t->storage->device >= 0)
     return dl_err(EM_DEVICE_UNSUP, op, t->storage->device);
   return 0;

@@ -25,7 +25,10 @@ typedef struct dl_storage {
   void *ctx;
 } dl_storage;
 
-enum { TF_WRAPPED = 1 };  /* a Lua number turned into a 0-dim tensor */
+enum {
+  TF_WRAPPED = 1,  /* a Lua number turned into a 0-dim tensor */
+  TF_FREED = 2     /* data dropped by dl_tensor_free_data */
+};
 
 struct dl_tensor {
   atomic_int refcount;

@@ -160,6 +160,27 @@ DL_API void dl_tensor_release(dl_tensor *t) {
   free(t);
 }
 
+static char empty_bytes[64] __attribute__((aligned(64)));
+static dl_storage empty_storage = {.refcount = 1 << 30, .device = -1,
+                                   .data = empty_bytes};
+
+DL_API void dl_tensor_free_data(dl_tensor *t) {
+  if (!t || (t->flags & TF_FREED) || atomic_load(&t->refcount) != 1) return;
+  dl_storage *s = t->storage;
+  atomic_fetch_add(&empty_storage.refcount, 1);
+  t->storage = &empty_storage;
+  t->flags |= TF_FREED;
+  t->ndim = 1;
+  t->shape[0] = 0;
+  t->stride[0] = 1;
+  t->offset = 0;
+  storage_release(s);
+}
+
+DL_API int dl_tensor_is_freed(const dl_tensor *t) {
+  return t && (t->flags & TF_FREED) != 0;
+}
+
 DL_API int dl_tensor_refcount(const dl_tensor *t) {
   return t ? atomic_load(&t->refcount) : 0;
 }

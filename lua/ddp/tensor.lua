@@ -58,9 +58,9 @@ function T.data_ptr(t) return C.dl_tensor_data(t) end
 function T.is_shared(t, u) return C.dl_tensor_same_storage(t, tensor_arg(u, "is_shared", "other")) ~= 0 end
 
 -- Drops this handle's reference now instead of at the next collection.
+-- The handle stays valid: using it afterwards is an error, not a crash.
 function T.free(t)
-  ffi.gc(t, nil)
-  C.dl_tensor_release(t)
+  C.dl_tensor_free_data(t)
 end
 
 -- -- Conversion and copies -----------------------------------------------

@@ -93,6 +93,13 @@ typedef struct dl_tensor dl_tensor;
 
 DL_API void dl_tensor_retain(dl_tensor *t);
 DL_API void dl_tensor_release(dl_tensor *t);
+/* Drops t's data now (t:free()): the header stays valid, as a 0-element
+** tensor that every op refuses with "tensor was freed", so a handle used
+** after free() is an error rather than a crash.  Only when nothing but the
+** caller holds the header; otherwise a no-op (the data goes with the last
+** reference). */
+DL_API void dl_tensor_free_data(dl_tensor *t);
+DL_API int dl_tensor_is_freed(const dl_tensor *t);
 DL_API int dl_tensor_refcount(const dl_tensor *t);
 DL_API int dl_tensor_storage_refcount(const dl_tensor *t);
 DL_API int dl_tensor_dim(const dl_tensor *t);
