@@ -54,9 +54,14 @@ $(BUILD)/obj:
 $(LIB): $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LDLIBS) -Wl,-soname,libddplua.so
 
+# --no-as-needed: the program calls little of the library itself, but
+# LuaJIT's ffi.C must find all of it in the global namespace.
 $(CLI): $(CLI_OBJ) $(LIB)
-	$(CC) -o $@ $(CLI_OBJ) -L$(BUILD) -lddplua $(PKG_LIBS) $(LDLIBS) \
+	$(CC) -o $@ $(CLI_OBJ) -L$(BUILD) -Wl,--push-state,--no-as-needed -lddplua \
+	  -Wl,--pop-state $(PKG_LIBS) $(LDLIBS) \
 	  -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-E
+
+$(CLI_OBJ): runtime/cli.h
 
 $(CDEF): runtime/include/ddplua.h scripts/gen_cdef.sh
 	@mkdir -p $(dir $@)

@@ -1,0 +1,468 @@
+/* main.c -- the ddplua program: options, module paths and scripts, after lua.c. */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <luajit.h>
+#include <lualib.h>
+
+#include "cli.h"
+#include "ddplua.h"
+
+/* -- Options ------------------------------------------------------------- */
+
+/* One row per option, so that adding one (the coming `--nproc N` launcher)
+** is a row here, a field in cli_args and a case in cli_parse. */
+enum {
+  OPT_EXEC,
+  OPT_LIB,
+  OPT_INTERACTIVE,
+  OPT_VERSION,
+  OPT_NOENV,
+  OPT_HELP
+};
+
+typedef struct cli_option {
+  const char *name;    /* as typed: "-e", "--help" */
+  const char *argname; /* NULL when the option takes no value */
+  int id;
+  const char *help;
+} cli_option;
+
+static const cli_option cli_options[] = {
+  {"-e", "chunk", OPT_EXEC, "execute string 'chunk'"},
+  {"-l", "name", OPT_LIB, "require library 'name' into global 'name'"},
+  {"-i", NULL, OPT_INTERACTIVE, "enter interactive mode after the script"},
+  {"-v", NULL, OPT_VERSION, "show version information"},
+  {"-E", NULL, OPT_NOENV, "ignore environment variables (LUA_PATH, ...)"},
+  {"-h", NULL, OPT_HELP, "show this help and exit"},
+  {"--help", NULL, OPT_HELP, "show this help and exit"},
+};
+
+#define CLI_NOPTIONS (sizeof(cli_options) / sizeof(cli_options[0]))
+
+/* -e and -l run in the order given, interleaved. */
+typedef struct cli_action {
+  int id;
+  const char *value;
+} cli_action;
+
+typedef struct cli_args {
+  int argc;
+  char **argv;
+  cli_action *actions; /* argc entries at most */
+  int nactions;
+  int nexec;       /* how many of the actions are -e */
+  int script;      /* argv index of the script, 0 when there is none */
+  int interactive; /* -i */
+  int version;     /* -v */
+  int noenv;       /* -E */
+  int help;        /* -h, --help */
+  int status;      /* the exit status pmain leaves */
+} cli_args;
+
+void cli_message(const char *msg) {
+  fflush(stdout); /* what the script printed comes before its error */
+  fprintf(stderr, "%s: %s\n", CLI_NAME, msg);
+  fflush(stderr);
+}
+
+static void cli_usage(FILE *out) {
+  fprintf(out, "usage: %s [options] [script [args]]\n"
+               "Available options are:\n", CLI_NAME);
+  for (size_t i = 0; i < CLI_NOPTIONS; i++) {
+    const cli_option *o = &cli_options[i];
+    char left[32];
+    snprintf(left, sizeof(left), "%s%s%s", o->name, o->argname ? " " : "",
+             o->argname ? o->argname : "");
+    fprintf(out, "  %-10s %s\n", left, o->help);
+  }
+  fprintf(out, "  %-10s %s\n", "--", "stop handling options");
+  fprintf(out, "  %-10s %s\n", "-", "execute stdin and stop handling options");
+  fprintf(out, "Options after the script belong to the script.\n");
+  fflush(out);
+}
+
+/* Finds the option `arg` names.  A value may be glued on: "-eprint(1)" for
+** short options, "--name=value" for long ones; *glued then points at it. */
+static const cli_option *cli_find(const char *arg, const char **glued) {
+  *glued = NULL;
+  for (size_t i = 0; i < CLI_NOPTIONS; i++) {
+    const cli_option *o = &cli_options[i];
+    size_t n = strlen(o->name);
+    if (strncmp(arg, o->name, n) != 0)
+      continue;
+    if (arg[n] == '\0')
+      return o;
+    if (o->argname && o->name[1] != '-') {
+      *glued = arg + n;
+      return o;
+    }
+    if (o->argname && arg[n] == '=') {
+      *glued = arg + n + 1;
+      return o;
+    }
+  }
+  return NULL;
+}
+
+/* Fills a from argv; returns 0, or -1 after printing what is wrong. */
+static int cli_parse(cli_args *a) {
+  int i;
+  for (i = 1; i < a->argc; i++) {
+    const char *arg = a->argv[i];
+    const char *value;
+    if (arg[0] != '-' || strcmp(arg, "-") == 0)
+      break; /* the script (or "-", stdin): the rest are its arguments */
+    if (strcmp(arg, "--") == 0) {
+      i++;
+      break;
+    }
+    const cli_option *o = cli_find(arg, &value);
+    if (o == NULL) {
+      char msg[256];
+      snprintf(msg, sizeof(msg), "unrecognized option '%.200s'", arg);
+      cli_message(msg);
+      return -1;
+    }
+    if (o->argname && value == NULL) {
+      if (i + 1 >= a->argc) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "'%s' needs argument", o->name);
+        cli_message(msg);
+        return -1;
+      }
+      value = a->argv[++i];
+    }
+    switch (o->id) {
+    case OPT_EXEC:
+    case OPT_LIB:
+      a->actions[a->nactions].id = o->id;
+      a->actions[a->nactions].value = value;
+      a->nactions++;
+      a->nexec += o->id == OPT_EXEC;
+      break;
+    case OPT_INTERACTIVE: a->interactive = 1; break;
+    case OPT_VERSION: a->version = 1; break;
+    case OPT_NOENV: a->noenv = 1; break;
+    case OPT_HELP: a->help = 1; break;
+    }
+  }
+  a->script = i < a->argc ? i : 0;
+  return 0;
+}
+
+/* -- Running chunks ------------------------------------------------------ */
+
+/* The state the SIGINT handler arms; only lua_sethook touches it there. */
+static lua_State *volatile cli_signal_L;
+
+/* Runs as a debug hook, so at a point where raising an error is safe: the
+** signal handler itself must not call into Lua. */
+static void cli_stop(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  /* Not luaL_error: a C hook adds no frame, so level 0 is the Lua code. */
+  luaL_where(L, 0);
+  lua_pushfstring(L, "%sinterrupted!", lua_tostring(L, -1));
+  lua_error(L);
+}
+
+static void cli_on_sigint(int sig) {
+  /* A second Ctrl-C before the hook runs (a long C call, a JIT-compiled
+  ** loop, which never checks hooks) kills the process the default way. */
+  signal(sig, SIG_DFL);
+  lua_sethook(cli_signal_L, cli_stop,
+              LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+/* Turns any error value into "message\nstack traceback:...". */
+static int cli_msghandler(lua_State *L) {
+  if (lua_type(L, 1) != LUA_TSTRING && lua_type(L, 1) != LUA_TNUMBER) {
+    if (!luaL_callmeta(L, 1, "__tostring") || lua_type(L, -1) != LUA_TSTRING) {
+      lua_settop(L, 1);
+      lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    }
+    lua_replace(L, 1);
+  }
+  luaL_traceback(L, L, lua_tostring(L, 1), 1);
+  return 1;
+}
+
+int cli_docall(lua_State *L, int narg, int nres) {
+  int base = lua_gettop(L) - narg; /* the function's index */
+  struct sigaction act, old;
+  lua_pushcfunction(L, cli_msghandler);
+  lua_insert(L, base);
+  cli_signal_L = L;
+  memset(&act, 0, sizeof(act));
+  act.sa_handler = cli_on_sigint;
+  act.sa_flags = SA_RESTART; /* io.read keeps reading; the hook fires after */
+  sigemptyset(&act.sa_mask);
+  /* An ignored SIGINT (nohup, `cmd &` in a script) stays ignored. */
+  sigaction(SIGINT, NULL, &old);
+  if (old.sa_handler != SIG_IGN)
+    sigaction(SIGINT, &act, NULL);
+  int status = lua_pcall(L, narg, nres, base);
+  sigaction(SIGINT, &old, NULL); /* the REPL's own handler, or SIG_DFL */
+  /* A Ctrl-C that came too late for the hook must not stop the next chunk. */
+  if (lua_gethook(L) == cli_stop)
+    lua_sethook(L, NULL, 0, 0);
+  lua_remove(L, base);
+  return status;
+}
+
+int cli_report(lua_State *L, int status) {
+  if (status != 0 && !lua_isnil(L, -1)) {
+    const char *msg = lua_tostring(L, -1);
+    cli_message(msg ? msg : "(error object is not a string)");
+    lua_pop(L, 1);
+  }
+  return status;
+}
+
+/* luaL_loadfile with the message lua.c users expect for a missing file:
+** "cannot open foo.lua (No such file or directory)".  NULL reads stdin. */
+static int cli_loadfile(lua_State *L, const char *fname) {
+  if (fname) {
+    FILE *f = fopen(fname, "r");
+    if (f == NULL) {
+      lua_pushfstring(L, "cannot open %s (%s)", fname, strerror(errno));
+      return LUA_ERRFILE;
+    }
+    fclose(f);
+  }
+  return luaL_loadfile(L, fname);
+}
+
+static int cli_dochunk(lua_State *L, int status) {
+  if (status == 0)
+    status = cli_docall(L, 0, 0);
+  return cli_report(L, status);
+}
+
+static int cli_dostring(lua_State *L, const char *s, const char *name) {
+  return cli_dochunk(L, luaL_loadbuffer(L, s, strlen(s), name));
+}
+
+/* -l name, or -l g=mod as Lua 5.4 allows: global g = require "mod". */
+static int cli_dolibrary(lua_State *L, const char *spec) {
+  const char *eq = strchr(spec, '=');
+  const char *mod = eq ? eq + 1 : spec;
+  lua_getglobal(L, "require");
+  lua_pushstring(L, mod);
+  int status = cli_docall(L, 1, 1);
+  if (status == 0) {
+    if (eq)
+      lua_pushlstring(L, spec, (size_t)(eq - spec));
+    else
+      lua_pushstring(L, spec);
+    lua_insert(L, -2);
+    lua_settable(L, LUA_GLOBALSINDEX);
+  }
+  return cli_report(L, status);
+}
+
+/* LUA_INIT as luajit runs it: "@file" or a chunk of code. */
+static int cli_luainit(lua_State *L) {
+  const char *init = getenv("LUA_INIT");
+  if (init == NULL)
+    return 0;
+  if (init[0] == '@')
+    return cli_dochunk(L, cli_loadfile(L, init + 1));
+  return cli_dostring(L, init, "=LUA_INIT");
+}
+
+/* arg[0] is the script, arg[1..] its arguments, arg[-1] the program (and the
+** options before it at arg[-2], ...).  Without a script, arg[0] is the
+** program, as in Lua 5.4. */
+static void cli_argtable(lua_State *L, const cli_args *a) {
+  int script = a->script;
+  lua_createtable(L, a->argc - script, script + 1);
+  for (int i = 0; i < a->argc; i++) {
+    lua_pushstring(L, a->argv[i]);
+    lua_rawseti(L, -2, i - script);
+  }
+  lua_setglobal(L, "arg");
+}
+
+static int cli_script(lua_State *L, const cli_args *a) {
+  const char *fname = a->argv[a->script];
+  /* "-" is stdin, unless it came after "--" (then it is a file name). */
+  if (strcmp(fname, "-") == 0 && strcmp(a->argv[a->script - 1], "--") != 0)
+    fname = NULL;
+  int status = cli_loadfile(L, fname);
+  if (status == 0) {
+    int n = a->argc - a->script - 1;
+    luaL_checkstack(L, n + 3, "too many arguments to script");
+    for (int i = a->script + 1; i < a->argc; i++)
+      lua_pushstring(L, a->argv[i]);
+    status = cli_docall(L, n, 0);
+  }
+  return cli_report(L, status);
+}
+
+/* -- Module paths -------------------------------------------------------- */
+
+static int cli_isdir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Cuts the last component off path ("/a/b" -> "/a", "/a" -> "/"). */
+static void cli_parent(char *path) {
+  char *slash = strrchr(path, '/');
+  if (slash == NULL)
+    strcpy(path, ".");
+  else if (slash == path)
+    path[1] = '\0';
+  else
+    *slash = '\0';
+}
+
+/* Adds "<base>/<sub>/?.lua;" (and "?/init.lua;" when withinit) to b if the
+** directory exists, so an install does not search the build tree's layout. */
+static void cli_addpath(luaL_Buffer *b, const char *base, const char *sub,
+                        int withinit) {
+  char dir[PATH_MAX + 64];
+  if (snprintf(dir, sizeof(dir), "%s/%s", base, sub) >= (int)sizeof(dir) ||
+      !cli_isdir(dir))
+    return;
+  luaL_addstring(b, dir);
+  luaL_addstring(b, "/?.lua;");
+  if (withinit) {
+    luaL_addstring(b, dir);
+    luaL_addstring(b, "/?/init.lua;");
+  }
+}
+
+/* Prepends the Lua dirs found next to the real executable to package.path,
+** keeping what LUA_PATH (or the default) put there, and records where the
+** program lives in package.loaded["ddp.program"] = {exe, dir, root}. */
+static void cli_paths(lua_State *L) {
+  char exe[PATH_MAX], dir[PATH_MAX], root[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0)
+    return; /* no /proc: only LUA_PATH and the defaults */
+  exe[n] = '\0';
+  strcpy(dir, exe);
+  cli_parent(dir);
+  strcpy(root, dir);
+  cli_parent(root);
+
+  lua_getglobal(L, "package");
+  int pkg = lua_gettop(L);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  cli_addpath(&b, dir, "lua", 0);                /* build/lua: generated */
+  cli_addpath(&b, root, "lua", 1);               /* the library */
+  cli_addpath(&b, root, "bindings", 0);          /* the FFI layer */
+  cli_addpath(&b, root, "share/ddplua/lua", 1);  /* make install */
+  lua_getfield(L, pkg, "path");
+  luaL_addvalue(&b);
+  luaL_pushresult(&b);
+  lua_setfield(L, pkg, "path");
+
+  lua_getfield(L, pkg, "loaded");
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, exe);
+  lua_setfield(L, -2, "exe");
+  lua_pushstring(L, dir);
+  lua_setfield(L, -2, "dir");
+  lua_pushstring(L, root);
+  lua_setfield(L, -2, "root");
+  lua_setfield(L, -2, "ddp.program");
+  lua_settop(L, pkg - 1);
+}
+
+/* -- Main ---------------------------------------------------------------- */
+
+static void cli_version(void) {
+  printf("%s %s (%s)\n", CLI_NAME, dl_version(), LUAJIT_VERSION);
+  fflush(stdout);
+}
+
+/* Runs under lua_cpcall, so that even an out-of-memory error while opening
+** the libraries is reported rather than a panic. */
+static int cli_pmain(lua_State *L) {
+  cli_args *a = (cli_args *)lua_touserdata(L, 1);
+  lua_settop(L, 0);
+  a->status = 1;
+  if (a->noenv) { /* luaopen_package then skips LUA_PATH and LUA_CPATH */
+    lua_pushboolean(L, 1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "LUA_NOENV");
+  }
+  lua_gc(L, LUA_GCSTOP, 0);
+  luaL_openlibs(L);
+  lua_gc(L, LUA_GCRESTART, -1);
+  cli_paths(L);
+  cli_argtable(L, a);
+  if (a->version)
+    cli_version();
+  if (!a->noenv && cli_luainit(L) != 0)
+    return 0;
+  for (int i = 0; i < a->nactions; i++) {
+    const cli_action *act = &a->actions[i];
+    int status = act->id == OPT_EXEC
+                     ? cli_dostring(L, act->value, "=(command line)")
+                     : cli_dolibrary(L, act->value);
+    if (status != 0)
+      return 0;
+  }
+  if (a->script && cli_script(L, a) != 0)
+    return 0;
+  if (a->interactive) {
+    a->status = repl_run(L);
+    return 0;
+  }
+  if (a->script == 0 && a->nexec == 0 && !a->version) {
+    if (isatty(STDIN_FILENO)) {
+      a->status = repl_run(L);
+      return 0;
+    }
+    if (cli_dochunk(L, cli_loadfile(L, NULL)) != 0)
+      return 0;
+  }
+  a->status = 0;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  cli_args a;
+  memset(&a, 0, sizeof(a));
+  a.argc = argc;
+  a.argv = argv;
+  a.actions = calloc((size_t)argc + 1, sizeof(*a.actions));
+  if (a.actions == NULL) {
+    cli_message("not enough memory");
+    return 1;
+  }
+  if (cli_parse(&a) != 0) {
+    cli_usage(stderr);
+    free(a.actions);
+    return 1;
+  }
+  if (a.help) {
+    cli_usage(stdout);
+    free(a.actions);
+    return 0;
+  }
+  lua_State *L = luaL_newstate();
+  if (L == NULL) {
+    cli_message("cannot create state: not enough memory");
+    free(a.actions);
+    return 1;
+  }
+  int status = lua_cpcall(L, cli_pmain, &a);
+  cli_report(L, status);
+  lua_close(L);
+  free(a.actions);
+  return status != 0 ? 1 : a.status;
+}

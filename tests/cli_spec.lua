@@ -1,0 +1,282 @@
+-- The ddplua program as a user runs it: arg, exit codes, options, module paths.
+-- Runs build/ddplua (or $DDPLUA) through the shell from the repository root.
+
+local root = assert(io.popen("pwd")):read("*l")
+local ddplua = os.getenv("DDPLUA") or "build/ddplua"
+if ddplua:sub(1, 1) ~= "/" then ddplua = root .. "/" .. ddplua end
+
+local function q(s)
+  return "'" .. (tostring(s):gsub("'", [['\'']])) .. "'"
+end
+
+local temps = {}
+
+local function tempfile(text)
+  local name = os.tmpname()
+  local f = assert(io.open(name, "w"))
+  f:write(text or "")
+  f:close()
+  temps[#temps + 1] = name
+  return name
+end
+
+local function tempdir()
+  local name = os.tmpname()
+  os.remove(name)
+  assert(os.execute("mkdir -p " .. q(name)))
+  temps[#temps + 1] = name
+  return name
+end
+
+local function slurp(name)
+  local f = assert(io.open(name))
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+-- Runs `ddplua <args>` (args: already quoted shell words); returns the output
+-- and the exit code.  opts.stderr: "merge" (default, 2>&1), "only" (stdout
+-- dropped) or "drop"; opts.stdin: text fed to stdin; opts.env: a prefix such
+-- as "LUA_PATH=..."; opts.cwd: directory to run in.
+local function run(args, opts)
+  opts = opts or {}
+  local out = tempfile()
+  local redirect = ({ merge = " >" .. q(out) .. " 2>&1",
+                      only = " 2>" .. q(out) .. " >/dev/null",
+                      drop = " >" .. q(out) .. " 2>/dev/null" })[opts.stderr or "merge"]
+  local input = opts.stdin and (" <" .. q(tempfile(opts.stdin))) or " </dev/null"
+  local cmd = (opts.cwd and ("cd " .. q(opts.cwd) .. " && ") or "")
+    .. (opts.env and (opts.env .. " ") or "")
+    .. q(ddplua) .. " " .. args .. input .. redirect
+  local p = assert(io.popen(cmd .. "; echo $?"))
+  local rc = tonumber(p:read("*a"):match("(%d+)%s*$"))
+  p:close()
+  return slurp(out), rc
+end
+
+describe("ddplua program", function()
+  teardown(function()
+    for _, name in ipairs(temps) do os.execute("rm -rf " .. q(name)) end
+  end)
+
+  it("exists", function()
+    assert.truthy(io.open(ddplua), "missing " .. ddplua .. " (run make)")
+  end)
+
+  it("passes the arg table and ... to the script", function()
+    local s = tempfile([[
+print(select("#", ...))
+print(arg[-1], arg[0], arg[1], arg[2], #arg)
+print(...)
+]])
+    local out, rc = run(q(s) .. " a 'b c'")
+    assert.equals(0, rc)
+    assert.equals("2\n" .. ddplua .. "\t" .. s .. "\ta\tb c\t2\na\tb c\n", out)
+  end)
+
+  it("puts the options before the script at negative indices", function()
+    local s = tempfile("print(arg[-3], arg[-2], arg[-1], arg[0])")
+    local out, rc = run("-e 'x=1' " .. q(s))
+    assert.equals(0, rc)
+    assert.equals(ddplua .. "\t-e\tx=1\t" .. s .. "\n", out)
+  end)
+
+  it("exits 0 when the script ends normally", function()
+    local out, rc = run(q(tempfile("local x = 1")))
+    assert.equals(0, rc)
+    assert.equals("", out)
+  end)
+
+  it("exits 1 on an error, with the message and a traceback on stderr", function()
+    local s = tempfile("local function f() error('boom') end\nf()\n")
+    local out, rc = run(q(s), { stderr = "only" })
+    assert.equals(1, rc)
+    assert.truthy(out:find("ddplua: " .. s .. ":1: boom", 1, true), out)
+    assert.truthy(out:find("stack traceback:", 1, true), out)
+    assert.truthy(out:find("in function 'f'", 1, true), out)
+  end)
+
+  it("prints error values that are not strings", function()
+    local out, rc = run([[-e 'error(setmetatable({}, {__tostring = function() return "custom error" end}))']])
+    assert.equals(1, rc)
+    assert.truthy(out:find("ddplua: custom error\nstack traceback:", 1, true), out)
+    out, rc = run([[-e 'error({})']])
+    assert.equals(1, rc)
+    assert.truthy(out:find("ddplua: (error object is a table value)", 1, true), out)
+    out, rc = run([[-e 'error()']])
+    assert.equals(1, rc)
+    assert.truthy(out:find("ddplua: (error object is a nil value)", 1, true), out)
+  end)
+
+  it("exits with the code given to os.exit", function()
+    local _, rc = run(q(tempfile("os.exit(3)")))
+    assert.equals(3, rc)
+    _, rc = run("-e 'os.exit(true)'")
+    assert.equals(0, rc)
+    _, rc = run("-e 'os.exit(false)'")
+    assert.equals(1, rc)
+  end)
+
+  it("runs -e chunks in order, then the script", function()
+    local s = tempfile("print('script', x)")
+    local out, rc = run("-e 'x = 1' -e 'x = x * 10' -e 'print(x)' " .. q(s))
+    assert.equals(0, rc)
+    assert.equals("10\nscript\t10\n", out)
+  end)
+
+  it("reports an error in -e and stops", function()
+    local out, rc = run("-e 'error(\"bad\")' -e 'print(\"not reached\")'")
+    assert.equals(1, rc)
+    assert.truthy(out:find("ddplua: (command line):1: bad", 1, true), out)
+    assert.falsy(out:find("not reached", 1, true))
+  end)
+
+  it("requires -l modules into globals, in order with -e", function()
+    local dir = tempdir()
+    local f = assert(io.open(dir .. "/clitestmod.lua", "w"))
+    f:write("return { value = 42 }")
+    f:close()
+    local env = "LUA_PATH=" .. q(dir .. "/?.lua;;")
+    local out, rc = run("-e 'print(clitestmod)' -l clitestmod -e 'print(clitestmod.value)'", { env = env })
+    assert.equals(0, rc)
+    assert.equals("nil\n42\n", out)
+    out, rc = run("-l m=clitestmod -e 'print(m.value)'", { env = env })
+    assert.equals(0, rc)
+    assert.equals("42\n", out)
+    out, rc = run("-l no_such_module_xyz")
+    assert.equals(1, rc)
+    assert.truthy(out:find("module 'no_such_module_xyz' not found", 1, true), out)
+  end)
+
+  it("prints the version with -v", function()
+    local out, rc = run("-v")
+    assert.equals(0, rc)
+    assert.truthy(out:match("^ddplua %d+%.%d+%.%d+%S* %(LuaJIT 2%.1[^)]*%)\n$"), out)
+  end)
+
+  it("prints usage with -h and --help", function()
+    for _, opt in ipairs { "-h", "--help" } do
+      local out, rc = run(opt, { stderr = "drop" })
+      assert.equals(0, rc)
+      assert.truthy(out:find("^usage: ddplua %[options%] %[script %[args%]%]"), out)
+      assert.truthy(out:find("-e chunk", 1, true), out)
+    end
+  end)
+
+  it("runs the script from stdin with -", function()
+    local out, rc = run("- x y", { stdin = "print('from stdin', arg[0], ...)" })
+    assert.equals(0, rc)
+    assert.equals("from stdin\t-\tx\ty\n", out)
+  end)
+
+  it("runs stdin without arguments when stdin is not a terminal", function()
+    local out, rc = run("", { stdin = "print('piped')\nos.exit(4)" })
+    assert.equals(4, rc)
+    assert.equals("piped\n", out)
+  end)
+
+  it("rejects an unknown option with the usage on stderr", function()
+    local out, rc = run("-x", { stderr = "only" })
+    assert.equals(1, rc)
+    assert.truthy(out:find("ddplua: unrecognized option '-x'", 1, true), out)
+    assert.truthy(out:find("usage: ddplua", 1, true), out)
+    out, rc = run("-x", { stderr = "drop" })
+    assert.equals(1, rc)
+    assert.equals("", out)
+  end)
+
+  it("needs a value after -e", function()
+    local out, rc = run("-e", { stderr = "only" })
+    assert.equals(1, rc)
+    assert.truthy(out:find("ddplua: '-e' needs argument", 1, true), out)
+  end)
+
+  it("says clearly that a script is missing", function()
+    local out, rc = run("no_such_script_xyz.lua", { stderr = "only" })
+    assert.equals(1, rc)
+    assert.equals("ddplua: cannot open no_such_script_xyz.lua (No such file or directory)\n", out)
+  end)
+
+  it("passes options after the script name to the script", function()
+    local s = tempfile("print(...)")
+    local out, rc = run(q(s) .. " -v -e x")
+    assert.equals(0, rc)
+    assert.equals("-v\t-e\tx\n", out)
+  end)
+
+  it("ends options at --", function()
+    local s = tempfile("print(...)")
+    local out, rc = run("-- " .. q(s) .. " -h")
+    assert.equals(0, rc)
+    assert.equals("-h\n", out)
+  end)
+
+  it("honours LUA_PATH, keeping ;; for the defaults", function()
+    local dir = tempdir()
+    local f = assert(io.open(dir .. "/clipathmod.lua", "w"))
+    f:write("return 'found via LUA_PATH'")
+    f:close()
+    local out, rc = run([[-e 'print(require "clipathmod")' -e 'print(package.path)']],
+                        { env = "LUA_PATH=" .. q(dir .. "/?.lua;;"), cwd = "/tmp" })
+    assert.equals(0, rc)
+    local first, path = out:match("^(.-)\n(.-)\n$")
+    assert.equals("found via LUA_PATH", first)
+    local ours = path:find(root .. "/lua/?.lua", 1, true)
+    local theirs = path:find(dir .. "/?.lua", 1, true)
+    assert.truthy(ours, path)
+    assert.truthy(theirs, path)
+    assert.truthy(ours < theirs, "our paths come first: " .. path)
+    assert.truthy(path:find("./?.lua", 1, true), ";; expands to the defaults: " .. path)
+  end)
+
+  it("finds the ddplua Lua dirs relative to the executable", function()
+    local out, rc = run([[-e 'print(package.path)' -e 'local p = package.loaded["ddp.program"]; print(p.exe, p.root)']],
+                        { cwd = "/tmp" })
+    assert.equals(0, rc)
+    assert.truthy(out:find(root .. "/lua/?/init.lua", 1, true), out)
+    assert.truthy(out:find(root .. "/bindings/?.lua", 1, true), out)
+    assert.truthy(out:find("\n" .. ddplua .. "\t" .. root .. "\n", 1, true), out)
+  end)
+
+  it("finds the Lua files of an install (PREFIX/share/ddplua/lua)", function()
+    local prefix = tempdir()
+    assert(os.execute("mkdir -p " .. q(prefix .. "/bin") .. " " .. q(prefix .. "/lib") .. " "
+                      .. q(prefix .. "/share/ddplua/lua/instpkg")))
+    assert(os.execute("cp " .. q(ddplua) .. " " .. q(prefix .. "/bin/ddplua") .. " && cp "
+                      .. q(root .. "/build/libddplua.so") .. " " .. q(prefix .. "/lib/")))
+    local f = assert(io.open(prefix .. "/share/ddplua/lua/instpkg/init.lua", "w"))
+    f:write("return 'installed'")
+    f:close()
+    local p = assert(io.popen("cd /tmp && " .. q(prefix .. "/bin/ddplua")
+                              .. [[ -e 'print(require "instpkg")' 2>&1]]))
+    local out = p:read("*a")
+    p:close()
+    assert.equals("installed\n", out)
+  end)
+
+  it("exposes the runtime to ffi.C", function()
+    local out, rc = run([[-e 'local ffi = require "ffi"; ffi.cdef "const char *dl_version(void);"; io.write(ffi.string(ffi.C.dl_version()))']])
+    assert.equals(0, rc)
+    assert.truthy(out:match("^%d+%.%d+"), out)
+  end)
+
+  it("adds no globals but arg", function()
+    local code = [[-e 'local k = {} for n in pairs(_G) do k[#k + 1] = n end table.sort(k) print(table.concat(k, " "))']]
+    local ours = run(code)
+    local p = assert(io.popen("luajit " .. code .. " 2>&1"))
+    local theirs = p:read("*a")
+    p:close()
+    assert.equals(theirs, ours)
+  end)
+
+  it("runs require 'ddp' from any directory", function()
+    if not io.open(root .. "/lua/ddp/init.lua") then
+      pending("lua/ddp/init.lua not written yet")
+    end
+    local s = tempfile("local ddp = require 'ddp'\nprint(type(ddp))\n")
+    local out, rc = run(q(s), { cwd = "/tmp" })
+    assert.equals(0, rc)
+    assert.equals("table\n", out)
+  end)
+end)

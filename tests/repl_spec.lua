@@ -1,0 +1,143 @@
+-- The ddplua REPL, driven through a pseudo-terminal by tests/helpers/pty.py.
+
+local root = assert(io.popen("pwd")):read("*l")
+local ddplua = os.getenv("DDPLUA") or "build/ddplua"
+if ddplua:sub(1, 1) ~= "/" then ddplua = root .. "/" .. ddplua end
+local python = "/usr/bin/python3"
+
+local function q(s)
+  return "'" .. (tostring(s):gsub("'", [['\'']])) .. "'"
+end
+
+local function exists(path)
+  local f = io.open(path)
+  if f then f:close() end
+  return f ~= nil
+end
+
+local temps = {}
+
+local function tempname()
+  local name = os.tmpname()
+  temps[#temps + 1] = name
+  return name
+end
+
+-- Types `inputs` (pty.py's input lines) into a fresh REPL whose HOME is a
+-- new directory; returns the transcript (ending in "EXIT ...") and HOME.
+-- program: another ddplua binary than the one under test.
+local function repl(inputs, program)
+  local input = tempname()
+  local f = assert(io.open(input, "w"))
+  f:write(table.concat(inputs, "\n"), "\n")
+  f:close()
+  local home = tempname()
+  os.remove(home)
+  assert(os.execute("mkdir -p " .. q(home)))
+  local p = assert(io.popen(python .. " " .. q(root .. "/tests/helpers/pty.py")
+    .. " --timeout 20 --env HOME=" .. q(home) .. " -- " .. q(program or ddplua)
+    .. " <" .. q(input) .. " 2>&1"))
+  local out = p:read("*a")
+  p:close()
+  return out, home
+end
+
+local function has(out, text)
+  assert.truthy(out:find(text, 1, true), "expected " .. text .. " in:\n" .. out)
+end
+
+if not exists(python) then
+  pending("python3 not found")
+  return
+end
+
+describe("ddplua REPL", function()
+  teardown(function()
+    for _, name in ipairs(temps) do os.execute("rm -rf " .. q(name)) end
+  end)
+
+  it("prints the banner and evaluates expressions", function()
+    local out = repl { "1+1", "^D" }
+    assert.truthy(out:match("^ddplua %S+ %-%- LuaJIT data%-parallel training%."), out)
+    has(out, "Ctrl-D to exit.")
+    has(out, "\n> 1+1\n2\n> ")
+  end)
+
+  it("prints every returned value, tab separated", function()
+    local out = repl { "return 1, nil, 'x'", "=2*3", "^D" }
+    has(out, "\n1\tnil\tx\n")
+    has(out, "\n6\n")
+  end)
+
+  it("continues incomplete chunks with the >> prompt", function()
+    local out = repl { "for i=1,2 do", "print(i)", "end", "^D" }
+    has(out, "> for i=1,2 do\n>> print(i)\n>> end\n1\n2\n> ")
+  end)
+
+  it("keeps running after an error", function()
+    local out = repl { "error('boom')", "local = 1", "print('still here')", "^D" }
+    has(out, "ddplua: boom")
+    has(out, "ddplua: stdin:1:")
+    has(out, "\nstill here\n")
+    has(out, "EXIT 0")
+  end)
+
+  it("has ddp loaded", function()
+    if not exists(root .. "/lua/ddp/init.lua") then
+      pending("lua/ddp/init.lua not written yet")
+    end
+    local out = repl { "type(ddp)", "^D" }
+    has(out, "ddp is loaded;")
+    has(out, "> type(ddp)\ntable\n")
+  end)
+
+  it("warns and keeps working when ddp cannot be loaded", function()
+    -- a copy of the program with no Lua dirs next to it
+    local dir = tempname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. q(dir) .. " && cp " .. q(ddplua) .. " "
+                      .. q(root .. "/build/libddplua.so") .. " " .. q(dir)))
+    local out = repl({ "type(ddp)", "1+1", "^D" }, dir .. "/ddplua")
+    has(out, "ddplua: warning: cannot load ddp: module 'ddp' not found")
+    assert.falsy(out:find("ddp is loaded", 1, true), out)
+    has(out, "> type(ddp)\nnil\n")
+    has(out, "> 1+1\n2\n")
+    assert.truthy(out:match("\nEXIT 0\n$"), out)
+  end)
+
+  it("exits 0 on Ctrl-D", function()
+    local out = repl { "x = 1", "^D" }
+    assert.truthy(out:match("\nEXIT 0\n$"), out)
+  end)
+
+  it("interrupts running code on Ctrl-C and returns to the prompt", function()
+    local out = repl {
+      "while true do end", "@sleep 0.5", "^C",
+      "function spin() local n = 0 while true do n = n + 1 end end",
+      "spin()", "@sleep 0.5", "^C",
+      "print('alive')", "^D",
+    }
+    local _, count = out:gsub("interrupted!", "")
+    assert.equals(2, count, out)
+    has(out, "\nalive\n")
+    assert.truthy(out:match("\nEXIT 0\n$"), out)
+  end)
+
+  it("clears the line on Ctrl-C at the prompt", function()
+    local out = repl { "@type 1+", "@sleep 0.3", "^C", "2+3",
+                       "for i = 1, 3 do", "@sleep 0.3", "^C", "print('fresh')", "^D" }
+    has(out, "\n5\n")
+    has(out, "\nfresh\n")
+    assert.falsy(out:find("ddplua:", 1, true), out)
+    assert.truthy(out:match("\nEXIT 0\n$"), out)
+  end)
+
+  it("keeps a history file", function()
+    local _, home = repl { "1+1", "^D" }
+    local f = io.open(home .. "/.ddplua_history")
+    assert.truthy(f, "no history file")
+    local text = f:read("*a")
+    f:close()
+    has(text, "1+1")
+  end)
+end)
