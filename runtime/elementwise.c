@@ -466,6 +466,7 @@ static int unary_into(const char *name, int op, dl_tensor *out,
   int cd = a->dtype;
   if (op == DL_NEG && cd == DL_BOOL) return dl_err(EM_NEG_BOOL, name);
   if (un_float_only(op) && !dl_dtype_is_float(cd)) cd = DL_FLOAT32;
+  if (op == DL_SQUARE && cd == DL_BOOL) cd = DL_INT64;  /* pow(b, 2) */
   int kd = is_half_dtype(cd) ? DL_FLOAT32 : cd;
   loop_fn fn = un_table[op][kslot(kd)];
   if (!fn) return dl_err(EM_DTYPE_UNSUP, name, fmt_dtype(a->dtype));
@@ -494,6 +495,8 @@ done:
 static int unary_out_dtype(int op, int dtype) {
   if (un_out_bool(op)) return DL_BOOL;
   if (un_float_only(op) && !dl_dtype_is_float(dtype)) return DL_FLOAT32;
+  /* PyTorch squares as pow(x, 2): bool with an int scalar gives int64 */
+  if (op == DL_SQUARE && dtype == DL_BOOL) return DL_INT64;
   return dtype;
 }
 
