@@ -6,7 +6,7 @@
 local ddp = require "ddp"
 local ffi = require "ffi"
 
-local args = { epochs = 1, batch = 128, lr = 0.5, limit = 0 }
+local args = { epochs = 3, batch = 128, lr = 0.1, limit = 0 }
 do
   local i = 1
   while i <= #arg do

@@ -59,7 +59,7 @@ fi
 # leak from the runtime (LuaJIT's own allocator is suppressed).
 if command -v valgrind >/dev/null; then
   if valgrind --quiet --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite \
-       --suppressions=tests/valgrind.supp "$BUILD/ddplua" examples/tensor_tour.lua \
+       --suppressions=tests/valgrind.supp "$BUILD/ddplua" examples/tensor_tour.lua --epochs 1 \
        >"$out/valgrind.log" 2>&1; then
     echo "valgrind examples/tensor_tour.lua: clean"; count 1 0 0
   else
