@@ -17,17 +17,20 @@ local function now()
   return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
 end
 
--- best time of `reps` runs after one warm-up
+-- median time of `reps` runs after one warm-up (the best of a few runs
+-- rewards lucky outliers on a shared machine)
 local function best(reps, f)
   f()
-  local b = math.huge
-  for _ = 1, reps do
+  local ts = {}
+  reps = reps * 2 + 1
+  for i = 1, reps do
     collectgarbage()
     local t = now()
     f()
-    b = math.min(b, now() - t)
+    ts[i] = now() - t
   end
-  return b
+  table.sort(ts)
+  return ts[(reps + 1) / 2]
 end
 
 local function report(name, value, unit)

@@ -12,13 +12,15 @@ torch.manual_seed(0)
 
 
 def best(reps, f):
+    """Median time of 2 * reps + 1 runs after one warm-up."""
     f()
-    b = float("inf")
-    for _ in range(reps):
+    ts = []
+    for _ in range(2 * reps + 1):
         t = time.perf_counter()
         f()
-        b = min(b, time.perf_counter() - t)
-    return b
+        ts.append(time.perf_counter() - t)
+    ts.sort()
+    return ts[reps]
 
 
 def report(name, value, unit):

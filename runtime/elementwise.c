@@ -26,6 +26,14 @@ static int kslot(int dtype) {
   return -1;
 }
 
+/* Built for baseline x86-64 (SSE2); the loops get an AVX2 clone too,
+** picked when the library loads. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define HOT
+#endif
+
 /* Set by integer kernels that meet a value they cannot compute. */
 /* Atomic: several pool threads may report at once. */
 typedef struct { atomic_int err; } kctx;
@@ -35,11 +43,28 @@ typedef struct { atomic_int err; } kctx;
 /* Contiguous and scalar-operand cases get their own loops so GCC can
 ** vectorise them; everything else walks byte strides. */
 #define BINLOOP(NAME, T, OT, EXPR)                                          \
-  static void NAME(char **d, const int64_t *s, int64_t n, void *ctx_) {    \
+  HOT static void NAME(char **d, const int64_t *s, int64_t n, void *ctx_) {    \
     kctx *ctx = ctx_;                                                      \
     (void)ctx;                                                             \
     const int64_t so = s[0], sa = s[1], sb = s[2];                         \
-    if (so == sizeof(OT) && sa == sizeof(T) && sb == sizeof(T)) {          \
+    if (d[0] == d[1] && so == sizeof(T) && sa == sizeof(T) &&              \
+        sizeof(OT) == sizeof(T) && (sb == sizeof(T) || sb == 0)) {         \
+      /* in place: one pointer, so GCC needs no overlap check with it */    \
+      OT *o = (OT *)d[0];                                                  \
+      const T *pb = (const T *)d[2];                                       \
+      if (sb) {                                                            \
+        for (int64_t i = 0; i < n; i++) {                                  \
+          T x = (T)o[i], y = pb[i];                                        \
+          o[i] = (EXPR);                                                   \
+        }                                                                  \
+      } else {                                                             \
+        const T y = *pb;                                                   \
+        for (int64_t i = 0; i < n; i++) {                                  \
+          T x = (T)o[i];                                                   \
+          o[i] = (EXPR);                                                   \
+        }                                                                  \
+      }                                                                    \
+    } else if (so == sizeof(OT) && sa == sizeof(T) && sb == sizeof(T)) {   \
       OT *o = (OT *)d[0];                                                  \
       const T *pa = (const T *)d[1], *pb = (const T *)d[2];                \
       for (int64_t i = 0; i < n; i++) {                                    \
@@ -73,7 +98,7 @@ typedef struct { atomic_int err; } kctx;
   }
 
 #define UNLOOP(NAME, T, OT, EXPR)                                           \
-  static void NAME(char **d, const int64_t *s, int64_t n, void *ctx_) {    \
+  HOT static void NAME(char **d, const int64_t *s, int64_t n, void *ctx_) {    \
     kctx *ctx = ctx_;                                                      \
     (void)ctx;                                                             \
     if (s[0] == sizeof(OT) && s[1] == sizeof(T)) {                         \

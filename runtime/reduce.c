@@ -21,7 +21,7 @@ typedef int64_t v4l __attribute__((vector_size(32)));
 /* Built for baseline x86-64 (SSE2); hot loops get an AVX2 clone as well,
 ** picked when the library loads. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define HOT __attribute__((target_clones("avx2", "default")))
+#define HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define HOT
 #endif

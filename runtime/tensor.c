@@ -9,44 +9,6 @@
 
 #include "internal.h"
 
-/* -- Memory accounting ---------------------------------------------------- */
-
-static atomic_llong mem_live, mem_peak, mem_since_gc, mem_live_at_gc;
-
-DL_HIDDEN void *mem_alloc(size_t nbytes) {
-  void *p = NULL;
-  size_t n = nbytes ? (nbytes + 63) & ~(size_t)63 : 64;
-  if (n < nbytes || posix_memalign(&p, 64, n)) return NULL;
-  long long live = atomic_fetch_add(&mem_live, (long long)nbytes) + (long long)nbytes;
-  atomic_fetch_add(&mem_since_gc, (long long)nbytes);
-  long long peak = atomic_load(&mem_peak);
-  while (live > peak && !atomic_compare_exchange_weak(&mem_peak, &peak, live)) {}
-  return p;
-}
-
-DL_HIDDEN void mem_free(void *p, size_t nbytes) {
-  if (!p) return;
-  atomic_fetch_sub(&mem_live, (long long)nbytes);
-  free(p);
-}
-
-DL_API int64_t dl_mem_allocated(void) { return atomic_load(&mem_live); }
-DL_API int64_t dl_mem_peak(void) { return atomic_load(&mem_peak); }
-
-/* Lua only sees 8-byte pointers: ask for a collection once as many bytes
-** were allocated as were live after the last one (at least 64 MiB), which
-** keeps garbage below about twice the live set. */
-DL_API int dl_gc_hint(void) {
-  long long since = atomic_load(&mem_since_gc);
-  long long base = atomic_load(&mem_live_at_gc);
-  return since > (base > (64LL << 20) ? base : (64LL << 20));
-}
-
-DL_API void dl_gc_done(void) {
-  atomic_store(&mem_since_gc, 0);
-  atomic_store(&mem_live_at_gc, atomic_load(&mem_live));
-}
-
 /* -- Storage -------------------------------------------------------------- */
 
 static dl_storage *storage_new(size_t nbytes) {

@@ -376,6 +376,8 @@ end
 function ddp.get_num_threads() return C.dl_get_num_threads() end
 function ddp.memory_allocated() return tonumber(C.dl_mem_allocated()) end
 function ddp.max_memory_allocated() return tonumber(C.dl_mem_peak()) end
+function ddp.memory_cached() return tonumber(C.dl_mem_cached()) end
+function ddp.empty_cache() C.dl_empty_cache() end
 
 ddp.cuda = {
   is_available = function() return C.dl_cuda_device_count() > 0 end,

@@ -76,6 +76,10 @@ DL_API int dl_get_num_threads(void);
 /* Bytes held by live CPU storages, and the high-water mark. */
 DL_API int64_t dl_mem_allocated(void);
 DL_API int64_t dl_mem_peak(void);
+/* Freed blocks of 1 MiB and more are kept for reuse (fresh ones fault in
+** every page); bytes held that way, and a call that returns them all. */
+DL_API int64_t dl_mem_cached(void);
+DL_API void dl_empty_cache(void);
 /* 1 when enough has been allocated since the last dl_gc_done() that the
 ** Lua side should run its garbage collector (it sees pointers, not bytes). */
 DL_API int dl_gc_hint(void);
