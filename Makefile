@@ -16,7 +16,7 @@ CFLAGS   += -std=c11 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
             -D_GNU_SOURCE -Iruntime/include -Iruntime $(PKG_CFLAGS)
 # Kernel files: -O3 lets GCC vectorise loops with runtime alias checks, and
 # fused multiply-adds (in the x86-64-v3 clones) speed up polynomials.
-KERNELS  := elementwise reduce
+KERNELS  := elementwise reduce scan
 LDLIBS   := -lopenblas -lz -lm -lpthread -ldl
 
 LIB_SRC  := $(filter-out runtime/main.c runtime/repl.c,$(wildcard runtime/*.c))
@@ -46,7 +46,7 @@ all: $(LIB) $(CLI) $(CDEF) $(CUDA_LIB)
 deps:
 	@bash scripts/install-deps.sh
 
-$(BUILD)/obj/%.o: runtime/%.c runtime/internal.h runtime/errmsg.h runtime/include/ddplua.h | $(BUILD)/obj
+$(BUILD)/obj/%.o:  runtime/%.c runtime/internal.h runtime/errmsg.h runtime/simd.h runtime/include/ddplua.h Makefile | $(BUILD)/obj
 	$(CC) $(CFLAGS) $(if $(filter $*,$(KERNELS)),-O3 -ffp-contract=fast) -c $< -o $@
 
 $(BUILD)/obj:
