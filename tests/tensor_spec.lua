@@ -197,6 +197,33 @@ describe("ownership", function()
     assert.is_true(peak < 300 * 1024 * 1024, "peak " .. peak)
   end)
 
+  it("keeps freed large blocks for reuse, outside memory_allocated", function()
+    collectgarbage()  -- earlier tests' garbage would land in the cache
+    ddp.empty_cache()
+    local base = ddp.memory_allocated()
+    assert.equal(0, ddp.memory_cached())
+    local t = ddp.zeros(1024, 1024)             -- 4 MiB: a cached size
+    t = nil
+    collectgarbage()
+    assert.equal(base, ddp.memory_allocated())  -- live bytes only
+    assert.equal(4 * 1024 * 1024, ddp.memory_cached())
+    local u = ddp.empty(1024, 1024)             -- the same block again
+    assert.equal(0, ddp.memory_cached())
+    u:fill_(5)
+    u = nil
+    collectgarbage()
+    assert.equal(0, ddp.zeros(1024, 1024):abs():sum():item())  -- a reused block is zeroed
+    u = nil
+    collectgarbage()
+    assert.is_true(ddp.memory_cached() > 0)
+    ddp.empty_cache()
+    assert.equal(0, ddp.memory_cached())
+    local small = ddp.zeros(1000)               -- small blocks go back to malloc
+    small = nil
+    collectgarbage()
+    assert.equal(0, ddp.memory_cached())
+  end)
+
   it("free() releases at once", function()
     collectgarbage()
     local base = ddp.memory_allocated()

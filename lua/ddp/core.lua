@@ -245,21 +245,24 @@ M.shape_buf = shape_buf
 -- shape, optionally followed by an options table.  Fills buf (shape_buf by
 -- default) and returns ndim, opts.
 function M.shape_args(op, allow_neg, ...)
+  -- Packed once into a table: LuaJIT 2.1.0-beta3 (Debian's) miscompiles
+  -- select(n, ...) on a count changed inside the same trace, which turned
+  -- ddp.ones(4, {dtype = ...}) into a 0-dim tensor after a few iterations.
+  local args = { ... }
   local n = select("#", ...)
   local opts
   if n > 0 then
-    local last = select(n, ...)
+    local last = args[n]
     if last == nil then
       n = n - 1
     elseif type(last) == "table" and (is_opts(last) or (n > 1 and next(last) == nil)) then
       opts, n = last, n - 1
     end
   end
-  local dims = ...
-  if n == 1 and type(dims) == "table" then
+  local dims = args
+  if n == 1 and type(args[1]) == "table" and not is_tensor(args[1]) then
+    dims = args[1]
     n = #dims
-  else
-    dims = { ... }
   end
   if n > 8 then
     raise(("%s: %d dims given, at most 8 are supported"):format(op, n))
