@@ -12,20 +12,9 @@
 #include <string.h>
 
 #include "ddplua.h"
+#include "check.h"
 
-static int passed, failed;
 
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (cond) {                                            \
-      passed++;                                            \
-    } else {                                               \
-      failed++;                                            \
-      printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      printf(__VA_ARGS__);                                 \
-      printf("\n");                                        \
-    }                                                      \
-  } while (0)
 
 /* -- Without a device ---------------------------------------------------- */
 
@@ -107,6 +96,5 @@ int main(void) {
   else
     test_no_device(status);
 
-  printf("test_device: %d passed, %d failed\n", passed, failed);
-  return failed != 0;
+  return check_report("test_device");
 }

@@ -11,20 +11,9 @@
 #include <time.h>
 
 #include "ddplua.h"
+#include "check.h"
 
-static int npass, nfail;
 
-#define CHECK(cond, ...)                                  \
-  do {                                                    \
-    if (cond) {                                           \
-      npass++;                                            \
-    } else {                                              \
-      nfail++;                                            \
-      printf("FAIL line %d: ", __LINE__);                 \
-      printf(__VA_ARGS__);                                \
-      printf("\n");                                       \
-    }                                                     \
-  } while (0)
 
 #define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
 #define VALS(...) ((const double[]){__VA_ARGS__})
@@ -43,14 +32,14 @@ static dl_tensor *mk(const double *v, const int64_t *shape, int ndim, int dtype)
 static void expect_at(int line, const char *what, dl_tensor *t, const int64_t *shape,
                       int ndim, int dtype, const double *vals, double tol) {
   if (!t) {
-    nfail++;
+    failed++;
     printf("FAIL line %d: %s: returned NULL: %s\n", line, what, dl_last_error());
     return;
   }
   int ok = dl_tensor_dim(t) == ndim && dl_tensor_dtype(t) == dtype;
   for (int i = 0; ok && i < ndim; i++) ok = dl_tensor_size(t, i) == shape[i];
   if (!ok) {
-    nfail++;
+    failed++;
     printf("FAIL line %d: %s: got %d-dim %s [", line, what, dl_tensor_dim(t),
            dl_dtype_name(dl_tensor_dtype(t)));
     for (int i = 0; i < dl_tensor_dim(t); i++)
@@ -66,7 +55,7 @@ static void expect_at(int line, const char *what, dl_tensor *t, const int64_t *s
     double e = vals[i], g = got[i];
     int same = (isnan(e) && isnan(g)) || fabs(e - g) <= tol * (1 + fabs(e));
     if (!same) {
-      nfail++;
+      failed++;
       printf("FAIL line %d: %s: element %lld is %g, expected %g\n", line, what,
              (long long)i, g, e);
       free(got);
@@ -74,7 +63,7 @@ static void expect_at(int line, const char *what, dl_tensor *t, const int64_t *s
       return;
     }
   }
-  npass++;
+  passed++;
   free(got);
   dl_tensor_release(t);
 }
@@ -85,18 +74,18 @@ static void expect_at(int line, const char *what, dl_tensor *t, const int64_t *s
 static void expect_err_at(int line, const char *what, void *r, int rc, int code,
                           const char *msg) {
   if (r || rc == 0) {
-    nfail++;
+    failed++;
     printf("FAIL line %d: %s: expected an error, got success\n", line, what);
     if (r) dl_tensor_release(r);
     return;
   }
   if (dl_last_error_code() != code || (rc != -1 && rc != code) || !strstr(dl_last_error(), msg)) {
-    nfail++;
+    failed++;
     printf("FAIL line %d: %s: got code %d (rc %d) \"%s\", expected %d containing \"%s\"\n",
            line, what, dl_last_error_code(), rc, dl_last_error(), code, msg);
     return;
   }
-  npass++;
+  passed++;
 }
 #define EXPECT_ERR(what, r, code, msg) expect_err_at(__LINE__, what, r, -1, code, msg)
 #define EXPECT_RC_ERR(what, rc, code, msg) expect_err_at(__LINE__, what, NULL, rc, code, msg)
@@ -157,13 +146,13 @@ static void check_ref_at(int line, const char *what, dl_tensor *a, dl_tensor *b,
   double *e = ref_matmul(a, b, &n);
   dl_tensor *r = dl_matmul(a, b);
   if (!r) {
-    nfail++;
+    failed++;
     printf("FAIL line %d: %s: %s\n", line, what, dl_last_error());
   } else {
     int64_t shape[8];
     for (int i = 0; i < dl_tensor_dim(r); i++) shape[i] = dl_tensor_size(r, i);
     if (dl_tensor_numel(r) != n) {
-      nfail++;
+      failed++;
       printf("FAIL line %d: %s: %lld elements, expected %lld\n", line, what,
              (long long)dl_tensor_numel(r), (long long)n);
       dl_tensor_release(r);
@@ -810,6 +799,5 @@ int main(int argc, char **argv) {
   test_one_hot();
   dl_set_num_threads(threads);
   if (timing) time_matmul();
-  printf("test_linalg_index: %d passed, %d failed\n", npass, nfail);
-  return nfail != 0;
+  return check_report("test_linalg_index");
 }

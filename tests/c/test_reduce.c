@@ -14,20 +14,9 @@
 #include <time.h>
 
 #include "ddplua.h"
+#include "check.h"
 
-static int passed, failed;
 
-#define CHECK(cond, ...)                                       \
-  do {                                                         \
-    if (cond) {                                                \
-      passed++;                                                \
-    } else {                                                   \
-      failed++;                                                \
-      printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);   \
-      printf(__VA_ARGS__);                                     \
-      printf("\n");                                            \
-    }                                                          \
-  } while (0)
 
 #define S(...) ((const int64_t[]){__VA_ARGS__})
 #define V(...) ((const double[]){__VA_ARGS__})
@@ -658,6 +647,5 @@ int main(int argc, char **argv) {
   if (argc < 2 || strcmp(argv[1], "--quick")) test_big_sum();
   CHECK(dl_mem_allocated() == base, "%lld bytes still allocated at exit",
         (long long)(dl_mem_allocated() - base));
-  printf("test_reduce: %d passed, %d failed\n", passed, failed);
-  return failed != 0;
+  return check_report("test_reduce");
 }

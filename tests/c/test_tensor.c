@@ -6,16 +6,8 @@
 #include <string.h>
 
 #include "ddplua.h"
+#include "check.h"
 
-static int passed, failed;
-#define CHECK(cond)                                                        \
-  do {                                                                     \
-    if (cond) passed++;                                                    \
-    else {                                                                 \
-      failed++;                                                            \
-      printf("FAIL %s:%d: %s (%s)\n", __FILE__, __LINE__, #cond, dl_last_error()); \
-    }                                                                      \
-  } while (0)
 
 static double at(const dl_tensor *t, int64_t i) {
   double v = NAN;
@@ -206,6 +198,5 @@ int main(void) {
   test_broadcast_iter();
   test_threads_and_rng();
   test_half();
-  printf("test_tensor: %d passed, %d failed\n", passed, failed);
-  return failed != 0;
+  return check_report("test_tensor");
 }
