@@ -276,44 +276,27 @@ DL_API dl_tensor *dl_eye(int64_t n, int64_t m, int dtype) {
   return t;
 }
 
+/* Row-major values of src_dtype, wrapped without a copy and cast once. */
+static dl_tensor *from_values(const void *values, int src_dtype,
+                              const int64_t *shape, int ndim, int dtype) {
+  if (check_new("tensor", shape, ndim, dtype)) return NULL;
+  if (!values && shape_numel(shape, ndim))
+    return dl_errp(EM_NULLARG, "tensor", "values");
+  dl_tensor *src = dl_from_blob((void *)values, src_dtype, shape, NULL, ndim,
+                                NULL, NULL);
+  dl_tensor *t = src ? dl_to_dtype(src, dtype) : NULL;
+  dl_tensor_release(src);
+  return t;
+}
+
 DL_API dl_tensor *dl_from_doubles(const double *values, const int64_t *shape,
                                   int ndim, int dtype) {
-  if (check_new("tensor", shape, ndim, dtype)) return NULL;
-  dl_tensor *t = tensor_new(dtype, shape, ndim);
-  if (!t) return NULL;
-  int64_t n = shape_numel(shape, ndim);
-  if (n && !values) {
-    dl_tensor_release(t);
-    return dl_errp(EM_NULLARG, "tensor", "values");
-  }
-  char *p = t->storage->data;
-  int es = dl_dtype_sizes[dtype];
-  for (int64_t i = 0; i < n; i++) store_double(p + i * es, dtype, values[i]);
-  return t;
+  return from_values(values, DL_FLOAT64, shape, ndim, dtype);
 }
 
 DL_API dl_tensor *dl_from_int64s(const int64_t *values, const int64_t *shape,
                                  int ndim, int dtype) {
-  if (check_new("tensor", shape, ndim, dtype)) return NULL;
-  dl_tensor *t = tensor_new(dtype, shape, ndim);
-  if (!t) return NULL;
-  int64_t n = shape_numel(shape, ndim);
-  if (n && !values) {
-    dl_tensor_release(t);
-    return dl_errp(EM_NULLARG, "tensor", "values");
-  }
-  dl_tensor *src = NULL;
-  int64_t sshape = n;
-  src = dl_from_blob((void *)values, DL_INT64, &sshape, NULL, 1, NULL, NULL);
-  dl_tensor *flat = src ? dl_view(t, &sshape, 1) : NULL;
-  int rc = flat ? dl_copy_(flat, src) : -1;
-  dl_tensor_release(flat);
-  dl_tensor_release(src);
-  if (rc) {
-    dl_tensor_release(t);
-    return NULL;
-  }
-  return t;
+  return from_values(values, DL_INT64, shape, ndim, dtype);
 }
 
 DL_API dl_tensor *dl_from_blob(void *data, int dtype, const int64_t *shape,
