@@ -142,6 +142,21 @@ describe("printing", function()
 end)
 
 describe("random numbers", function()
+  it("come from Philox4x32-10 (Random123's known answer for key 0, counter 0)", function()
+    -- philox4x32_10(ctr = 0, key = 0) = 6627e8d5 e169c58d bc57ac4c 9b00dbd8;
+    -- a float32 takes the top 24 bits of one word, a float64 53 bits of two
+    ddp.manual_seed(0)
+    local f = ddp.rand(4)
+    local words = { 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8 }
+    for i = 1, 4 do
+      assert.equal(math.floor(words[i] / 256) / 2 ^ 24, f:get(i - 1))
+    end
+    ddp.manual_seed(0)
+    local d = ddp.rand(2, { dtype = "float64" })
+    assert.equal(0.3990464708489645, d:get(0))
+    assert.equal(0.73571278448344246, d:get(1))
+  end)
+
   it("repeat with the same seed and differ without", function()
     ddp.manual_seed(7)
     local a = ddp.randn(100)
