@@ -16,7 +16,7 @@ CFLAGS   += -std=c11 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
             -D_GNU_SOURCE -Iruntime/include -Iruntime $(PKG_CFLAGS)
 # Kernel files: -O3 lets GCC vectorise loops with runtime alias checks, and
 # fused multiply-adds (in the x86-64-v3 clones) speed up polynomials.
-KERNELS  := elementwise reduce scan
+KERNELS  := elementwise reduce scan nn_conv nn_pool nn_norm nn_embed nn_loss
 LDLIBS   := -lopenblas -lz -lm -lpthread -ldl
 
 LIB_SRC  := $(filter-out runtime/main.c runtime/repl.c,$(wildcard runtime/*.c))
@@ -40,7 +40,7 @@ NVFLAGS  := -O2 -std=c++17 --cudart static \
             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
             -gencode arch=compute_90,code=compute_90
 
-.PHONY: all deps run test test-c test-lua bench clean install gpu-check
+.PHONY: all deps run test test-c test-lua bench clean install gpu-check fuzz fuzz-build
 all: $(LIB) $(CLI) $(CDEF) $(CUDA_LIB)
 
 deps:
@@ -48,6 +48,8 @@ deps:
 
 $(BUILD)/obj/%.o:  runtime/%.c runtime/internal.h runtime/errmsg.h runtime/simd.h runtime/include/ddplua.h Makefile | $(BUILD)/obj
 	$(CC) $(CFLAGS) $(if $(filter $*,$(KERNELS)),-O3 -ffp-contract=fast) -c $< -o $@
+
+$(filter $(BUILD)/obj/nn_%,$(LIB_OBJ)): runtime/nn.h
 
 $(BUILD)/obj:
 	@mkdir -p $@
@@ -63,6 +65,7 @@ $(CLI): $(CLI_OBJ) $(LIB)
 	  -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-E
 
 $(CLI_OBJ): runtime/cli.h
+$(BUILD)/obj/safetensors.o $(BUILD)/obj/safetensors_save.o: runtime/safetensors.h
 
 $(CDEF): runtime/include/ddplua.h scripts/gen_cdef.sh
 	@mkdir -p $(dir $@)
@@ -76,6 +79,36 @@ run: deps all
 
 test: deps all
 	@bash scripts/run-tests.sh
+
+# `make fuzz`: the safetensors reader under libFuzzer, ASan and UBSan for
+# FUZZ_SECONDS, seeded with the golden files (clang is installed if missing).
+# The runtime is rebuilt with clang and the sanitizers under build/fuzz.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_DIR     := $(BUILD)/fuzz
+FUZZ_CFLAGS  := -std=c11 -g -O1 -Wall -Wextra -fvisibility=hidden -D_GNU_SOURCE \
+                -Iruntime/include -Iruntime $(PKG_CFLAGS) \
+                -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_OBJ     := $(LIB_SRC:runtime/%.c=$(FUZZ_DIR)/obj/%.o)
+FUZZ_BIN     := $(FUZZ_DIR)/fuzz_safetensors
+
+fuzz: fuzz-build
+	@mkdir -p $(FUZZ_DIR)/corpus
+	cp tests/golden/*.safetensors $(FUZZ_DIR)/corpus/
+	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -timeout=10 \
+	  -dict=tests/fuzz/safetensors.dict -artifact_prefix=$(FUZZ_DIR)/ -print_final_stats=1 \
+	  $(FUZZ_DIR)/corpus
+
+fuzz-build:
+	@command -v $(FUZZ_CC) >/dev/null 2>&1 || bash scripts/install-deps.sh clang
+	@$(MAKE) --no-print-directory $(FUZZ_BIN)
+
+$(FUZZ_DIR)/obj/%.o: runtime/%.c runtime/internal.h runtime/errmsg.h runtime/simd.h runtime/safetensors.h runtime/include/ddplua.h Makefile
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_BIN): tests/fuzz/fuzz_safetensors.c $(FUZZ_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
 
 bench: deps all
 	@bash bench/run.sh

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "autograd.h"
 
 /* The integer templates also serve uint8, where "< 0" is always false. */
 #pragma GCC diagnostic ignored "-Wtype-limits"
@@ -437,7 +437,7 @@ DL_API dl_tensor *dl_binary(int op, const dl_tensor *a, const dl_tensor *b) {
     dl_tensor_release(out);
     return NULL;
   }
-  return out;
+  return ag_binary(op, out, a, b);
 }
 
 /* b shares storage with the tensor written in place, in another layout:
@@ -466,6 +466,7 @@ DL_API int dl_binary_(int op, dl_tensor *a, const dl_tensor *b) {
     return dl_err(EM_INPLACE_SHAPE, name, fmt_shape(shape, nd), fmt_tshape(a));
   if (!can_cast(od, a->dtype))
     return dl_err(EM_INPLACE_DTYPE, name, fmt_dtype(od), fmt_dtype(a->dtype));
+  if (ag_check_inplace(name, a)) return -1;
   if (op == DL_SUB && cd == DL_BOOL)
     return dl_err(EM_BADVALUE, name,
                   "subtracting two bool tensors is not supported; use logical_xor or ~");
@@ -534,7 +535,7 @@ DL_API dl_tensor *dl_unary(int op, const dl_tensor *a) {
     dl_tensor_release(out);
     return NULL;
   }
-  return out;
+  return ag_unary(op, out, a);
 }
 
 DL_API int dl_unary_(int op, dl_tensor *a) {
@@ -544,6 +545,7 @@ DL_API int dl_unary_(int op, dl_tensor *a) {
   int od = unary_out_dtype(op, a->dtype);
   if (!can_cast(od, a->dtype))
     return dl_err(EM_INPLACE_DTYPE, name, fmt_dtype(od), fmt_dtype(a->dtype));
+  if (ag_check_inplace(name, a)) return -1;
   if (od == a->dtype && !is_half_dtype(od)) return unary_into(name, op, a, a);
   dl_tensor *r = tensor_new(od, a->shape, a->ndim);
   if (r && unary_into(name, op, r, a)) {
@@ -633,7 +635,7 @@ DL_API dl_tensor *dl_clamp(const dl_tensor *a, double lo, double hi) {
     out = NULL;
   }
   dl_tensor_release(ca);
-  return out;
+  return ag_clamp(out, a, lo, hi);
 }
 
 DL_API int dl_clamp_(dl_tensor *a, double lo, double hi) {
@@ -641,6 +643,7 @@ DL_API int dl_clamp_(dl_tensor *a, double lo, double hi) {
   int od = clamp_dtype(a->dtype, lo, hi);
   if (od != a->dtype)
     return dl_err(EM_INPLACE_DTYPE, "clamp_", fmt_dtype(od), fmt_dtype(a->dtype));
+  if (ag_check_inplace("clamp_", a)) return -1;
   return clamp_into("clamp_", a, a, lo, hi);
 }
 
@@ -684,5 +687,5 @@ DL_API dl_tensor *dl_where(const dl_tensor *cond, const dl_tensor *a,
   }
   dl_tensor_release(ca);
   dl_tensor_release(cb);
-  return out;
+  return ag_where(out, cond, a, b);
 }

@@ -148,7 +148,7 @@ static void copy_rows(void *ctx, int64_t r0, int64_t r1) {
   }
 }
 
-DL_API dl_tensor *dl_index_select(const dl_tensor *t, int dim,
+DL_HIDDEN dl_tensor *fw_index_select(const dl_tensor *t, int dim,
                                   const dl_tensor *index) {
   const char *op = "index_select";
   int d;
@@ -220,7 +220,7 @@ static int check_ndims(const char *op, const dl_tensor *index, const char *what,
   return 0;
 }
 
-DL_API dl_tensor *dl_gather(const dl_tensor *t, int dim, const dl_tensor *index) {
+DL_HIDDEN dl_tensor *fw_gather(const dl_tensor *t, int dim, const dl_tensor *index) {
   const char *op = "gather";
   int d;
   if (check_cpu(op, t) || check_cpu(op, index) || check_index_dtype(op, index) ||
@@ -316,12 +316,12 @@ static int scatter_impl(const char *op, dl_tensor *t, int dim,
   return rc;
 }
 
-DL_API int dl_scatter_(dl_tensor *t, int dim, const dl_tensor *index,
+DL_HIDDEN int fw_scatter_(dl_tensor *t, int dim, const dl_tensor *index,
                        const dl_tensor *src, int reduce) {
   return scatter_impl("scatter_", t, dim, index, src, reduce);
 }
 
-DL_API dl_tensor *dl_scatter(const dl_tensor *t, int dim,
+DL_HIDDEN dl_tensor *fw_scatter(const dl_tensor *t, int dim,
                              const dl_tensor *index, const dl_tensor *src,
                              int reduce) {
   if (check_cpu("scatter", t)) return NULL;
@@ -373,12 +373,12 @@ static int masked_fill_impl(const char *op, dl_tensor *t, const dl_tensor *mask,
   return rc;
 }
 
-DL_API int dl_masked_fill_(dl_tensor *t, const dl_tensor *mask, double value) {
+DL_HIDDEN int fw_masked_fill_(dl_tensor *t, const dl_tensor *mask, double value) {
   return masked_fill_impl("masked_fill_", t, mask, value);
 }
 
 /* Out of place, the result takes the broadcast shape of t and mask. */
-DL_API dl_tensor *dl_masked_fill(const dl_tensor *t, const dl_tensor *mask,
+DL_HIDDEN dl_tensor *fw_masked_fill(const dl_tensor *t, const dl_tensor *mask,
                                  double value) {
   const char *op = "masked_fill";
   int64_t shape[DL_MAX_DIMS];
@@ -420,7 +420,7 @@ static int64_t select_walk(const dl_tensor *tv, const dl_tensor *mv, char *out) 
   }
 }
 
-DL_API dl_tensor *dl_masked_select(const dl_tensor *t, const dl_tensor *mask) {
+DL_HIDDEN dl_tensor *fw_masked_select(const dl_tensor *t, const dl_tensor *mask) {
   const char *op = "masked_select";
   int64_t shape[DL_MAX_DIMS];
   int nd;
@@ -456,7 +456,7 @@ static int legacy_empty(const dl_tensor *t) {
   return t->ndim == 1 && t->shape[0] == 0;
 }
 
-DL_API dl_tensor *dl_cat(dl_tensor *const *ts, int n, int dim) {
+DL_HIDDEN dl_tensor *fw_cat(dl_tensor *const *ts, int n, int dim) {
   const char *op = "cat";
   if (check_list(op, ts, n)) return NULL;
   int r = -1, d;
@@ -501,7 +501,7 @@ DL_API dl_tensor *dl_cat(dl_tensor *const *ts, int n, int dim) {
   return out;
 }
 
-DL_API dl_tensor *dl_stack(dl_tensor *const *ts, int n, int dim) {
+DL_HIDDEN dl_tensor *fw_stack(dl_tensor *const *ts, int n, int dim) {
   const char *op = "stack";
   int d;
   if (check_list(op, ts, n)) return NULL;
@@ -534,7 +534,7 @@ DL_API dl_tensor *dl_stack(dl_tensor *const *ts, int n, int dim) {
 
 /* -- one_hot --------------------------------------------------------------- */
 
-DL_API dl_tensor *dl_one_hot(const dl_tensor *t, int64_t num_classes) {
+DL_HIDDEN dl_tensor *fw_one_hot(const dl_tensor *t, int64_t num_classes) {
   const char *op = "one_hot";
   if (check_cpu(op, t) || check_index_dtype(op, t)) return NULL;
   if (num_classes < -1)

@@ -18,6 +18,7 @@
 typedef struct dl_storage {
   atomic_int refcount;
   int device;         /* -1 = cpu */
+  atomic_uint version; /* bumped by in-place writes; autograd checks it */
   void *data;
   size_t nbytes;
   int owned;          /* data came from mem_alloc: free it with mem_free */
@@ -138,6 +139,13 @@ DL_HIDDEN int broadcast_shape(const char *op, const int64_t *sa, int na,
 DL_HIDDEN loop_fn cast_loop(int dst, int src);
 /* Casts (copying) t to dtype, or retains t when it already has it. */
 DL_HIDDEN dl_tensor *as_dtype(const dl_tensor *t, int dtype);
+
+/* -- Random numbers ------------------------------------------------------ */
+
+/* Reserves `blocks` Philox blocks of the global stream (returns the first
+** counter, sets the seed); rng_block computes one block's 4 words. */
+DL_HIDDEN uint64_t rng_reserve(uint64_t blocks, uint64_t *seed);
+DL_HIDDEN void rng_block(uint64_t seed, uint64_t counter, uint32_t out[4]);
 
 /* -- Threads ------------------------------------------------------------- */
 

@@ -463,7 +463,7 @@ static dl_tensor *as_matrix(const dl_tensor *t, int col) {
 
 /* torch.matmul: vectors become a row (left) or column (right) matrix for
 ** the product and lose that dim again; batch dims broadcast. */
-DL_API dl_tensor *dl_matmul(const dl_tensor *a, const dl_tensor *b) {
+DL_HIDDEN dl_tensor *fw_matmul(const dl_tensor *a, const dl_tensor *b) {
   if (check_cpu("matmul", a) || check_cpu("matmul", b)) return NULL;
   if (a->ndim == 0 || b->ndim == 0)
     return dl_errp(EM_MM_ZERO_DIM, "matmul", fmt_tshape(a), fmt_tshape(b));
@@ -478,14 +478,14 @@ DL_API dl_tensor *dl_matmul(const dl_tensor *a, const dl_tensor *b) {
   return r;
 }
 
-DL_API dl_tensor *dl_mm(const dl_tensor *a, const dl_tensor *b) {
+DL_HIDDEN dl_tensor *fw_mm(const dl_tensor *a, const dl_tensor *b) {
   if (check_cpu("mm", a) || check_cpu("mm", b)) return NULL;
   if (a->ndim != 2 || b->ndim != 2)
     return dl_errp(EM_MM_NDIM, "mm", "2-D tensors", fmt_tshape(a), fmt_tshape(b));
   return matmul_nd("mm", a, b, NULL, 0, 1, a, b, 0, 0);
 }
 
-DL_API dl_tensor *dl_bmm(const dl_tensor *a, const dl_tensor *b) {
+DL_HIDDEN dl_tensor *fw_bmm(const dl_tensor *a, const dl_tensor *b) {
   if (check_cpu("bmm", a) || check_cpu("bmm", b)) return NULL;
   if (a->ndim != 3 || b->ndim != 3)
     return dl_errp(EM_MM_NDIM, "bmm", "3-D tensors", fmt_tshape(a), fmt_tshape(b));
@@ -495,7 +495,7 @@ DL_API dl_tensor *dl_bmm(const dl_tensor *a, const dl_tensor *b) {
   return matmul_nd("bmm", a, b, NULL, 0, 1, a, b, 0, 0);
 }
 
-DL_API dl_tensor *dl_addmm(const dl_tensor *c, const dl_tensor *a,
+DL_HIDDEN dl_tensor *fw_addmm(const dl_tensor *c, const dl_tensor *a,
                            const dl_tensor *b, double beta, double alpha) {
   if (check_cpu("addmm", c) || check_cpu("addmm", a) || check_cpu("addmm", b))
     return NULL;
@@ -516,7 +516,7 @@ DL_API dl_tensor *dl_addmm(const dl_tensor *c, const dl_tensor *a,
 }
 
 /* As PyTorch: a.reshape(-1, 1) * b, so dtypes promote and bool works. */
-DL_API dl_tensor *dl_outer(const dl_tensor *a, const dl_tensor *b) {
+DL_HIDDEN dl_tensor *fw_outer(const dl_tensor *a, const dl_tensor *b) {
   if (check_cpu("outer", a) || check_cpu("outer", b)) return NULL;
   if (a->ndim != 1 || b->ndim != 1)
     return dl_errp(EM_MM_NDIM, "outer", "1-D tensors", fmt_tshape(a), fmt_tshape(b));
@@ -526,7 +526,7 @@ DL_API dl_tensor *dl_outer(const dl_tensor *a, const dl_tensor *b) {
   return r;
 }
 
-DL_API dl_tensor *dl_dot(const dl_tensor *a, const dl_tensor *b) {
+DL_HIDDEN dl_tensor *fw_dot(const dl_tensor *a, const dl_tensor *b) {
   if (check_cpu("dot", a) || check_cpu("dot", b)) return NULL;
   if (a->ndim != 1 || b->ndim != 1)
     return dl_errp(EM_MM_NDIM, "dot", "1-D tensors", fmt_tshape(a), fmt_tshape(b));

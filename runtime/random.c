@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "internal.h"
+#include "autograd.h"
 
 /* PyTorch's default seed, so a fresh process starts from a known state. */
 #define DEFAULT_SEED UINT64_C(67280421310721)
@@ -43,6 +43,17 @@ static void philox(uint64_t seed, uint64_t counter, uint32_t out[4]) {
   out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
 }
 
+/* For kernels that draw their own numbers (dropout): reserves `blocks`
+** counter blocks of the stream, as generate() does, and hands out block i
+** (4 words; a float32 uniform is (word >> 8) * 2^-24, as rand gives). */
+DL_HIDDEN uint64_t rng_reserve(uint64_t blocks, uint64_t *seed) {
+  *seed = atomic_load(&rng_seed);
+  return atomic_fetch_add(&rng_offset, blocks);
+}
+DL_HIDDEN void rng_block(uint64_t seed, uint64_t counter, uint32_t out[4]) {
+  philox(seed, counter, out);
+}
+
 typedef enum { D_UNIFORM, D_NORMAL, D_INT } dist_kind;
 
 typedef struct {
@@ -50,6 +61,7 @@ typedef struct {
   int dtype;       /* float32, float64 (uniform/normal) or int64 */
   char *out;       /* contiguous */
   uint64_t seed, base;
+  int own;         /* seed and base given: a stream of its own, not the global */
   double a, b;     /* low/high, mean/std */
   uint64_t range;  /* randint: high - low */
   int64_t low;
@@ -107,15 +119,18 @@ static void gen_range(void *p, int64_t begin, int64_t end) {
   }
 }
 
-/* Fills contiguous t (float32/float64/int64) and advances the offset. */
+/* Fills contiguous t (float32/float64/int64) and advances the offset (of
+** the global generator, unless g has a stream of its own). */
 static void generate(gen_ctx *g, dl_tensor *t) {
   int64_t n = dl_tensor_numel(t);
   g->dtype = t->dtype;
   g->out = tensor_first(t);
-  g->seed = atomic_load(&rng_seed);
   int pb = per_block(g);
   uint64_t blocks = (uint64_t)((n + pb - 1) / pb);
-  g->base = atomic_fetch_add(&rng_offset, blocks);
+  if (!g->own) {
+    g->seed = atomic_load(&rng_seed);
+    g->base = atomic_fetch_add(&rng_offset, blocks);
+  }
   /* chunks are whole blocks apart, so no block is split across threads */
   parallel_for(n, PAR_GRAIN, gen_range, g);
 }
@@ -123,7 +138,7 @@ static void generate(gen_ctx *g, dl_tensor *t) {
 /* Generates into a contiguous tensor of the generator's dtype, then copies
 ** into t (any layout, any float dtype). */
 static int fill_dist(const char *op, dl_tensor *t, gen_ctx *g) {
-  if (check_cpu(op, t)) return -1;
+  if (check_cpu(op, t) || ag_check_inplace(op, t)) return -1;
   int gd;
   if (g->kind == D_INT) {
     gd = DL_INT64;
@@ -197,12 +212,15 @@ DL_API dl_tensor *dl_randint(int64_t low, int64_t high, const int64_t *shape,
   return t;
 }
 
-DL_API dl_tensor *dl_randperm(int64_t n, int dtype) {
+/* g: the global generator, or a stream of its own (dl_randperm_stream). */
+static dl_tensor *randperm(int64_t n, int dtype, gen_ctx *g) {
   if (n < 0) return dl_errp(EM_NEG_COUNT, "randperm", "n", (long long)n);
   if (!is_int_dtype(dtype) && !dl_dtype_is_float(dtype))
     return dl_errp(EM_DTYPE_UNSUP, "randperm", fmt_dtype(dtype));
-  /* Fisher-Yates driven by one random 64-bit draw per position */
-  dl_tensor *r = dl_randint(0, INT64_MAX, &n, 1, DL_INT64);
+  /* Fisher-Yates driven by one random 64-bit draw per position (the draws
+  ** of dl_randint(0, INT64_MAX)) */
+  g->kind = D_INT, g->low = 0, g->range = INT64_MAX;
+  dl_tensor *r = create("randperm", &n, 1, DL_INT64, g);
   dl_tensor *p = r ? tensor_new(DL_INT64, &n, 1) : NULL;
   if (!p) {
     dl_tensor_release(r);
@@ -222,4 +240,15 @@ DL_API dl_tensor *dl_randperm(int64_t n, int dtype) {
   dl_tensor *c = dl_to_dtype(p, dtype);
   dl_tensor_release(p);
   return c;
+}
+
+DL_API dl_tensor *dl_randperm(int64_t n, int dtype) {
+  gen_ctx g = {.own = 0};
+  return randperm(n, dtype, &g);
+}
+
+DL_API dl_tensor *dl_randperm_stream(int64_t n, uint64_t seed, uint64_t offset,
+                                     int dtype) {
+  gen_ctx g = {.own = 1, .seed = seed, .base = offset};
+  return randperm(n, dtype, &g);
 }

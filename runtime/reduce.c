@@ -487,7 +487,7 @@ static void store_results(dl_tensor *out, int op, const kspec *k,
   }
 }
 
-DL_API dl_tensor *dl_reduce(int op, const dl_tensor *t, const int *dims,
+DL_HIDDEN dl_tensor *fw_reduce(int op, const dl_tensor *t, const int *dims,
                             int ndims, int keepdim, double param) {
   if (op < 0 || op >= DL_NREDOPS) return dl_errp(EM_REDUCE_OP, "reduce", op);
   const char *name = redop_names[op];
@@ -646,12 +646,12 @@ static int max_min_dim(const char *name, const dl_tensor *t, int dim,
   return arg_reduce(name, t, dim, keepdim, mx, values, indices);
 }
 
-DL_API int dl_max_dim(const dl_tensor *t, int dim, int keepdim,
+DL_HIDDEN int fw_max_dim(const dl_tensor *t, int dim, int keepdim,
                       dl_tensor **values, dl_tensor **indices) {
   return max_min_dim("max", t, dim, keepdim, 1, values, indices);
 }
 
-DL_API int dl_min_dim(const dl_tensor *t, int dim, int keepdim,
+DL_HIDDEN int fw_min_dim(const dl_tensor *t, int dim, int keepdim,
                       dl_tensor **values, dl_tensor **indices) {
   return max_min_dim("min", t, dim, keepdim, 0, values, indices);
 }
@@ -679,10 +679,10 @@ static dl_tensor *argmaxmin(const char *name, const dl_tensor *t, int dim,
   return ix;
 }
 
-DL_API dl_tensor *dl_argmax(const dl_tensor *t, int dim, int keepdim) {
+DL_HIDDEN dl_tensor *fw_argmax(const dl_tensor *t, int dim, int keepdim) {
   return argmaxmin("argmax", t, dim, keepdim, 1);
 }
 
-DL_API dl_tensor *dl_argmin(const dl_tensor *t, int dim, int keepdim) {
+DL_HIDDEN dl_tensor *fw_argmin(const dl_tensor *t, int dim, int keepdim) {
   return argmaxmin("argmin", t, dim, keepdim, 0);
 }

@@ -201,11 +201,11 @@ static dl_tensor *cum_op(const char *name, const dl_tensor *t, int dim,
   return dim_op(name, t, dim, cd, cum_body, prod);
 }
 
-DL_API dl_tensor *dl_cumsum(const dl_tensor *t, int dim) {
+DL_HIDDEN dl_tensor *fw_cumsum(const dl_tensor *t, int dim) {
   return cum_op("cumsum", t, dim, 0);
 }
 
-DL_API dl_tensor *dl_cumprod(const dl_tensor *t, int dim) {
+DL_HIDDEN dl_tensor *fw_cumprod(const dl_tensor *t, int dim) {
   return cum_op("cumprod", t, dim, 1);
 }
 
@@ -220,10 +220,10 @@ static dl_tensor *softmax_op(const char *name, const dl_tensor *t, int dim,
   return dim_op(name, t, dim, cd, softmax_body, lg);
 }
 
-DL_API dl_tensor *dl_softmax(const dl_tensor *t, int dim) {
+DL_HIDDEN dl_tensor *fw_softmax(const dl_tensor *t, int dim) {
   return softmax_op("softmax", t, dim, 0);
 }
 
-DL_API dl_tensor *dl_log_softmax(const dl_tensor *t, int dim) {
+DL_HIDDEN dl_tensor *fw_log_softmax(const dl_tensor *t, int dim) {
   return softmax_op("log_softmax", t, dim, 1);
 }

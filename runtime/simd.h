@@ -5,6 +5,7 @@
 #ifndef DL_SIMD_H
 #define DL_SIMD_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 

@@ -235,12 +235,12 @@ static int sort_op(const char *name, const dl_tensor *t, int dim, int desc,
   return 0;
 }
 
-DL_API int dl_sort(const dl_tensor *t, int dim, int descending,
+DL_HIDDEN int fw_sort(const dl_tensor *t, int dim, int descending,
                    dl_tensor **values, dl_tensor **indices) {
   return sort_op("sort", t, dim, descending, 0, 0, values, indices);
 }
 
-DL_API int dl_topk(const dl_tensor *t, int64_t k, int dim, int largest,
+DL_HIDDEN int fw_topk(const dl_tensor *t, int64_t k, int dim, int largest,
                    int sorted, dl_tensor **values, dl_tensor **indices) {
   (void)sorted;
   return sort_op("topk", t, dim, largest, 1, k, values, indices);
@@ -248,7 +248,7 @@ DL_API int dl_topk(const dl_tensor *t, int64_t k, int dim, int largest,
 
 /* -- Nonzero, tril, triu ------------------------------------------------- */
 
-DL_API dl_tensor *dl_nonzero(const dl_tensor *t) {
+DL_HIDDEN dl_tensor *fw_nonzero(const dl_tensor *t) {
   if (check_cpu("nonzero", t)) return NULL;
   dl_tensor *b = as_dtype(t, DL_BOOL), *c = b ? dl_contiguous(b) : NULL;
   dl_tensor_release(b);
@@ -300,10 +300,10 @@ static dl_tensor *tri_op(const char *name, const dl_tensor *t, int64_t diag,
   return out;
 }
 
-DL_API dl_tensor *dl_tril(const dl_tensor *t, int64_t diagonal) {
+DL_HIDDEN dl_tensor *fw_tril(const dl_tensor *t, int64_t diagonal) {
   return tri_op("tril", t, diagonal, 0);
 }
 
-DL_API dl_tensor *dl_triu(const dl_tensor *t, int64_t diagonal) {
+DL_HIDDEN dl_tensor *fw_triu(const dl_tensor *t, int64_t diagonal) {
   return tri_op("triu", t, diagonal, 1);
 }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "autograd.h"
 
 /* -- Storage -------------------------------------------------------------- */
 
@@ -20,6 +20,7 @@ static dl_storage *storage_new(size_t nbytes) {
                    (long long)dl_mem_allocated());
   }
   atomic_init(&s->refcount, 1);
+  atomic_init(&s->version, 0);
   s->device = -1;
   s->data = data;
   s->nbytes = nbytes;
@@ -112,12 +113,10 @@ DL_API void dl_tensor_retain(dl_tensor *t) {
   if (t) atomic_fetch_add(&t->refcount, 1);
 }
 
-/* The autograd engine frees its per-tensor state through this hook. */
-void (*dl__autograd_free)(dl_tensor *t) DL_HIDDEN = NULL;
 
 DL_API void dl_tensor_release(dl_tensor *t) {
   if (!t || atomic_fetch_sub(&t->refcount, 1) != 1) return;
-  if (t->autograd && dl__autograd_free) dl__autograd_free(t);
+  if (t->autograd) autograd_free(t);
   storage_release(t->storage);
   free(t);
 }
@@ -321,6 +320,7 @@ DL_API dl_tensor *dl_from_blob(void *data, int dtype, const int64_t *shape,
   for (int i = 0; i < ndim && n; i++)
     extent += (shape[i] - 1) * (t->stride[i] < 0 ? -t->stride[i] : t->stride[i]);
   atomic_init(&s->refcount, 1);
+  atomic_init(&s->version, 0);
   s->device = -1;
   s->data = data;
   s->nbytes = (size_t)extent * (size_t)dl_dtype_sizes[dtype];
@@ -385,7 +385,7 @@ DL_API dl_tensor *dl_to_dtype(const dl_tensor *t, int dtype) {
     dl_tensor_release(r);
     return NULL;
   }
-  return r;
+  return ag_copy(r, t, "ToCopyBackward");
 }
 
 DL_API dl_tensor *dl_clone(const dl_tensor *t) {
@@ -395,6 +395,7 @@ DL_API dl_tensor *dl_clone(const dl_tensor *t) {
 
 DL_API int dl_copy_(dl_tensor *dst, const dl_tensor *src) {
   if (check_cpu("copy_", dst) || check_cpu("copy_", src)) return -1;
+  if (ag_check_inplace("copy_", dst)) return -1;
   dl_tensor *tmp = NULL;
   if (dst->storage == src->storage && dst != src) {
     /* overlapping views would read what they just wrote */
@@ -428,6 +429,7 @@ FILL_FN(fill8, uint64_t)
 
 DL_API int dl_fill_(dl_tensor *t, double value) {
   if (check_cpu("fill_", t)) return -1;
+  if (ag_check_inplace("fill_", t)) return -1;
   uint64_t bytes = 0;
   store_double((char *)&bytes, t->dtype, value);
   static const loop_fn fills[9] = {0, fill1, fill2, 0, fill4, 0, 0, 0, fill8};
@@ -470,7 +472,7 @@ DL_API int dl_get_int64(const dl_tensor *t, int64_t linear, int64_t *out) {
 }
 
 DL_API int dl_set_double(dl_tensor *t, int64_t linear, double value) {
-  if (check_linear("set", t, linear)) return -1;
+  if (check_linear("set", t, linear) || ag_check_inplace("set", t)) return -1;
   store_double((char *)elem_ptr(t, linear), t->dtype, value);
   return 0;
 }

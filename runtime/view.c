@@ -74,7 +74,7 @@ static const char *fmt_strides(const dl_tensor *t) {
   return fmt_shape(t->stride, t->ndim);
 }
 
-DL_API dl_tensor *dl_view(const dl_tensor *t, const int64_t *shape, int ndim) {
+DL_HIDDEN dl_tensor *fw_view(const dl_tensor *t, const int64_t *shape, int ndim) {
   int64_t s[DL_MAX_DIMS], st[DL_MAX_DIMS];
   if (check_tensor("view", t) || infer_shape("view", t, shape, ndim, s))
     return NULL;
@@ -84,7 +84,7 @@ DL_API dl_tensor *dl_view(const dl_tensor *t, const int64_t *shape, int ndim) {
   return tensor_alias(t, s, st, ndim, t->offset);
 }
 
-DL_API dl_tensor *dl_reshape(const dl_tensor *t, const int64_t *shape,
+DL_HIDDEN dl_tensor *fw_reshape(const dl_tensor *t, const int64_t *shape,
                              int ndim) {
   int64_t s[DL_MAX_DIMS], st[DL_MAX_DIMS];
   if (check_tensor("reshape", t) || infer_shape("reshape", t, shape, ndim, s))
@@ -106,7 +106,7 @@ DL_API dl_tensor *dl_contiguous(const dl_tensor *t) {
   return dl_clone(t);
 }
 
-DL_API dl_tensor *dl_transpose(const dl_tensor *t, int d0, int d1) {
+DL_HIDDEN dl_tensor *fw_transpose(const dl_tensor *t, int d0, int d1) {
   int a, b;
   if (check_tensor("transpose", t) || norm_dim("transpose", d0, t->ndim, &a) ||
       norm_dim("transpose", d1, t->ndim, &b))
@@ -121,7 +121,7 @@ DL_API dl_tensor *dl_transpose(const dl_tensor *t, int d0, int d1) {
   return tensor_alias(t, s, st, t->ndim, t->offset);
 }
 
-DL_API dl_tensor *dl_permute(const dl_tensor *t, const int *perm, int ndim) {
+DL_HIDDEN dl_tensor *fw_permute(const dl_tensor *t, const int *perm, int ndim) {
   if (check_tensor("permute", t)) return NULL;
   int seen[DL_MAX_DIMS] = {0}, p[DL_MAX_DIMS];
   int ok = ndim == t->ndim && (ndim == 0 || perm);
@@ -139,7 +139,7 @@ DL_API dl_tensor *dl_permute(const dl_tensor *t, const int *perm, int ndim) {
   return tensor_alias(t, s, st, ndim, t->offset);
 }
 
-DL_API dl_tensor *dl_narrow(const dl_tensor *t, int dim, int64_t start,
+DL_HIDDEN dl_tensor *fw_narrow(const dl_tensor *t, int dim, int64_t start,
                             int64_t length) {
   int d;
   if (check_tensor("narrow", t)) return NULL;
@@ -157,7 +157,7 @@ DL_API dl_tensor *dl_narrow(const dl_tensor *t, int dim, int64_t start,
   return tensor_alias(t, s, t->stride, t->ndim, t->offset + start * t->stride[d]);
 }
 
-DL_API dl_tensor *dl_select(const dl_tensor *t, int dim, int64_t index) {
+DL_HIDDEN dl_tensor *fw_select(const dl_tensor *t, int dim, int64_t index) {
   int d;
   if (check_tensor("select", t)) return NULL;
   if (t->ndim == 0)
@@ -183,7 +183,7 @@ static dl_tensor *drop_dims(const dl_tensor *t, const int *drop) {
 }
 
 /* As PyTorch: squeezing a dim whose size is not 1 leaves the tensor as is. */
-DL_API dl_tensor *dl_squeeze(const dl_tensor *t, int dim) {
+DL_HIDDEN dl_tensor *fw_squeeze(const dl_tensor *t, int dim) {
   int d, drop[DL_MAX_DIMS] = {0};
   if (check_tensor("squeeze", t) || norm_dim("squeeze", dim, t->ndim, &d))
     return NULL;
@@ -191,14 +191,14 @@ DL_API dl_tensor *dl_squeeze(const dl_tensor *t, int dim) {
   return drop_dims(t, drop);
 }
 
-DL_API dl_tensor *dl_squeeze_all(const dl_tensor *t) {
+DL_HIDDEN dl_tensor *fw_squeeze_all(const dl_tensor *t) {
   int drop[DL_MAX_DIMS] = {0};
   if (check_tensor("squeeze", t)) return NULL;
   for (int i = 0; i < t->ndim; i++) drop[i] = t->shape[i] == 1;
   return drop_dims(t, drop);
 }
 
-DL_API dl_tensor *dl_unsqueeze(const dl_tensor *t, int dim) {
+DL_HIDDEN dl_tensor *fw_unsqueeze(const dl_tensor *t, int dim) {
   int d;
   if (check_tensor("unsqueeze", t) || norm_dim_incl("unsqueeze", dim, t->ndim, &d))
     return NULL;
@@ -216,7 +216,7 @@ DL_API dl_tensor *dl_unsqueeze(const dl_tensor *t, int dim) {
   return tensor_alias(t, s, st, t->ndim + 1, t->offset);
 }
 
-DL_API dl_tensor *dl_expand(const dl_tensor *t, const int64_t *shape,
+DL_HIDDEN dl_tensor *fw_expand(const dl_tensor *t, const int64_t *shape,
                             int ndim) {
   if (check_tensor("expand", t)) return NULL;
   if (ndim < t->ndim || ndim > DL_MAX_DIMS || (ndim && !shape))
@@ -248,7 +248,7 @@ DL_API dl_tensor *dl_expand(const dl_tensor *t, const int64_t *shape,
   return tensor_alias(t, s, st, ndim, t->offset);
 }
 
-DL_API dl_tensor *dl_flatten(const dl_tensor *t, int start_dim, int end_dim) {
+DL_HIDDEN dl_tensor *fw_flatten(const dl_tensor *t, int start_dim, int end_dim) {
   int a, b;
   if (check_tensor("flatten", t)) return NULL;
   if (t->ndim == 0) {
@@ -271,7 +271,7 @@ DL_API dl_tensor *dl_flatten(const dl_tensor *t, int start_dim, int end_dim) {
   return dl_reshape(t, s, n);
 }
 
-DL_API dl_tensor *dl_as_strided(const dl_tensor *t, const int64_t *shape,
+DL_HIDDEN dl_tensor *fw_as_strided(const dl_tensor *t, const int64_t *shape,
                                 const int64_t *strides, int ndim,
                                 int64_t offset) {
   if (check_tensor("as_strided", t) || check_shape("as_strided", shape, ndim))

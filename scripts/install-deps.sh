@@ -5,6 +5,7 @@ set -euo pipefail
 pkgs=(build-essential pkg-config luajit libluajit-5.1-dev lua-busted
       libopenblas-dev libgloo-dev libedit-dev zlib1g-dev dataset-fashion-mnist
       python3 valgrind)
+pkgs+=("$@")  # extra packages a target asks for (make fuzz: clang)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

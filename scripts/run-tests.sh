@@ -17,7 +17,7 @@ for src in tests/c/test_*.c; do
   [ -e "$src" ] || continue
   name=$(basename "$src" .c)
   if ! ${CC:-cc} -std=c11 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -Iruntime/include -Iruntime \
-       "$src" -L"$BUILD" -lddplua -Wl,-rpath,"$PWD/$BUILD" -lm -lpthread -o "$BUILD/$name" 2>"$out/$name.build"; then
+       "$src" -L"$BUILD" -lddplua -Wl,-rpath,"$PWD/$BUILD" -lz -lm -lpthread -o "$BUILD/$name" 2>"$out/$name.build"; then
     echo "FAIL $name: does not compile"; cat "$out/$name.build"; count 0 1 0; continue
   fi
   "$BUILD/$name" >"$out/$name.log" 2>&1

@@ -5,6 +5,7 @@ local core = require "ddp.core"
 local tensor = require "ddp.tensor"
 local ops = require "ddp.ops"
 local printer = require "ddp.print"
+local autograd = require "ddp.autograd"
 local C, ffi = core.C, core.ffi
 local new, check, raise = core.new, core.check, core.raise
 local shape_args, shape_buf, is_integer = core.shape_args, core.shape_buf, core.is_integer
@@ -385,11 +386,32 @@ ddp.cuda = {
   status = function() return ffi.string(C.dl_cuda_status()) end,
 }
 
+local checkpoint = require "ddp.checkpoint"
+ddp.save, ddp.load = checkpoint.save, checkpoint.load
+ddp.save_checkpoint, ddp.load_checkpoint = checkpoint.save_checkpoint, checkpoint.load_checkpoint
+
+ddp.autograd = autograd
+ddp.no_grad, ddp.enable_grad = autograd.no_grad, autograd.enable_grad
+ddp.set_grad_enabled, ddp.is_grad_enabled = autograd.set_grad_enabled, autograd.is_grad_enabled
+
 ddp.set_printoptions = printer.set_printoptions
 mt.__tostring = printer.format
 mt.__name = "ddp.Tensor"
 ffi.metatype("dl_tensor", mt)
 ddp.Tensor = T
 local _ = ops
+
+-- Submodules that require ddp themselves load on first use (ddp.data);
+-- require "ddp.data" gives the same table.
+local submodules = { data = "ddp.data", nn = "ddp.nn", optim = "ddp.optim" }
+setmetatable(ddp, {
+  __index = function(t, k)
+    local name = submodules[k]
+    if not name then return nil end
+    local m = require(name)
+    rawset(t, k, m)
+    return m
+  end,
+})
 
 return ddp

@@ -293,6 +293,21 @@ function T.tril(t, k) return new(C.dl_tril, t, dim_arg(k or 0, "tril", "diagonal
 function T.triu(t, k) return new(C.dl_triu, t, dim_arg(k or 0, "triu", "diagonal")) end
 function T.one_hot(t, n) return new(C.dl_one_hot, t, dim_arg(n or -1, "one_hot", "num_classes")) end
 
+-- -- Random fills ------------------------------------------------------------
+
+function T.uniform_(t, a, b)
+  a, b = a or 0, b or 1
+  if type(a) ~= "number" or type(b) ~= "number" then raise("uniform_: bounds must be numbers") end
+  check(C.dl_uniform_(t, a, b))
+  return t
+end
+function T.normal_(t, mean, std)
+  mean, std = mean or 0, std or 1
+  if type(mean) ~= "number" or type(std) ~= "number" then raise("normal_: mean and std must be numbers") end
+  check(C.dl_normal_(t, mean, std))
+  return t
+end
+
 -- -- Comparisons of whole tensors -----------------------------------------
 
 function T.equal(a, b)

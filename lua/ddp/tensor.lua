@@ -95,7 +95,6 @@ T.cuda = function(t) core.device_arg("cuda", "cuda") return t end
 
 function T.clone(t) return new(C.dl_clone, t) end
 function T.contiguous(t) return new(C.dl_contiguous, t) end
-function T.detach(t) return t end  -- no autograd yet: a tensor is its own data
 
 function T.copy_(t, src)
   check(C.dl_copy_(t, operand(src, "copy_")))

@@ -177,6 +177,12 @@ DL_API dl_tensor *dl_randn(const int64_t *shape, int ndim, int dtype);
 DL_API dl_tensor *dl_randint(int64_t low, int64_t high, const int64_t *shape,
                              int ndim, int dtype);
 DL_API dl_tensor *dl_randperm(int64_t n, int dtype);
+/* The permutation dl_randperm gives after dl_rng_set_state(seed, offset),
+** drawn from that stream of its own: the global generator is untouched.
+** (The DataLoader's shuffle: reproducible, and it leaves the script's
+** random numbers as they would be without it.) */
+DL_API dl_tensor *dl_randperm_stream(int64_t n, uint64_t seed, uint64_t offset,
+                                     int dtype);
 /* Fills with uniform [low, high) / normal(mean, std), in place. */
 DL_API int dl_uniform_(dl_tensor *t, double low, double high);
 DL_API int dl_normal_(dl_tensor *t, double mean, double std);
@@ -298,6 +304,268 @@ DL_API int dl_topk(const dl_tensor *t, int64_t k, int dim, int largest,
 DL_API dl_tensor *dl_nonzero(const dl_tensor *t);
 DL_API dl_tensor *dl_tril(const dl_tensor *t, int64_t diagonal);
 DL_API dl_tensor *dl_triu(const dl_tensor *t, int64_t diagonal);
+
+/* -- Data files ---------------------------------------------------------- */
+
+/* Reads an IDX file (the MNIST format), gzip-compressed or not: a tensor
+** with the file's shape, of dtype uint8, int32 (for int8, int16, int32),
+** float32 or float64.  NULL with DL_EIO when the file cannot be opened or
+** read, DL_EINVAL when it is not a well-formed IDX file (bad magic, sizes
+** that disagree with its length); memory follows the data really present,
+** never a size the header merely claims. */
+DL_API dl_tensor *dl_read_idx(const char *path);
+
+/* -- Neural network kernels (forward and backward, no autograd) -- */
+
+/* Plain functions that autograd wires into forward/backward pairs.  They
+** take float32 or float64 (bfloat16 and float16 are computed in float32 and
+** rounded once); the float operands of one call share a dtype.  Indices and
+** targets are int64 (or int32).  Pairs (kernel, stride, padding, dilation)
+** are {height, width}.  Optional tensors may be NULL; backward calls fill
+** only the gradients asked for (need_*), setting the others to NULL.  Every
+** result is a new contiguous tensor. */
+
+typedef enum dl_reduction {
+  DL_REDUCTION_NONE = 0, DL_REDUCTION_MEAN = 1, DL_REDUCTION_SUM = 2
+} dl_reduction;
+
+/* x [N, C, H, W] or [C, H, W], w [O, C / groups, kh, kw], b [O] or NULL. */
+DL_API dl_tensor *dl_conv2d(const dl_tensor *x, const dl_tensor *w,
+                            const dl_tensor *b, const int64_t *stride,
+                            const int64_t *padding, const int64_t *dilation,
+                            int64_t groups);
+DL_API int dl_conv2d_backward(const dl_tensor *grad_out, const dl_tensor *x,
+                              const dl_tensor *w, const int64_t *stride,
+                              const int64_t *padding,
+                              const int64_t *dilation, int64_t groups,
+                              int need_x, int need_w, int need_b,
+                              dl_tensor **grad_x, dl_tensor **grad_w,
+                              dl_tensor **grad_b);
+
+/* x [N, C, H, W] or [C, H, W]; stride NULL means stride = kernel.  indices
+** (int64) hold each maximum's flat position within its H * W plane. */
+DL_API int dl_max_pool2d(const dl_tensor *x, const int64_t *kernel,
+                         const int64_t *stride, const int64_t *padding,
+                         const int64_t *dilation, int ceil_mode,
+                         dl_tensor **out, dl_tensor **indices);
+/* x is the forward input (only its shape and dtype are read). */
+DL_API dl_tensor *dl_max_pool2d_backward(const dl_tensor *grad_out,
+                                         const dl_tensor *x,
+                                         const dl_tensor *indices);
+/* divisor_override: 0 for none. */
+DL_API dl_tensor *dl_avg_pool2d(const dl_tensor *x, const int64_t *kernel,
+                                const int64_t *stride, const int64_t *padding,
+                                int ceil_mode, int count_include_pad,
+                                int64_t divisor_override);
+DL_API dl_tensor *dl_avg_pool2d_backward(const dl_tensor *grad_out,
+                                         const dl_tensor *x,
+                                         const int64_t *kernel,
+                                         const int64_t *stride,
+                                         const int64_t *padding, int ceil_mode,
+                                         int count_include_pad,
+                                         int64_t divisor_override);
+
+/* weight [V, D] (any dtype), indices of any shape: out [*indices, D]. */
+DL_API dl_tensor *dl_embedding(const dl_tensor *weight,
+                               const dl_tensor *indices);
+/* grad_weight [num_weights, D], rows added in index order (deterministic).
+** padding_idx: the row that gets no gradient, in [0, num_weights), or -1
+** for none (turn PyTorch's negative padding_idx into a row first). */
+DL_API dl_tensor *dl_embedding_backward(const dl_tensor *grad_out,
+                                        const dl_tensor *indices,
+                                        int64_t num_weights,
+                                        int64_t padding_idx,
+                                        int scale_grad_by_freq);
+
+/* Normalises over the last nnorm dims, which must equal normalized_shape;
+** w and b (optional) have that shape.  mean and rstd have x's leading dims
+** followed by nnorm ones, in float32 (float64 for float64 input). */
+DL_API int dl_layer_norm(const dl_tensor *x, const int64_t *normalized_shape,
+                         int nnorm, const dl_tensor *w, const dl_tensor *b,
+                         double eps, dl_tensor **out, dl_tensor **mean,
+                         dl_tensor **rstd);
+DL_API int dl_layer_norm_backward(const dl_tensor *grad_out,
+                                  const dl_tensor *x,
+                                  const int64_t *normalized_shape, int nnorm,
+                                  const dl_tensor *mean, const dl_tensor *rstd,
+                                  const dl_tensor *w, int need_x, int need_w,
+                                  int need_b, dl_tensor **grad_x,
+                                  dl_tensor **grad_w, dl_tensor **grad_b);
+
+/* x [N, C] or [N, C, *]; w, b, running_mean, running_var [C] or NULL.
+** Training normalises with the batch statistics (biased variance) and, when
+** given, updates running_mean and running_var in place (unbiased variance,
+** weight momentum); eval uses the running statistics, which it needs.
+** save_mean and save_invstd [C] (float32, or float64) are what backward
+** takes: the batch statistics, or in eval the running ones. */
+DL_API int dl_batch_norm(const dl_tensor *x, const dl_tensor *w,
+                         const dl_tensor *b, dl_tensor *running_mean,
+                         dl_tensor *running_var, int training,
+                         double momentum, double eps, dl_tensor **out,
+                         dl_tensor **save_mean, dl_tensor **save_invstd);
+DL_API int dl_batch_norm_backward(const dl_tensor *grad_out,
+                                  const dl_tensor *x, const dl_tensor *w,
+                                  const dl_tensor *save_mean,
+                                  const dl_tensor *save_invstd, int training,
+                                  int need_x, int need_w, int need_b,
+                                  dl_tensor **grad_x, dl_tensor **grad_w,
+                                  dl_tensor **grad_b);
+
+/* Training with 0 < p: out = x * mask / (1 - p) with mask (uint8, x's
+** shape) drawn from the Philox stream: element i is kept when the i-th
+** float32 rand() value of the same state is below 1 - p.  Otherwise out is
+** a new header over x's data and mask is NULL. */
+DL_API int dl_dropout(const dl_tensor *x, double p, int training,
+                      dl_tensor **out, dl_tensor **mask);
+DL_API dl_tensor *dl_dropout_backward(const dl_tensor *grad_out,
+                                      const dl_tensor *mask, double p);
+
+/* logits [N, C] or [N, C, d1, ...] (or [C]), target int64 [N] or
+** [N, d1, ...] (or 0-dim), weight [C] or NULL; reduction: dl_reduction.
+** PyTorch 1.13's formula, label smoothing included. */
+DL_API dl_tensor *dl_cross_entropy(const dl_tensor *logits,
+                                   const dl_tensor *target,
+                                   const dl_tensor *weight,
+                                   int64_t ignore_index,
+                                   double label_smoothing, int reduction);
+/* grad_logits; grad_out has the loss's shape. */
+DL_API dl_tensor *dl_cross_entropy_backward(const dl_tensor *grad_out,
+                                            const dl_tensor *logits,
+                                            const dl_tensor *target,
+                                            const dl_tensor *weight,
+                                            int64_t ignore_index,
+                                            double label_smoothing,
+                                            int reduction);
+/* The same from log-probabilities, without smoothing. */
+DL_API dl_tensor *dl_nll_loss(const dl_tensor *logp, const dl_tensor *target,
+                              const dl_tensor *weight, int64_t ignore_index,
+                              int reduction);
+DL_API dl_tensor *dl_nll_loss_backward(const dl_tensor *grad_out,
+                                       const dl_tensor *logp,
+                                       const dl_tensor *target,
+                                       const dl_tensor *weight,
+                                       int64_t ignore_index, int reduction);
+/* input and target of one shape; the target's gradient is minus the
+** input's. */
+DL_API dl_tensor *dl_mse_loss(const dl_tensor *input, const dl_tensor *target,
+                              int reduction);
+DL_API dl_tensor *dl_mse_loss_backward(const dl_tensor *grad_out,
+                                       const dl_tensor *input,
+                                       const dl_tensor *target, int reduction);
+
+/* -- Differentiable neural network ops ------------------------------------ */
+
+/* The kernels above with autograd: same arguments, recorded in the graph
+** when an input requires grad (what ddp.nn.functional calls). */
+DL_API dl_tensor *dl_f_conv2d(const dl_tensor *x, const dl_tensor *w,
+                              const dl_tensor *b, const int64_t *stride,
+                              const int64_t *padding, const int64_t *dilation,
+                              int64_t groups);
+DL_API int dl_f_max_pool2d(const dl_tensor *x, const int64_t *kernel,
+                           const int64_t *stride, const int64_t *padding,
+                           const int64_t *dilation, int ceil_mode,
+                           dl_tensor **out, dl_tensor **indices);
+DL_API dl_tensor *dl_f_avg_pool2d(const dl_tensor *x, const int64_t *kernel,
+                                  const int64_t *stride,
+                                  const int64_t *padding, int ceil_mode,
+                                  int count_include_pad,
+                                  int64_t divisor_override);
+DL_API dl_tensor *dl_f_embedding(const dl_tensor *weight,
+                                 const dl_tensor *indices,
+                                 int64_t padding_idx, int scale_grad_by_freq);
+DL_API dl_tensor *dl_f_layer_norm(const dl_tensor *x,
+                                  const int64_t *normalized_shape, int nnorm,
+                                  const dl_tensor *w, const dl_tensor *b,
+                                  double eps);
+DL_API dl_tensor *dl_f_batch_norm(const dl_tensor *x, const dl_tensor *w,
+                                  const dl_tensor *b, dl_tensor *running_mean,
+                                  dl_tensor *running_var, int training,
+                                  double momentum, double eps);
+DL_API dl_tensor *dl_f_dropout(const dl_tensor *x, double p, int training);
+DL_API dl_tensor *dl_f_cross_entropy(const dl_tensor *logits,
+                                     const dl_tensor *target,
+                                     const dl_tensor *weight,
+                                     int64_t ignore_index,
+                                     double label_smoothing, int reduction);
+DL_API dl_tensor *dl_f_nll_loss(const dl_tensor *logp, const dl_tensor *target,
+                                const dl_tensor *weight, int64_t ignore_index,
+                                int reduction);
+DL_API dl_tensor *dl_f_mse_loss(const dl_tensor *input, const dl_tensor *target,
+                                int reduction);
+
+/* -- Checkpoints (safetensors) ------------------------------------------ */
+
+/* Writes n named tensors and nmeta string pairs to path in the safetensors
+** format (any layout; written row-major, little-endian).  Atomic: the data
+** goes to a temporary file beside path, is fsynced and renamed over path, so
+** path holds the old file or the new one, never a mix.  Temporary files left
+** by writers that died are removed by the next save of the same path.
+** Returns DL_EIO naming the path and the system's reason on failure. */
+DL_API int dl_st_save(const char *path, const char *const *names,
+                      dl_tensor *const *tensors, int n,
+                      const char *const *meta_keys,
+                      const char *const *meta_values, int nmeta);
+/* Opens and validates a safetensors file, memory-mapped (copy-on-write:
+** changing a loaded tensor never changes the file).  NULL with a message
+** naming the file and the problem when it is not a valid file. */
+typedef struct dl_st_file dl_st_file;
+DL_API dl_st_file *dl_st_open(const char *path);
+/* Tensors in file order, 0 <= i < dl_st_count. */
+DL_API int dl_st_count(const dl_st_file *f);
+DL_API const char *dl_st_name(const dl_st_file *f, int i);
+/* A new tensor viewing the mapping (no copy, unless the data is not
+** aligned to its element size); valid after dl_st_close. */
+DL_API dl_tensor *dl_st_tensor(dl_st_file *f, int i);
+DL_API int dl_st_meta_count(const dl_st_file *f);
+DL_API const char *dl_st_meta_key(const dl_st_file *f, int i);
+DL_API const char *dl_st_meta_value(const dl_st_file *f, int i);
+/* The mapping goes when the file and every tensor from it are gone. */
+DL_API void dl_st_close(dl_st_file *f);
+
+/* -- Optimizer steps (in place, no autograd) --------------------------- */
+
+/* One parameter's update as torch.optim.SGD: buf may be NULL (no momentum);
+** first: the step that initialises buf from the gradient. */
+DL_API int dl_sgd_step(dl_tensor *p, const dl_tensor *grad, dl_tensor *buf,
+                       double lr, double momentum, double dampening,
+                       double weight_decay, int nesterov, int first,
+                       int maximize);
+/* As torch.optim.Adam, or AdamW when decoupled; max_exp_avg_sq non-NULL
+** turns on amsgrad; step counts from 1. */
+DL_API int dl_adam_step(dl_tensor *p, const dl_tensor *grad,
+                        dl_tensor *exp_avg, dl_tensor *exp_avg_sq,
+                        dl_tensor *max_exp_avg_sq, int64_t step, double lr,
+                        double beta1, double beta2, double eps,
+                        double weight_decay, int decoupled, int maximize);
+
+/* -- Autograd ------------------------------------------------------------- */
+
+/* Ops record a graph while grad mode is on and an input requires grad;
+** dl_backward walks it in reverse.  Returns the previous mode. */
+DL_API int dl_set_grad_enabled(int enabled);
+DL_API int dl_is_grad_enabled(void);
+/* Only floating point leaves (tensors no op produced) can require grad. */
+DL_API int dl_requires_grad_(dl_tensor *t, int requires);
+DL_API int dl_requires_grad(const dl_tensor *t);
+DL_API int dl_is_leaf(const dl_tensor *t);
+/* The accumulated gradient (new reference), or NULL without an error. */
+DL_API dl_tensor *dl_grad(const dl_tensor *t);
+/* Replaces the gradient (g == NULL clears it).  Later backward passes add
+** into g in place, so g may be a view (of a DDP bucket, say). */
+DL_API int dl_set_grad(dl_tensor *t, dl_tensor *g);
+/* A tensor sharing t's data, outside any graph. */
+DL_API dl_tensor *dl_detach(const dl_tensor *t);
+/* Name of the op that produced t ("MulBackward"), or "" for leaves. */
+DL_API const char *dl_grad_fn_name(const dl_tensor *t);
+/* Backpropagates from root; grad may be NULL for a one-element root.  The
+** graph is freed unless retain_graph. */
+DL_API int dl_backward(dl_tensor *root, const dl_tensor *grad,
+                       int retain_graph);
+/* Called (in C, on the thread running backward) once a leaf's gradient of
+** this backward pass has been fully accumulated into its .grad. */
+typedef void (*dl_grad_hook)(void *ctx, dl_tensor *leaf);
+DL_API int dl_add_grad_hook(dl_tensor *leaf, dl_grad_hook fn, void *ctx);
+DL_API int dl_clear_grad_hooks(dl_tensor *leaf);
 
 #ifndef DL_CDEF
 #ifdef __cplusplus

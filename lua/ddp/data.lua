@@ -1,0 +1,474 @@
+-- ddp.data: data for training -- IDX files (MNIST, Fashion-MNIST),
+-- TensorDataset, samplers and the DataLoader that cuts a dataset into
+-- batches, each gathered in C by one index_select per field.
+--
+-- The sampler protocol (how the DataLoader learns the order of an epoch; the
+-- DistributedSampler plugs in through it):
+--   s:indices(epoch)  a 1-D int64 (or int32) tensor of dataset indices, in
+--                     the order of that epoch (0-based; epoch counts from 0).
+--                     The same epoch must give the same order.
+--   s:len() or #s     how many indices every epoch gives.
+-- SequentialSampler and RandomSampler implement it.
+local ddp = require "ddp"
+local core = require "ddp.core"
+local C, ffi = core.C, core.ffi
+local new, raise, show = core.new, core.raise, core.show
+local is_tensor, is_integer = core.is_tensor, core.is_integer
+local floor, ceil, min = math.floor, math.ceil, math.min
+local type, select, tostring, pcall, unpack = type, select, tostring, pcall, unpack
+
+core.add_lib_file(debug.getinfo(1, "S").source)
+
+local data = {}
+
+-- -- Objects with a length ----------------------------------------------------
+
+-- LuaJIT ignores __len on tables, so objects that `#` must measure are
+-- userdata proxies: their metatable forwards fields to a plain table (whose
+-- own metatable holds the class's methods).
+local function object(class, fields)
+  local u = newproxy(true)
+  local mt = getmetatable(u)
+  setmetatable(fields, class)
+  mt.__index, mt.__newindex = fields, fields
+  mt.__len, mt.__tostring = class.__len, class.__tostring
+  mt.__metatable = class.__name  -- getmetatable(obj) names the class
+  return u
+end
+
+local function class(name)
+  local c = { __name = name }
+  c.__index = c
+  return c
+end
+
+-- Reads obj[k] without raising on values that cannot be indexed.
+local function field(obj, k)
+  local t = type(obj)
+  if t ~= "table" and t ~= "userdata" and t ~= "cdata" then return nil end
+  local ok, v = pcall(function() return obj[k] end)
+  if ok then return v end
+  return nil
+end
+
+-- The length of a dataset or sampler: obj:len(), or its __len metamethod
+-- (called directly, so it works on tables too).
+local function length(obj, op, what)
+  local n
+  local len = field(obj, "len")
+  if type(len) == "function" then
+    n = len(obj)
+  elseif type(obj) == "table" then
+    local mt = getmetatable(obj)
+    if type(mt) == "table" and mt.__len then n = mt.__len(obj) end
+  elseif type(obj) == "userdata" or type(obj) == "cdata" then
+    local ok, v = pcall(function() return #obj end)
+    if ok then n = v end
+  end
+  if n == nil then
+    raise(("%s: the %s has no len() method and no __len metamethod"):format(op, what))
+  end
+  if not is_integer(n) or n < 0 then
+    raise(("%s: the %s's length must be a non-negative integer, got %s"):format(op, what, show(n)))
+  end
+  return n
+end
+
+local function check_opts(opts, op, known)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" or is_tensor(opts) then
+    raise(("%s: options must be a table, got %s"):format(op, show(opts)))
+  end
+  for k in pairs(opts) do
+    if not known[k] then
+      local names = {}
+      for name in pairs(known) do names[#names + 1] = name end
+      table.sort(names)
+      raise(("%s: unknown option %s (expected %s)"):format(op, show(k), table.concat(names, ", ")))
+    end
+  end
+  return opts
+end
+
+local function bool_opt(v, op, name, dflt)
+  if v == nil then return dflt end
+  if type(v) ~= "boolean" then raise(("%s: %s must be true or false, got %s"):format(op, name, show(v))) end
+  return v
+end
+
+-- Seeds and epochs reach C as uint64: keep them exact Lua integers.
+local function seed_arg(v, op, what)
+  if not is_integer(v) or v < 0 or v >= 2^53 then
+    raise(("%s: %s must be an integer from 0 to 2^53 - 1, got %s"):format(op, what, show(v)))
+  end
+  return v
+end
+
+-- A seed from the global generator: so ddp.manual_seed(n) before building
+-- a loader fixes its shuffles too.
+local function draw_seed()
+  return ddp.randint(0, 2^53, { 1 }):get(0)
+end
+
+-- -- IDX files ----------------------------------------------------------------
+
+-- data.read_idx(path): an IDX file (gzip'd or not) as a tensor with the
+-- file's shape: uint8, int32 (int8, int16, int32 files), float32 or float64.
+function data.read_idx(path)
+  if type(path) ~= "string" then raise("read_idx: path must be a string, got " .. show(path)) end
+  return new(C.dl_read_idx, path)
+end
+
+-- Images (uint8 [N, rows, cols]) and labels (uint8 [N]) as a TensorDataset
+-- of float32 images scaled to [0, 1] -- [N, rows * cols], or with
+-- flat = false [N, 1, rows, cols] -- and int64 labels.
+local function load_images(op, images_path, labels_path, flat)
+  local x, y = data.read_idx(images_path), data.read_idx(labels_path)
+  if x:dtype() ~= "uint8" or x:dim() ~= 3 then
+    raise(("%s: %s holds %s %s; expected uint8 images [N, rows, cols]")
+          :format(op, images_path, x:dtype(), core.fmt_shape(x:shape())))
+  end
+  if y:dtype() ~= "uint8" or y:dim() ~= 1 then
+    raise(("%s: %s holds %s %s; expected uint8 labels [N]")
+          :format(op, labels_path, y:dtype(), core.fmt_shape(y:shape())))
+  end
+  local n, rows, cols = x:size(0), x:size(1), x:size(2)
+  if y:size(0) ~= n then
+    raise(("%s: %d images in %s but %d labels in %s"):format(op, n, images_path, y:size(0), labels_path))
+  end
+  -- x / 255 as torchvision's ToTensor computes it
+  local images = x:to("float32"):div_(255)
+  images = flat and images:view(n, rows * cols) or images:view(n, 1, rows, cols)
+  local labels = y:long()
+  x:free()
+  y:free()
+  return data.TensorDataset(images, labels)
+end
+
+-- data.mnist_idx(images_path, labels_path[, {flat = true}])
+function data.mnist_idx(images_path, labels_path, opts)
+  opts = check_opts(opts, "mnist_idx", { flat = true })
+  for _, p in ipairs { images_path, labels_path } do
+    if type(p) ~= "string" then raise("mnist_idx: paths must be strings, got " .. show(p)) end
+  end
+  return load_images("mnist_idx", images_path, labels_path, bool_opt(opts.flat, "mnist_idx", "flat", true))
+end
+
+data.FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+local split_prefix = { train = "train", test = "t10k" }
+
+-- The file in dir, gzip'd (as Debian ships it) or not; nil and why not.
+local function find_file(dir, name)
+  local why
+  for _, p in ipairs { dir .. "/" .. name .. ".gz", dir .. "/" .. name } do
+    local f, err = io.open(p, "rb")
+    if f then
+      f:close()
+      return p
+    end
+    why = why or err
+  end
+  return nil, why
+end
+
+-- data.fashion_mnist(split[, dir | {dir =, flat =}]): "train" (60000
+-- images) or "test" (10000); the directory defaults to $FASHION_MNIST_DIR,
+-- then to where the Debian package dataset-fashion-mnist puts the files.
+function data.fashion_mnist(split, opts)
+  local op = "fashion_mnist"
+  if not split_prefix[split] then
+    raise(('%s: split must be "train" or "test", got %s'):format(op, show(split)))
+  end
+  if type(opts) == "string" then opts = { dir = opts } end
+  opts = check_opts(opts, op, { dir = true, flat = true })
+  local env = os.getenv("FASHION_MNIST_DIR")
+  local dir = opts.dir or (env ~= "" and env) or data.FASHION_MNIST_DIR
+  if type(dir) ~= "string" then raise(op .. ": dir must be a string, got " .. show(dir)) end
+  local paths = {}
+  for i, kind in ipairs { "images-idx3-ubyte", "labels-idx1-ubyte" } do
+    local name = split_prefix[split] .. "-" .. kind
+    local p, why = find_file(dir, name)
+    if not p then
+      raise(("%s: cannot open %s (%s): install the Debian package dataset-fashion-mnist "
+             .. "(apt-get install dataset-fashion-mnist, or make deps), or set FASHION_MNIST_DIR "
+             .. "to a directory holding the Fashion-MNIST files")
+            :format(op, dir .. "/" .. name .. ".gz", tostring(why):match(": ([^:]*)$") or tostring(why)))
+    end
+    paths[i] = p
+  end
+  return load_images(op, paths[1], paths[2], bool_opt(opts.flat, op, "flat", true))
+end
+
+-- -- TensorDataset ------------------------------------------------------------
+
+local TensorDataset = class("TensorDataset")
+
+-- data.TensorDataset(x, y, ...): sample i is (x[i], y[i], ...); every
+-- tensor has the same size(0).
+function data.TensorDataset(...)
+  local op = "TensorDataset"
+  local n = select("#", ...)
+  if n == 0 then raise(op .. ": expected one or more tensors") end
+  local fields = { ... }
+  for i = 1, n do
+    local t = fields[i]
+    if not is_tensor(t) then
+      raise(("%s: argument %d is a %s, expected a tensor"):format(op, i, core.describe(t)))
+    end
+    if t:dim() == 0 then
+      raise(("%s: tensor %d is 0-dim; every tensor needs a first dim that counts samples"):format(op, i))
+    end
+    if t:size(0) ~= fields[1]:size(0) then
+      raise(("%s: all tensors need the same size(0), but tensor 1 has shape %s and tensor %d has shape %s")
+            :format(op, core.fmt_shape(fields[1]:shape()), i, core.fmt_shape(t:shape())))
+    end
+  end
+  return object(TensorDataset, { _fields = fields, _n = fields[1]:size(0) })
+end
+
+function TensorDataset:len() return self._n end
+TensorDataset.__len = TensorDataset.len
+
+-- ds:get(i) (0-based; negative from the end): the fields of sample i, each
+-- as t:get(i) gives it -- a view for a tensor of 2 or more dims, a number
+-- for a 1-D one.
+function TensorDataset:get(i)
+  local n = self._n
+  if not is_integer(i) or i < -n or i >= n then
+    raise(("TensorDataset:get: index %s out of range for %d samples"):format(show(i), n))
+  end
+  local f = self._fields
+  if #f == 2 then return f[1]:get(i), f[2]:get(i) end
+  local out = {}
+  for k = 1, #f do out[k] = f[k]:get(i) end
+  return unpack(out, 1, #f)
+end
+
+-- The tensors, as a new table.
+function TensorDataset:tensors()
+  return { unpack(self._fields) }
+end
+
+function TensorDataset:__tostring()
+  local parts = {}
+  for k, t in ipairs(self._fields) do
+    parts[k] = t:dtype() .. " " .. core.fmt_shape(t:shape())
+  end
+  return ("TensorDataset(%d samples: %s)"):format(self._n, table.concat(parts, ", "))
+end
+
+-- -- Samplers -----------------------------------------------------------------
+
+local function size_arg(n, op)
+  if is_integer(n) and n >= 0 then return n end
+  if n ~= nil and (type(n) == "table" or type(n) == "userdata") then return length(n, op, "dataset") end
+  raise(("%s: expected a dataset or a number of samples, got %s"):format(op, show(n)))
+end
+
+local SequentialSampler = class("SequentialSampler")
+
+-- data.SequentialSampler(n | dataset): 0, 1, ..., n - 1 every epoch.
+function data.SequentialSampler(n)
+  return object(SequentialSampler, { _n = size_arg(n, "SequentialSampler") })
+end
+function SequentialSampler:len() return self._n end
+SequentialSampler.__len = SequentialSampler.len
+function SequentialSampler:indices()
+  return new(C.dl_arange, 0, self._n, 1, C.DL_INT64)
+end
+function SequentialSampler:__tostring() return ("SequentialSampler(%d)"):format(self._n) end
+
+local RandomSampler = class("RandomSampler")
+
+-- data.RandomSampler(n | dataset[, {seed =}]): a permutation per epoch,
+-- from a Philox stream of its own (key seed, counter epoch * 2^32 blocks):
+-- the same seed and epoch give the same order on every machine, and
+-- shuffling leaves the global generator untouched.  seed defaults to a
+-- draw from the global generator (so ddp.manual_seed fixes it).
+function data.RandomSampler(n, opts)
+  local op = "RandomSampler"
+  opts = check_opts(opts, op, { seed = true })
+  n = size_arg(n, op)
+  local seed = opts.seed == nil and draw_seed() or seed_arg(opts.seed, op, "seed")
+  return object(RandomSampler, { _n = n, seed = seed })
+end
+function RandomSampler:len() return self._n end
+RandomSampler.__len = RandomSampler.len
+
+local MAX_EPOCH = 2^21  -- epoch * 2^32 stays an exact Lua number
+function RandomSampler:indices(epoch)
+  epoch = epoch or 0
+  if not is_integer(epoch) or epoch < 0 or epoch >= MAX_EPOCH then
+    raise(("RandomSampler:indices: epoch must be an integer from 0 to %d, got %s"):format(MAX_EPOCH - 1, show(epoch)))
+  end
+  -- randperm(n) takes n / 2 blocks, so epochs never share a block below
+  -- n = 2^33
+  return new(C.dl_randperm_stream, self._n, self.seed, epoch * 2^32, C.DL_INT64)
+end
+function RandomSampler:__tostring() return ("RandomSampler(%d, seed %d)"):format(self._n, self.seed) end
+
+-- -- DataLoader ---------------------------------------------------------------
+
+local DataLoader = class("DataLoader")
+local loader_opts = { batch_size = true, shuffle = true, drop_last = true, sampler = true, seed = true }
+
+-- data.DataLoader(dataset, {batch_size = 1, shuffle = false, drop_last =
+-- false, sampler = nil, seed = nil}).  dataset: a TensorDataset (batches
+-- gathered in C), or any object with get(i) returning the fields of sample
+-- i and a len() (batches stacked sample by sample: slower).  shuffle uses a
+-- RandomSampler seeded with seed (default: drawn from the global generator
+-- now); sampler: any object following the sampler protocol (see the top of
+-- this file), which then decides the order.
+function data.DataLoader(ds, opts)
+  local op = "DataLoader"
+  opts = check_opts(opts, op, loader_opts)
+  local fields = field(ds, "_fields")
+  if is_tensor(ds) or not fields and type(field(ds, "get")) ~= "function" then
+    raise(("%s: dataset must be a TensorDataset or an object with get(i) and len(), got %s")
+          :format(op, show(ds)))
+  end
+  local n = length(ds, op, "dataset")
+  local bs = opts.batch_size == nil and 1 or opts.batch_size
+  if not is_integer(bs) or bs < 1 then
+    raise(("%s: batch_size must be a positive integer, got %s"):format(op, show(bs)))
+  end
+  local shuffle = bool_opt(opts.shuffle, op, "shuffle", false)
+  local drop_last = bool_opt(opts.drop_last, op, "drop_last", false)
+  local sampler = opts.sampler
+  if sampler ~= nil then
+    if shuffle then
+      raise(op .. ": sampler and shuffle = true exclude each other: the sampler decides the order")
+    end
+    if opts.seed ~= nil then
+      raise(op .. ": seed goes with shuffle = true; give the sampler its own seed")
+    end
+    if type(field(sampler, "indices")) ~= "function" then
+      raise(("%s: sampler must have an indices(epoch) method (the sampler protocol), got %s")
+            :format(op, show(sampler)))
+    end
+    length(sampler, op, "sampler")
+  elseif shuffle then
+    if opts.seed ~= nil then seed_arg(opts.seed, op, "seed") end
+    sampler = data.RandomSampler(n, { seed = opts.seed })
+  else
+    if opts.seed ~= nil then raise(op .. ": seed is for shuffle = true, which is not set") end
+    sampler = data.SequentialSampler(n)
+  end
+  return object(DataLoader, {
+    dataset = ds, sampler = sampler, batch_size = bs, shuffle = shuffle, drop_last = drop_last,
+    _fields = fields, _n = n, _epoch = 0,
+  })
+end
+
+-- Number of batches in a pass.
+function DataLoader:len()
+  local n = length(self.sampler, "DataLoader", "sampler")
+  return self.drop_last and floor(n / self.batch_size) or ceil(n / self.batch_size)
+end
+DataLoader.__len = DataLoader.len
+
+-- loader:set_epoch(e): the order of the next pass is that of epoch e.
+function DataLoader:set_epoch(e)
+  if not is_integer(e) or e < 0 or e >= MAX_EPOCH then
+    raise(("DataLoader:set_epoch: epoch must be an integer from 0 to %d, got %s"):format(MAX_EPOCH - 1, show(e)))
+  end
+  self._epoch = e
+end
+
+-- The epoch the next pass will use.
+function DataLoader:epoch() return self._epoch end
+
+-- The indices of one epoch, checked against the protocol and the dataset.
+local function epoch_indices(self, epoch)
+  local op = "DataLoader"
+  local s = self.sampler
+  local idx = s:indices(epoch)
+  local n = length(s, op, "sampler")
+  if not is_tensor(idx) or idx:dim() ~= 1 or (idx:dtype() ~= "int64" and idx:dtype() ~= "int32") then
+    raise(("%s: sampler:indices(%d) must return a 1-D int64 tensor, got %s"):format(
+      op, epoch, is_tensor(idx) and (idx:dtype() .. " " .. core.fmt_shape(idx:shape())) or show(idx)))
+  end
+  if idx:size(0) ~= n then
+    raise(("%s: sampler:indices(%d) returned %d indices but the sampler's length is %d")
+          :format(op, epoch, idx:size(0), n))
+  end
+  if n > 0 then
+    local lo, hi = idx:amin():item(), idx:amax():item()
+    if lo < 0 or hi >= self._n then
+      raise(("%s: sampler:indices(%d) holds index %d, out of range for a dataset of %d samples")
+            :format(op, epoch, lo < 0 and lo or hi, self._n))
+    end
+  end
+  return idx:to("int64"):contiguous()
+end
+
+-- One batch from a dataset without tensors: its samples stacked.
+local function stack_samples(ds, bi)
+  local p = ffi.cast("const int64_t *", C.dl_tensor_data(bi))
+  local cols = {}
+  local nf
+  for k = 0, bi:size(0) - 1 do
+    local sample = { ds:get(tonumber(p[k])) }
+    nf = nf or #sample
+    for f = 1, nf do
+      cols[f] = cols[f] or {}
+      cols[f][k + 1] = sample[f]
+    end
+  end
+  for f = 1, nf or 0 do
+    local c = cols[f]
+    cols[f] = is_tensor(c[1]) and ddp.stack(c, 0) or ddp.tensor(c)
+  end
+  return cols, nf or 0
+end
+
+-- for i, x, y in loader:iter() do ... end: i the 0-based batch number,
+-- then the batch of each field (fresh tensors).  Every call starts a new
+-- pass, in the order of the current epoch; when a pass ends (the loop runs
+-- out of batches) the epoch advances unless set_epoch was called meanwhile,
+-- so each pass has a new order without calling set_epoch.  (A loop left
+-- with break does not advance it.)
+function DataLoader:iter()
+  local loader = self
+  local epoch = self._epoch
+  local idx = epoch_indices(self, epoch)
+  local n, bs = idx:size(0), self.batch_size
+  local nb = self.drop_last and floor(n / bs) or ceil(n / bs)
+  local fields, ds = self._fields, self.dataset
+  local nf = fields and #fields
+  local f1, f2 = fields and fields[1], fields and fields[2]
+  local b = 0
+  local narrow, index_select = C.dl_narrow, C.dl_index_select
+  return function()
+    if b >= nb then
+      if b == nb then
+        b = nb + 1
+        if loader._epoch == epoch then loader._epoch = epoch + 1 end
+      end
+      return nil
+    end
+    local i = b
+    b = b + 1
+    local bi = new(narrow, idx, 0, i * bs, min(bs, n - i * bs))
+    if nf == 2 then
+      return i, new(index_select, f1, 0, bi), new(index_select, f2, 0, bi)
+    elseif nf == 1 then
+      return i, new(index_select, f1, 0, bi)
+    end
+    local out, k
+    if fields then
+      out, k = {}, nf
+      for f = 1, nf do out[f] = new(index_select, fields[f], 0, bi) end
+    else
+      out, k = stack_samples(ds, bi)
+    end
+    return i, unpack(out, 1, k)
+  end
+end
+
+function DataLoader:__tostring()
+  return ("DataLoader(%d batches of %d, %s, epoch %d)"):format(
+    self:len(), self.batch_size, self.shuffle and "shuffled" or tostring(self.sampler), self._epoch)
+end
+
+return data

@@ -1,0 +1,162 @@
+-- ddp.nn.functional: the functional forms of the network layers, as
+-- torch.nn.functional: activations and linear from tensor ops, the rest
+-- from fused C kernels with their own backward.
+local ddp = require "ddp"
+local core = require "ddp.core"
+local C, ffi = core.C, core.ffi
+local new, raise = core.new, core.raise
+local tensor_arg = core.tensor_arg
+
+core.add_lib_file(debug.getinfo(1, "S").source)
+
+local F = {}
+
+-- -- Activations and linear ----------------------------------------------------------
+
+function F.relu(x) return x:relu() end
+function F.gelu(x, opts) return x:gelu(opts and opts.approximate) end
+function F.silu(x) return x:silu() end
+function F.tanh(x) return x:tanh() end
+function F.sigmoid(x) return x:sigmoid() end
+function F.softmax(x, dim) return x:softmax(dim) end
+function F.log_softmax(x, dim) return x:log_softmax(dim) end
+
+-- y = x @ w^T + b, w [out, in], as torch.nn.functional.linear
+function F.linear(x, w, b)
+  x, w = tensor_arg(x, "linear", "input"), tensor_arg(w, "linear", "weight")
+  if w:dim() ~= 2 then raise(("linear: weight must be 2-D [out, in], got shape %s"):format(core.fmt_shape(w:shape()))) end
+  if x:dim() == 0 or x:size(-1) ~= w:size(1) then
+    raise(("linear: input of shape %s does not fit weight of shape %s (last dim %s vs in_features %d)")
+          :format(core.fmt_shape(x:shape()), core.fmt_shape(w:shape()), x:dim() > 0 and x:size(-1) or "none", w:size(1)))
+  end
+  if b ~= nil and x:dim() == 2 then return b:addmm(x, w:t()) end
+  local y = x:matmul(w:t())
+  if b ~= nil then y = y + b end
+  return y
+end
+
+-- -- Argument helpers -----------------------------------------------------------------
+
+local pairs_buf = {}
+for i = 1, 4 do pairs_buf[i] = ffi.new("int64_t[2]") end
+
+-- An int or {h, w} into one of four scratch pairs.
+local function pair(v, op, what, slot, dflt)
+  if v == nil then v = dflt end
+  if v == nil then return nil end
+  local p = pairs_buf[slot]
+  if type(v) == "number" then
+    if not core.is_integer(v) then raise(("%s: %s must be an integer or {h, w}, got %s"):format(op, what, tostring(v))) end
+    p[0], p[1] = v, v
+  elseif type(v) == "table" and #v == 2 and core.is_integer(v[1]) and core.is_integer(v[2]) then
+    p[0], p[1] = v[1], v[2]
+  else
+    raise(("%s: %s must be an integer or a table {h, w} of integers, got %s"):format(op, what, core.describe(v)))
+  end
+  return p
+end
+
+local reductions = { none = C.DL_REDUCTION_NONE, mean = C.DL_REDUCTION_MEAN, sum = C.DL_REDUCTION_SUM }
+local function reduction(r, op)
+  local v = reductions[r or "mean"]
+  if not v then raise(('%s: reduction must be "mean", "sum" or "none", got %s'):format(op, tostring(r))) end
+  return v
+end
+
+local function opt_tensor(v, op, what)
+  if v == nil then return nil end
+  return tensor_arg(v, op, what)
+end
+
+-- -- Convolution and pooling -------------------------------------------------------------
+
+-- conv2d(x, weight, bias, {stride=, padding=, dilation=, groups=})
+function F.conv2d(x, w, b, opts)
+  opts = opts or {}
+  return new(C.dl_f_conv2d, tensor_arg(x, "conv2d", "input"), tensor_arg(w, "conv2d", "weight"),
+             opt_tensor(b, "conv2d", "bias"), pair(opts.stride, "conv2d", "stride", 1, 1),
+             pair(opts.padding, "conv2d", "padding", 2, 0), pair(opts.dilation, "conv2d", "dilation", 3, 1),
+             opts.groups or 1)
+end
+
+-- max_pool2d(x, kernel, {stride=, padding=, dilation=, ceil_mode=, return_indices=})
+function F.max_pool2d(x, kernel, opts)
+  opts = opts or {}
+  local out, idx = core.new2(C.dl_f_max_pool2d, tensor_arg(x, "max_pool2d", "input"),
+                             pair(kernel, "max_pool2d", "kernel_size", 1),
+                             pair(opts.stride, "max_pool2d", "stride", 2),
+                             pair(opts.padding, "max_pool2d", "padding", 3, 0),
+                             pair(opts.dilation, "max_pool2d", "dilation", 4, 1),
+                             opts.ceil_mode and 1 or 0)
+  if opts.return_indices then return out, idx end
+  return out
+end
+
+function F.avg_pool2d(x, kernel, opts)
+  opts = opts or {}
+  return new(C.dl_f_avg_pool2d, tensor_arg(x, "avg_pool2d", "input"),
+             pair(kernel, "avg_pool2d", "kernel_size", 1), pair(opts.stride, "avg_pool2d", "stride", 2),
+             pair(opts.padding, "avg_pool2d", "padding", 3, 0), opts.ceil_mode and 1 or 0,
+             opts.count_include_pad == false and 0 or 1, opts.divisor_override or 0)
+end
+
+-- -- Embedding, normalisation, dropout ---------------------------------------------------
+
+function F.embedding(idx, weight, opts)
+  opts = opts or {}
+  weight = tensor_arg(weight, "embedding", "weight")
+  local pad = opts.padding_idx
+  if pad == nil then pad = -1 elseif pad < 0 then pad = pad + weight:size(0) end
+  return new(C.dl_f_embedding, weight, tensor_arg(idx, "embedding", "input"), pad,
+             opts.scale_grad_by_freq and 1 or 0)
+end
+
+local shape_buf = ffi.new("int64_t[8]")
+function F.layer_norm(x, normalized_shape, w, b, eps)
+  if type(normalized_shape) == "number" then normalized_shape = { normalized_shape } end
+  if type(normalized_shape) ~= "table" then raise("layer_norm: normalized_shape must be an integer or a table") end
+  for i = 1, #normalized_shape do shape_buf[i - 1] = normalized_shape[i] end
+  return new(C.dl_f_layer_norm, tensor_arg(x, "layer_norm", "input"), shape_buf, #normalized_shape,
+             opt_tensor(w, "layer_norm", "weight"), opt_tensor(b, "layer_norm", "bias"), eps or 1e-5)
+end
+
+-- batch_norm(x, running_mean, running_var, {weight=, bias=, training=, momentum=, eps=})
+function F.batch_norm(x, running_mean, running_var, opts)
+  opts = opts or {}
+  return new(C.dl_f_batch_norm, tensor_arg(x, "batch_norm", "input"), opt_tensor(opts.weight, "batch_norm", "weight"),
+             opt_tensor(opts.bias, "batch_norm", "bias"), opt_tensor(running_mean, "batch_norm", "running_mean"),
+             opt_tensor(running_var, "batch_norm", "running_var"), opts.training and 1 or 0,
+             opts.momentum or 0.1, opts.eps or 1e-5)
+end
+
+function F.dropout(x, p, training)
+  p = p or 0.5
+  if type(p) ~= "number" or p < 0 or p > 1 then raise("dropout: p must be a number in [0, 1], got " .. tostring(p)) end
+  return new(C.dl_f_dropout, tensor_arg(x, "dropout", "input"), p, training == false and 0 or 1)
+end
+
+-- -- Losses --------------------------------------------------------------------------------
+
+-- cross_entropy(logits, target, {weight=, ignore_index=-100, label_smoothing=0, reduction="mean"})
+function F.cross_entropy(x, target, opts)
+  opts = opts or {}
+  return new(C.dl_f_cross_entropy, tensor_arg(x, "cross_entropy", "input"),
+             tensor_arg(target, "cross_entropy", "target"), opt_tensor(opts.weight, "cross_entropy", "weight"),
+             opts.ignore_index or -100, opts.label_smoothing or 0, reduction(opts.reduction, "cross_entropy"))
+end
+
+function F.nll_loss(logp, target, opts)
+  opts = opts or {}
+  return new(C.dl_f_nll_loss, tensor_arg(logp, "nll_loss", "input"), tensor_arg(target, "nll_loss", "target"),
+             opt_tensor(opts.weight, "nll_loss", "weight"), opts.ignore_index or -100,
+             reduction(opts.reduction, "nll_loss"))
+end
+
+function F.mse_loss(input, target, opts)
+  opts = opts or {}
+  return new(C.dl_f_mse_loss, tensor_arg(input, "mse_loss", "input"), tensor_arg(target, "mse_loss", "target"),
+             reduction(opts.reduction, "mse_loss"))
+end
+
+local _ = ddp
+return F

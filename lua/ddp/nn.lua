@@ -1,0 +1,531 @@
+-- ddp.nn: modules as in torch.nn.  A module registers what is assigned to
+-- it: other modules become children, tensors that require grad become
+-- parameters, register_buffer adds buffers; names are kept in assignment
+-- order, so state_dict names read "layers.0.weight" as in PyTorch.
+--
+--   local Net = nn.Module:extend("Net")
+--   function Net:init(hidden) self.fc1 = nn.Linear(784, hidden) ... end
+--   function Net:forward(x) return self.fc1(x):relu() end
+--   local model = Net(128)
+local ddp = require "ddp"
+local core = require "ddp.core"
+local F = require "ddp.functional"
+local raise = core.raise
+
+core.add_lib_file(debug.getinfo(1, "S").source)
+
+local nn = { functional = F }
+
+-- -- Module ---------------------------------------------------------------------------
+
+local Module = { __name = "Module" }
+nn.Module = Module
+
+local function is_module(v)
+  return type(v) == "table" and rawget(v, "_fields") ~= nil
+end
+
+local function module_mt(class)
+  return {
+    __index = function(self, k)
+      local v = rawget(self, "_fields")[k]
+      if v ~= nil then return v end
+      return class[k]
+    end,
+    __newindex = function(self, k, v) self:_set(k, v) end,
+    __call = function(self, ...) return self:forward(...) end,
+    __tostring = function(self) return self:repr("") end,
+  }
+end
+
+-- A new class: Class(...) creates an instance and calls Class.init(self, ...).
+function Module:extend(name)
+  local class = setmetatable({}, { __index = self })
+  class.__name = name or "Module"
+  class._mt = module_mt(class)
+  getmetatable(class).__call = function(c, ...) return c:new(...) end
+  return class
+end
+
+function Module:new(...)
+  local obj = setmetatable({ _fields = {}, _params = {}, _buffers = {}, _modules = {},
+                             _nonpersistent = {} }, self._mt)
+  obj._fields.training = true
+  if self.init then self.init(obj, ...) end
+  return obj
+end
+
+local function remove(list, name)
+  for i = #list, 1, -1 do
+    if list[i] == name then table.remove(list, i) end
+  end
+end
+
+local function append(list, name)
+  remove(list, name)
+  list[#list + 1] = name
+end
+
+function Module:_set(k, v)
+  local f = rawget(self, "_fields")
+  remove(self._params, k)
+  remove(self._modules, k)
+  if is_module(v) then
+    append(self._modules, k)
+  elseif core.is_tensor(v) and v.requires_grad and v.is_leaf then
+    append(self._params, k)
+  elseif core.is_tensor(v) and f[k] ~= nil and core.is_tensor(f[k]) then
+    -- a registered buffer keeps its registration when replaced
+  elseif v == nil then
+    remove(self._buffers, k)
+  end
+  f[k] = v
+end
+
+function Module:register_parameter(name, t)
+  if t ~= nil and not core.is_tensor(t) then raise("register_parameter: expected a tensor, got " .. core.describe(t)) end
+  if t ~= nil and not t.requires_grad then t:requires_grad_() end
+  self:_set(name, t)
+end
+
+-- Buffers: state that is saved and moved with the module but not trained
+-- (BatchNorm's running statistics, a step counter); persistent = false
+-- leaves it out of state_dict.
+function Module:register_buffer(name, t, persistent)
+  if t ~= nil and not core.is_tensor(t) then raise("register_buffer: expected a tensor, got " .. core.describe(t)) end
+  rawget(self, "_fields")[name] = t
+  append(self._buffers, name)
+  self._nonpersistent[name] = persistent == false or nil
+end
+
+function Module:add_module(name, m)
+  if not is_module(m) then raise("add_module: expected a module, got " .. core.describe(m)) end
+  self:_set(name, m)
+end
+
+function Module:forward()
+  raise(self.__name .. ": forward is not defined")
+end
+
+-- -- Traversal ----------------------------------------------------------------------------
+
+function Module:named_modules(prefix, out)
+  out = out or {}
+  prefix = prefix or ""
+  out[#out + 1] = { prefix, self }
+  for _, name in ipairs(self._modules) do
+    local m = self._fields[name]
+    if m then m:named_modules(prefix == "" and name or (prefix .. "." .. name), out) end
+  end
+  return out
+end
+
+function Module:modules()
+  local r = {}
+  for i, p in ipairs(self:named_modules()) do r[i] = p[2] end
+  return r
+end
+
+function Module:children()
+  local r = {}
+  for _, name in ipairs(self._modules) do r[#r + 1] = self._fields[name] end
+  return r
+end
+
+function Module:named_children()
+  local r = {}
+  for _, name in ipairs(self._modules) do r[#r + 1] = { name, self._fields[name] } end
+  return r
+end
+
+-- A list of {name, tensor}, in PyTorch's order.
+local function named(self, list_field, skip_nonpersistent)
+  local r = {}
+  for _, pm in ipairs(self:named_modules()) do
+    local prefix, m = pm[1], pm[2]
+    for _, name in ipairs(m[list_field]) do
+      local t = m._fields[name]
+      if t ~= nil and not (skip_nonpersistent and m._nonpersistent[name]) then
+        r[#r + 1] = { prefix == "" and name or (prefix .. "." .. name), t }
+      end
+    end
+  end
+  return r
+end
+
+function Module:named_parameters() return named(self, "_params") end
+function Module:named_buffers() return named(self, "_buffers") end
+
+function Module:parameters()
+  local r = {}
+  for i, p in ipairs(self:named_parameters()) do r[i] = p[2] end
+  return r
+end
+
+function Module:buffers()
+  local r = {}
+  for i, p in ipairs(self:named_buffers()) do r[i] = p[2] end
+  return r
+end
+
+function Module:apply(fn)
+  for _, m in ipairs(self:modules()) do fn(m) end
+  return self
+end
+
+function Module:train(mode)
+  mode = mode ~= false
+  for _, m in ipairs(self:modules()) do m._fields.training = mode end
+  return self
+end
+
+function Module:eval() return self:train(false) end
+
+function Module:zero_grad()
+  for _, p in ipairs(self:parameters()) do p.grad = nil end
+end
+
+-- to(dtype): parameters and floating buffers become new tensors of that
+-- dtype (create optimizers after, as in PyTorch); to("cpu") is a no-op.
+function Module:to(what)
+  if what == "cpu" then return self end
+  if type(what) == "string" and what:match("^cuda") then core.device_arg(what, "Module:to") end
+  for _, m in ipairs(self:modules()) do
+    local names = { unpack(m._params) }  -- _set reorders m._params
+    for _, name in ipairs(names) do
+      local p = m._fields[name]
+      m._fields[name] = ddp.no_grad(function() return p:to(what):clone() end):requires_grad_()
+    end
+    for _, name in ipairs(m._buffers) do
+      local b = m._fields[name]
+      if b and b:is_floating_point() then m._fields[name] = b:to(what) end
+    end
+  end
+  return self
+end
+function Module:float() return self:to("float32") end
+function Module:double() return self:to("float64") end
+
+-- -- State -------------------------------------------------------------------------------
+
+-- name -> tensor (detached, sharing data): parameters and persistent
+-- buffers; never a "module." prefix.
+function Module:state_dict()
+  local sd = {}
+  for _, p in ipairs(named(self, "_params")) do sd[p[1]] = p[2]:detach() end
+  for _, b in ipairs(named(self, "_buffers", true)) do sd[b[1]] = b[2]:detach() end
+  return sd
+end
+
+-- Copies sd's tensors into the module.  strict (default true): any missing,
+-- unexpected or mis-shaped key is an error listing all of them; otherwise
+-- returns {missing_keys =, unexpected_keys =} and skips what does not fit.
+function Module:load_state_dict(sd, opts)
+  if type(sd) ~= "table" then raise("load_state_dict: expected a table of name -> tensor") end
+  local strict = not (opts and opts.strict == false)
+  local own = {}
+  for _, p in ipairs(named(self, "_params")) do own[p[1]] = p[2] end
+  for _, b in ipairs(named(self, "_buffers", true)) do own[b[1]] = b[2] end
+  local missing, unexpected, misshaped = {}, {}, {}
+  for name, t in pairs(own) do
+    local v = sd[name]
+    if v == nil then
+      missing[#missing + 1] = name
+    elseif not core.is_tensor(v) then
+      misshaped[#misshaped + 1] = ("%s (a %s, not a tensor)"):format(name, core.describe(v))
+    elseif v:numel() ~= t:numel() or #v:shape() ~= #t:shape() or core.fmt_shape(v:shape()) ~= core.fmt_shape(t:shape()) then
+      misshaped[#misshaped + 1] = ("%s (checkpoint %s, model %s)"):format(name, core.fmt_shape(v:shape()), core.fmt_shape(t:shape()))
+    end
+  end
+  for name in pairs(sd) do
+    if own[name] == nil then unexpected[#unexpected + 1] = tostring(name) end
+  end
+  table.sort(missing); table.sort(unexpected); table.sort(misshaped)
+  if #misshaped > 0 or (strict and (#missing > 0 or #unexpected > 0)) then
+    local parts = {}
+    if #missing > 0 then parts[#parts + 1] = "missing keys: " .. table.concat(missing, ", ") end
+    if #unexpected > 0 then parts[#parts + 1] = "unexpected keys: " .. table.concat(unexpected, ", ") end
+    if #misshaped > 0 then parts[#parts + 1] = "shape mismatch: " .. table.concat(misshaped, ", ") end
+    raise("load_state_dict: " .. table.concat(parts, "; "))
+  end
+  ddp.no_grad(function()
+    for name, t in pairs(own) do
+      if sd[name] ~= nil then t:copy_(sd[name]) end
+    end
+  end)
+  return { missing_keys = missing, unexpected_keys = unexpected }
+end
+
+function Module:num_parameters()
+  local n = 0
+  for _, p in ipairs(self:parameters()) do n = n + p:numel() end
+  return n
+end
+
+-- -- Printing --------------------------------------------------------------------------
+
+function Module:extra_repr() return "" end
+
+function Module:repr(indent)
+  local lines = {}
+  for _, nc in ipairs(self:named_children()) do
+    lines[#lines + 1] = indent .. "  (" .. nc[1] .. "): " .. nc[2]:repr(indent .. "  ")
+  end
+  local head = self.__name .. "(" .. self:extra_repr()
+  if #lines == 0 then return head .. ")" end
+  return head .. "\n" .. table.concat(lines, "\n") .. "\n" .. indent .. ")"
+end
+
+-- -- Initialisation ------------------------------------------------------------------------
+
+local init = {}
+nn.init = init
+
+function init.uniform_(t, a, b) return ddp.no_grad(function() return t:uniform_(a, b) end) end
+function init.normal_(t, mean, std) return ddp.no_grad(function() return t:normal_(mean or 0, std or 1) end) end
+function init.zeros_(t) return ddp.no_grad(function() return t:zero_() end) end
+function init.ones_(t) return ddp.no_grad(function() return t:fill_(1) end) end
+
+local function fans(t)
+  local s = t:shape()
+  local receptive = 1
+  for i = 3, #s do receptive = receptive * s[i] end
+  return s[2] * receptive, s[1] * receptive
+end
+
+-- kaiming_uniform_(t, a): PyTorch's default for Linear and Conv weights
+-- (a = sqrt(5) gives bound 1 / sqrt(fan_in)).
+function init.kaiming_uniform_(t, a)
+  local fan_in = fans(t)
+  local gain = math.sqrt(2 / (1 + (a or 0) ^ 2))
+  local bound = gain * math.sqrt(3 / fan_in)
+  return init.uniform_(t, -bound, bound)
+end
+
+function init.xavier_uniform_(t, gain)
+  local fan_in, fan_out = fans(t)
+  local bound = (gain or 1) * math.sqrt(6 / (fan_in + fan_out))
+  return init.uniform_(t, -bound, bound)
+end
+
+-- -- Layers ------------------------------------------------------------------------------------
+
+local function param(...) return ddp.empty(...):requires_grad_() end
+
+nn.Linear = Module:extend("Linear")
+function nn.Linear:init(in_features, out_features, opts)
+  opts = opts or {}
+  if not core.is_integer(in_features) or not core.is_integer(out_features) then
+    raise("Linear: in_features and out_features must be integers")
+  end
+  self.in_features, self.out_features = in_features, out_features
+  self.weight = param(out_features, in_features, { dtype = opts.dtype })
+  init.kaiming_uniform_(self.weight, math.sqrt(5))
+  if opts.bias ~= false then
+    self.bias = param(out_features, { dtype = opts.dtype })
+    local bound = in_features > 0 and 1 / math.sqrt(in_features) or 0
+    init.uniform_(self.bias, -bound, bound)
+  end
+end
+function nn.Linear:forward(x) return F.linear(x, self.weight, self.bias) end
+function nn.Linear:extra_repr()
+  return ("in_features=%d, out_features=%d, bias=%s"):format(self.in_features, self.out_features,
+                                                             self.bias ~= nil and "True" or "False")
+end
+
+local function as_pair(v) return type(v) == "table" and v or { v, v } end
+
+nn.Conv2d = Module:extend("Conv2d")
+function nn.Conv2d:init(in_ch, out_ch, kernel, opts)
+  opts = opts or {}
+  local k = as_pair(kernel)
+  local groups = opts.groups or 1
+  if in_ch % groups ~= 0 or out_ch % groups ~= 0 then
+    raise(("Conv2d: in_channels %d and out_channels %d must be divisible by groups %d"):format(in_ch, out_ch, groups))
+  end
+  self.in_channels, self.out_channels, self.kernel_size = in_ch, out_ch, k
+  self.stride, self.padding, self.dilation, self.groups = opts.stride or 1, opts.padding or 0, opts.dilation or 1, groups
+  self.weight = param(out_ch, in_ch / groups, k[1], k[2], { dtype = opts.dtype })
+  init.kaiming_uniform_(self.weight, math.sqrt(5))
+  if opts.bias ~= false then
+    self.bias = param(out_ch, { dtype = opts.dtype })
+    local bound = 1 / math.sqrt(in_ch / groups * k[1] * k[2])
+    init.uniform_(self.bias, -bound, bound)
+  end
+end
+function nn.Conv2d:forward(x)
+  return F.conv2d(x, self.weight, self.bias, { stride = self.stride, padding = self.padding,
+                                               dilation = self.dilation, groups = self.groups })
+end
+function nn.Conv2d:extra_repr()
+  return ("%d, %d, kernel_size=(%d, %d), stride=%s, padding=%s"):format(self.in_channels, self.out_channels,
+    self.kernel_size[1], self.kernel_size[2], tostring(self.stride), tostring(self.padding))
+end
+
+nn.MaxPool2d = Module:extend("MaxPool2d")
+function nn.MaxPool2d:init(kernel, opts)
+  self.kernel_size, self.opts = kernel, opts or {}
+end
+function nn.MaxPool2d:forward(x) return F.max_pool2d(x, self.kernel_size, self.opts) end
+function nn.MaxPool2d:extra_repr() return "kernel_size=" .. tostring(self.kernel_size) end
+
+nn.AvgPool2d = Module:extend("AvgPool2d")
+function nn.AvgPool2d:init(kernel, opts)
+  self.kernel_size, self.opts = kernel, opts or {}
+end
+function nn.AvgPool2d:forward(x) return F.avg_pool2d(x, self.kernel_size, self.opts) end
+
+nn.Flatten = Module:extend("Flatten")
+function nn.Flatten:init(start_dim, end_dim) self.start_dim, self.end_dim = start_dim or 1, end_dim or -1 end
+function nn.Flatten:forward(x) return x:flatten(self.start_dim, self.end_dim) end
+
+local function activation(name, fn)
+  local cls = Module:extend(name)
+  cls.forward = fn
+  return cls
+end
+nn.ReLU = activation("ReLU", function(_, x) return x:relu() end)
+nn.SiLU = activation("SiLU", function(_, x) return x:silu() end)
+nn.Tanh = activation("Tanh", function(_, x) return x:tanh() end)
+nn.Sigmoid = activation("Sigmoid", function(_, x) return x:sigmoid() end)
+nn.Identity = activation("Identity", function(_, x) return x end)
+nn.GELU = Module:extend("GELU")
+function nn.GELU:init(opts) self.approximate = opts and opts.approximate or "none" end
+function nn.GELU:forward(x) return x:gelu(self.approximate) end
+
+nn.Dropout = Module:extend("Dropout")
+function nn.Dropout:init(p)
+  p = p or 0.5
+  if type(p) ~= "number" or p < 0 or p > 1 then raise("Dropout: p must be in [0, 1], got " .. tostring(p)) end
+  self.p = p
+end
+function nn.Dropout:forward(x) return F.dropout(x, self.p, self.training) end
+function nn.Dropout:extra_repr() return "p=" .. self.p end
+
+nn.LayerNorm = Module:extend("LayerNorm")
+function nn.LayerNorm:init(shape, opts)
+  opts = opts or {}
+  self.normalized_shape = type(shape) == "table" and shape or { shape }
+  self.eps = opts.eps or 1e-5
+  if opts.elementwise_affine ~= false then
+    self.weight = ddp.ones(self.normalized_shape, { dtype = opts.dtype }):requires_grad_()
+    self.bias = ddp.zeros(self.normalized_shape, { dtype = opts.dtype }):requires_grad_()
+  end
+end
+function nn.LayerNorm:forward(x) return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps) end
+
+local function batch_norm_class(name, dims)
+  local cls = Module:extend(name)
+  function cls:init(num_features, opts)
+    opts = opts or {}
+    self.num_features, self.eps = num_features, opts.eps or 1e-5
+    self.momentum = opts.momentum == nil and 0.1 or opts.momentum
+    if opts.affine ~= false then
+      self.weight = ddp.ones(num_features, { dtype = opts.dtype }):requires_grad_()
+      self.bias = ddp.zeros(num_features, { dtype = opts.dtype }):requires_grad_()
+    end
+    self.track_running_stats = opts.track_running_stats ~= false
+    if self.track_running_stats then
+      self:register_buffer("running_mean", ddp.zeros(num_features, { dtype = opts.dtype }))
+      self:register_buffer("running_var", ddp.ones(num_features, { dtype = opts.dtype }))
+      self:register_buffer("num_batches_tracked", ddp.zeros({}, { dtype = "int64" }))
+    end
+  end
+  function cls:forward(x)
+    if not dims[x:dim()] then
+      raise(("%s: expected %s input, got %d-D (shape %s)"):format(name, dims.text, x:dim(), core.fmt_shape(x:shape())))
+    end
+    local use_batch = self.training or not self.track_running_stats
+    if self.training and self.track_running_stats then
+      ddp.no_grad(function() self.num_batches_tracked:add_(1) end)
+    end
+    return F.batch_norm(x, self.track_running_stats and self.running_mean or nil,
+                        self.track_running_stats and self.running_var or nil,
+                        { weight = self.weight, bias = self.bias, training = use_batch,
+                          momentum = self.momentum, eps = self.eps })
+  end
+  function cls:extra_repr() return ("%d, eps=%g, momentum=%g"):format(self.num_features, self.eps, self.momentum) end
+  return cls
+end
+nn.BatchNorm1d = batch_norm_class("BatchNorm1d", { [2] = true, [3] = true, text = "2-D or 3-D" })
+nn.BatchNorm2d = batch_norm_class("BatchNorm2d", { [4] = true, text = "4-D" })
+
+nn.Embedding = Module:extend("Embedding")
+function nn.Embedding:init(num, dim, opts)
+  opts = opts or {}
+  self.num_embeddings, self.embedding_dim, self.padding_idx = num, dim, opts.padding_idx
+  self.weight = ddp.randn(num, dim, { dtype = opts.dtype }):requires_grad_()
+  if opts.padding_idx then
+    local row = opts.padding_idx < 0 and opts.padding_idx + num or opts.padding_idx
+    ddp.no_grad(function() self.weight:select(0, row):zero_() end)
+  end
+end
+function nn.Embedding:forward(idx) return F.embedding(idx, self.weight, { padding_idx = self.padding_idx }) end
+
+-- -- Containers ---------------------------------------------------------------------------------
+
+nn.Sequential = Module:extend("Sequential")
+function nn.Sequential:init(...)
+  local mods = { ... }
+  if #mods == 1 and not is_module(mods[1]) and type(mods[1]) == "table" then mods = mods[1] end
+  for i, m in ipairs(mods) do
+    if not is_module(m) then raise(("Sequential: element %d is a %s, not a module"):format(i, core.describe(m))) end
+    self:add_module(tostring(i - 1), m)
+  end
+end
+function nn.Sequential:forward(x)
+  for _, m in ipairs(self:children()) do x = m(x) end
+  return x
+end
+function nn.Sequential:get(i) return self._fields[tostring(i)] end  -- 0-based, as seq[i]
+
+nn.ModuleList = Module:extend("ModuleList")
+function nn.ModuleList:init(mods)
+  for _, m in ipairs(mods or {}) do self:append(m) end
+end
+function nn.ModuleList:append(m)
+  if not is_module(m) then raise("ModuleList: append expects a module, got " .. core.describe(m)) end
+  self:add_module(tostring(#self._modules), m)
+  return self
+end
+function nn.ModuleList:get(i) return self._fields[tostring(i)] end
+function nn.ModuleList:len() return #self._modules end
+function nn.ModuleList:iter()
+  local i = -1
+  return function()
+    i = i + 1
+    local m = self._fields[tostring(i)]
+    if m then return i, m end
+  end
+end
+
+-- -- Utilities ----------------------------------------------------------------------------------
+
+nn.utils = {}
+
+-- Scales gradients so their total norm is at most max_norm; returns the
+-- total norm before clipping (a 0-dim tensor), as PyTorch.
+function nn.utils.clip_grad_norm(params, max_norm, norm_type)
+  norm_type = norm_type or 2
+  if type(params) ~= "table" or core.is_tensor(params) then params = { params } end
+  return ddp.no_grad(function()
+    local norms = {}
+    for _, p in ipairs(params) do
+      local g = p.grad
+      if g then norms[#norms + 1] = g:norm(norm_type):double() end
+    end
+    if #norms == 0 then return ddp.tensor(0, { dtype = "float32" }) end
+    local total = ddp.stack(norms):norm(norm_type)
+    local coef = max_norm / (total:item() + 1e-6)
+    if coef < 1 then
+      for _, p in ipairs(params) do
+        local g = p.grad
+        if g then g:mul_(coef) end
+      end
+    end
+    return total:float()
+  end)
+end
+nn.utils.clip_grad_norm_ = nn.utils.clip_grad_norm
+
+return nn

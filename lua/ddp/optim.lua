@@ -1,0 +1,340 @@
+-- ddp.optim: SGD, Adam and AdamW (each step one fused C loop per
+-- parameter) and learning-rate schedulers, with state_dicts laid out as
+-- PyTorch's ({state = {[0] = {...}}, param_groups = {{lr = ..., params = {0, 1}}}}).
+local ddp = require "ddp"
+local core = require "ddp.core"
+local C = core.C
+local check, raise = core.check, core.raise
+
+core.add_lib_file(debug.getinfo(1, "S").source)
+
+local optim = {}
+
+-- -- The optimizer base -----------------------------------------------------------
+
+local Optimizer = {}
+Optimizer.__index = Optimizer
+
+-- params: a list of tensors (model:parameters()), or a list of groups
+-- {params = {...}, lr = ...} whose options override the defaults.
+local function new_optimizer(class, name, params, defaults, opts)
+  if type(params) ~= "table" or core.is_tensor(params) then
+    raise(name .. ": params must be a list of tensors (model:parameters()) or of groups {params = ...}")
+  end
+  opts = opts or {}
+  for k in pairs(opts) do
+    if defaults[k] == nil then raise(("%s: unknown option %q"):format(name, tostring(k))) end
+  end
+  local self = setmetatable({ name = name, defaults = {}, param_groups = {}, state = {} }, class)
+  for k, v in pairs(defaults) do self.defaults[k] = opts[k] == nil and v or opts[k] end
+  local groups = (params[1] ~= nil and core.is_tensor(params[1])) and { { params = params } } or params
+  if #groups == 0 then raise(name .. ": got an empty parameter list") end
+  local seen, index = {}, 0
+  for gi, g in ipairs(groups) do
+    if type(g) ~= "table" or type(g.params) ~= "table" then
+      raise(("%s: parameter group %d needs a params list"):format(name, gi))
+    end
+    local group = { params = {} }
+    for k, v in pairs(self.defaults) do group[k] = v end
+    for k, v in pairs(g) do
+      if k ~= "params" then
+        if self.defaults[k] == nil then raise(("%s: unknown option %q in group %d"):format(name, tostring(k), gi)) end
+        group[k] = v
+      end
+    end
+    for pi, p in ipairs(g.params) do
+      if not core.is_tensor(p) then
+        raise(("%s: parameter %d of group %d is a %s, not a tensor"):format(name, pi, gi, core.describe(p)))
+      end
+      local key = tostring(core.ffi.cast("void *", p))
+      if seen[key] then raise(("%s: a parameter appears twice (group %d, position %d)"):format(name, gi, pi)) end
+      seen[key] = true
+      group.params[#group.params + 1] = p
+      index = index + 1
+    end
+    self.param_groups[gi] = group
+  end
+  if type(self.defaults.lr) ~= "number" or self.defaults.lr < 0 then
+    raise(name .. ": lr must be a non-negative number, got " .. tostring(self.defaults.lr))
+  end
+  return self
+end
+
+-- Every parameter with its 0-based index across groups (PyTorch's numbering).
+function Optimizer:each()
+  local gi, pi, idx = 1, 0, -1
+  return function()
+    while true do
+      local g = self.param_groups[gi]
+      if not g then return nil end
+      pi = pi + 1
+      if g.params[pi] then
+        idx = idx + 1
+        return idx, g.params[pi], g
+      end
+      gi, pi = gi + 1, 0
+    end
+  end
+end
+
+-- set_to_none (default true) frees the gradients; false zeroes them in place.
+function Optimizer:zero_grad(set_to_none)
+  for _, p in self:each() do
+    if set_to_none == false then
+      local g = p.grad
+      if g then ddp.no_grad(function() g:zero_() end) end
+    else
+      p.grad = nil
+    end
+  end
+end
+
+function Optimizer:step(closure)
+  local loss = closure and ddp.enable_grad(closure) or nil
+  ddp.no_grad(function()
+    for idx, p, g in self:each() do
+      local grad = p.grad
+      if grad then
+        self.state[idx] = self.state[idx] or {}
+        self:update(p, grad, self.state[idx], g)
+      end
+    end
+  end)
+  return loss
+end
+
+local function copy_value(v)
+  if core.is_tensor(v) then return v:clone() end
+  if type(v) == "table" then
+    local r = {}
+    for k, x in pairs(v) do r[k] = copy_value(x) end
+    return r
+  end
+  return v
+end
+
+function Optimizer:state_dict()
+  local groups, state = {}, {}
+  local idx = 0
+  for gi, g in ipairs(self.param_groups) do
+    local out = { params = {} }
+    for k, v in pairs(g) do
+      if k ~= "params" then out[k] = copy_value(v) end
+    end
+    for _ in ipairs(g.params) do
+      out.params[#out.params + 1] = idx
+      idx = idx + 1
+    end
+    groups[gi] = out
+  end
+  for k, s in pairs(self.state) do state[k] = copy_value(s) end
+  return { state = state, param_groups = groups }
+end
+
+function Optimizer:load_state_dict(sd)
+  local name = self.name .. ".load_state_dict"
+  if type(sd) ~= "table" or type(sd.param_groups) ~= "table" or type(sd.state) ~= "table" then
+    raise(name .. ": expected a table with state and param_groups (from state_dict())")
+  end
+  if #sd.param_groups ~= #self.param_groups then
+    raise(("%s: the state has %d parameter groups, the optimizer %d"):format(name, #sd.param_groups, #self.param_groups))
+  end
+  for gi, g in ipairs(self.param_groups) do
+    local sg = sd.param_groups[gi]
+    if #(sg.params or {}) ~= #g.params then
+      raise(("%s: group %d has %d parameters in the state, %d in the optimizer"):format(name, gi, #(sg.params or {}), #g.params))
+    end
+  end
+  local params = {}
+  for idx, p in self:each() do params[idx] = p end
+  for k, s in pairs(sd.state) do
+    local idx = tonumber(k)
+    local p = idx and params[idx]
+    if not p then raise(("%s: state for parameter %s, which the optimizer does not have"):format(name, tostring(k))) end
+    for field, v in pairs(s) do
+      if core.is_tensor(v) and (v:numel() ~= p:numel()) then
+        raise(("%s: state %s.%s has %d elements, the parameter %d"):format(name, tostring(k), field, v:numel(), p:numel()))
+      end
+    end
+  end
+  for gi, g in ipairs(self.param_groups) do
+    for k, v in pairs(sd.param_groups[gi]) do
+      if k ~= "params" then g[k] = copy_value(v) end
+    end
+  end
+  self.state = {}
+  for k, s in pairs(sd.state) do
+    local idx = tonumber(k)
+    local st = copy_value(s)
+    for field, v in pairs(st) do  -- state tensors follow the parameter's dtype and shape
+      if core.is_tensor(v) and field ~= "step" then st[field] = v:to(params[idx]:dtype()):view(params[idx]:shape()) end
+    end
+    self.state[idx] = st
+  end
+end
+
+-- -- SGD ------------------------------------------------------------------------------
+
+optim.SGD = setmetatable({}, { __index = Optimizer })
+optim.SGD.__index = optim.SGD
+
+function optim.SGD.new(params, opts)
+  local self = new_optimizer(optim.SGD, "SGD", params,
+    { lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false, maximize = false }, opts)
+  if self.defaults.nesterov and (self.defaults.momentum <= 0 or self.defaults.dampening ~= 0) then
+    raise("SGD: nesterov needs momentum > 0 and dampening 0")
+  end
+  return self
+end
+
+function optim.SGD:update(p, grad, st, g)
+  local buf, first = nil, 0
+  if g.momentum ~= 0 then
+    if not st.momentum_buffer then
+      st.momentum_buffer = ddp.zeros_like(p)
+      first = 1
+    end
+    buf = st.momentum_buffer
+  end
+  check(C.dl_sgd_step(p, grad:contiguous(), buf, g.lr, g.momentum, g.dampening,
+                      g.weight_decay, g.nesterov and 1 or 0, first, g.maximize and 1 or 0))
+end
+
+-- -- Adam and AdamW -------------------------------------------------------------------
+
+local function adam_class(name, decoupled, wd)
+  local cls = setmetatable({}, { __index = Optimizer })
+  cls.__index = cls
+  function cls.new(params, opts)
+    local self = new_optimizer(cls, name, params,
+      { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = wd, amsgrad = false, maximize = false }, opts)
+    local b = self.defaults.betas
+    if type(b) ~= "table" or not (b[1] >= 0 and b[1] < 1 and b[2] >= 0 and b[2] < 1) then
+      raise(name .. ": betas must be a table {beta1, beta2} with values in [0, 1)")
+    end
+    return self
+  end
+  function cls:update(p, grad, st, g)
+    if not st.step then
+      st.step = 0
+      st.exp_avg = ddp.zeros_like(p)
+      st.exp_avg_sq = ddp.zeros_like(p)
+      if g.amsgrad then st.max_exp_avg_sq = ddp.zeros_like(p) end
+    end
+    st.step = st.step + 1
+    check(C.dl_adam_step(p, grad:contiguous(), st.exp_avg, st.exp_avg_sq,
+                         g.amsgrad and st.max_exp_avg_sq or nil, st.step, g.lr,
+                         g.betas[1], g.betas[2], g.eps, g.weight_decay,
+                         decoupled and 1 or 0, g.maximize and 1 or 0))
+  end
+  return cls
+end
+optim.Adam = adam_class("Adam", false, 0)
+optim.AdamW = adam_class("AdamW", true, 1e-2)
+
+-- optim.SGD(params, opts) as in PyTorch
+for _, name in ipairs { "SGD", "Adam", "AdamW" } do
+  setmetatable(optim[name], { __index = Optimizer, __call = function(cls, ...) return cls.new(...) end })
+end
+
+-- -- Learning-rate schedulers --------------------------------------------------------
+
+local Scheduler = {}
+Scheduler.__index = Scheduler
+
+local function new_scheduler(cls, name, opt, fields)
+  if getmetatable(opt) == nil or type(opt.param_groups) ~= "table" then
+    raise(name .. ": expected an optimizer from ddp.optim")
+  end
+  local self = setmetatable(fields, cls)
+  self.optimizer = opt
+  self.name = name
+  self.last_epoch = 0
+  self.base_lrs = {}
+  for i, g in ipairs(opt.param_groups) do self.base_lrs[i] = g.initial_lr or g.lr; g.initial_lr = self.base_lrs[i] end
+  self:apply()
+  return self
+end
+
+function Scheduler:apply()
+  for i, g in ipairs(self.optimizer.param_groups) do g.lr = self:lr_at(self.base_lrs[i], self.last_epoch) end
+end
+
+function Scheduler:step()
+  self.last_epoch = self.last_epoch + 1
+  self:apply()
+end
+
+function Scheduler:get_last_lr()
+  local r = {}
+  for i, g in ipairs(self.optimizer.param_groups) do r[i] = g.lr end
+  return r
+end
+
+function Scheduler:state_dict()
+  local s = {}
+  for k, v in pairs(self) do
+    if k ~= "optimizer" then s[k] = copy_value(v) end
+  end
+  return s
+end
+
+function Scheduler:load_state_dict(s)
+  for k, v in pairs(s) do
+    if k ~= "optimizer" then self[k] = copy_value(v) end
+  end
+  self:apply()
+end
+
+local function scheduler_class(name, check_opts, lr_at)
+  local cls = setmetatable({}, { __index = Scheduler })
+  cls.__index = cls
+  cls.lr_at = lr_at
+  setmetatable(cls, { __index = Scheduler, __call = function(c, opt, opts)
+    opts = opts or {}
+    local fields = check_opts(opts)
+    return new_scheduler(c, name, opt, fields)
+  end })
+  return cls
+end
+
+local function need(opts, key, name, min)
+  local v = opts[key]
+  if type(v) ~= "number" or v < (min or 0) then
+    raise(("%s: %s must be a number >= %s, got %s"):format(name, key, tostring(min or 0), tostring(v)))
+  end
+  return v
+end
+
+optim.lr_scheduler = {}
+
+-- lr = base * gamma ^ floor(epoch / step_size)
+optim.lr_scheduler.StepLR = scheduler_class("StepLR", function(o)
+  return { step_size = need(o, "step_size", "StepLR", 1), gamma = o.gamma or 0.1 }
+end, function(self, base, e)
+  return base * self.gamma ^ math.floor(e / self.step_size)
+end)
+
+-- linear warm-up from 0 over warmup_steps, then cosine down to min_lr at total_steps
+optim.lr_scheduler.CosineWithWarmup = scheduler_class("CosineWithWarmup", function(o)
+  local total = need(o, "total_steps", "CosineWithWarmup", 1)
+  local warm = o.warmup_steps or 0
+  if warm >= total then raise("CosineWithWarmup: warmup_steps must be less than total_steps") end
+  return { total_steps = total, warmup_steps = warm, min_lr = o.min_lr or 0 }
+end, function(self, base, e)
+  if e < self.warmup_steps then return base * (e + 1) / self.warmup_steps end
+  local t = math.min(1, (e - self.warmup_steps) / (self.total_steps - self.warmup_steps))
+  return self.min_lr + (base - self.min_lr) * 0.5 * (1 + math.cos(math.pi * t))
+end)
+
+-- linear from start_factor * base to end_factor * base over total_steps
+optim.lr_scheduler.LinearDecay = scheduler_class("LinearDecay", function(o)
+  return { total_steps = need(o, "total_steps", "LinearDecay", 1),
+           start_factor = o.start_factor or 1, end_factor = o.end_factor or 0 }
+end, function(self, base, e)
+  local t = math.min(1, e / self.total_steps)
+  return base * (self.start_factor + (self.end_factor - self.start_factor) * t)
+end)
+
+optim.Optimizer = Optimizer
+return optim

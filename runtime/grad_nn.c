@@ -1,0 +1,300 @@
+/*
+** grad_nn.c -- the differentiable neural network ops (dl_f_*): each runs
+** its kernel (nn_*.c) with grad mode off and records a node whose backward
+** calls the matching *_backward kernel.
+*/
+#include <string.h>
+
+#include "autograd.h"
+
+#define NOGRAD(stmt)                          \
+  do {                                        \
+    int was_ = dl_set_grad_enabled(0);        \
+    stmt;                                     \
+    dl_set_grad_enabled(was_);                \
+  } while (0)
+
+/* Attaches a node over ins to out when an input needs a gradient; saves
+** the tensors in save (NULL entries keep their slot).  Releases out and
+** returns NULL on failure. */
+static dl_tensor *record(dl_tensor *out, const char *name, ag_backward_fn fn,
+                         dl_tensor *const *ins, int nin,
+                         const dl_tensor *const *save, int nsave, ag_node **made) {
+  if (made) *made = NULL;
+  if (!out || !ag_needed(ins, nin)) return out;
+  ag_node *n = ag_node_new(name, fn, ins, nin);
+  int failed = !n;
+  for (int i = 0; !failed && i < nsave; i++) {
+    if (save[i]) {
+      failed = ag_save(n, save[i]);
+    } else {
+      n->saved[n->nsaved++] = NULL;  /* keeps positions fixed */
+    }
+  }
+  if (failed) {
+    ag_node_release(n);
+    dl_tensor_release(out);
+    return NULL;
+  }
+  if (ag_attach(out, n)) {
+    dl_tensor_release(out);
+    return NULL;
+  }
+  if (made) *made = n;
+  return out;
+}
+
+static void pair_store(int64_t *dst, const int64_t *p, int64_t dflt0, int64_t dflt1) {
+  dst[0] = p ? p[0] : dflt0;
+  dst[1] = p ? p[1] : dflt1;
+}
+
+/* -- conv2d -------------------------------------------------------------------- */
+
+static int conv_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  const int64_t *a = n->iarg;
+  return dl_conv2d_backward(g, n->saved[0], n->saved[1], a, a + 2, a + 4, a[6],
+                            n->needs[0], n->needs[1], n->needs[2], &gin[0], &gin[1],
+                            &gin[2]);
+}
+
+DL_API dl_tensor *dl_f_conv2d(const dl_tensor *x, const dl_tensor *w,
+                              const dl_tensor *b, const int64_t *stride,
+                              const int64_t *padding, const int64_t *dilation,
+                              int64_t groups) {
+  dl_tensor *out;
+  NOGRAD(out = dl_conv2d(x, w, b, stride, padding, dilation, groups));
+  dl_tensor *ins[3] = {(dl_tensor *)x, (dl_tensor *)w, (dl_tensor *)b};
+  const dl_tensor *save[2] = {x, w};
+  ag_node *n;
+  out = record(out, "ConvolutionBackward", conv_backward, ins, 3, save, 2, &n);
+  if (n) {
+    pair_store(n->iarg, stride, 1, 1);
+    pair_store(n->iarg + 2, padding, 0, 0);
+    pair_store(n->iarg + 4, dilation, 1, 1);
+    n->iarg[6] = groups;
+  }
+  return out;
+}
+
+/* -- Pooling --------------------------------------------------------------------- */
+
+static int maxpool_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  gin[0] = dl_max_pool2d_backward(g, n->saved[0], n->saved[1]);
+  return gin[0] ? 0 : -1;
+}
+
+DL_API int dl_f_max_pool2d(const dl_tensor *x, const int64_t *kernel,
+                           const int64_t *stride, const int64_t *padding,
+                           const int64_t *dilation, int ceil_mode,
+                           dl_tensor **out, dl_tensor **indices) {
+  int rc;
+  NOGRAD(rc = dl_max_pool2d(x, kernel, stride, padding, dilation, ceil_mode, out, indices));
+  if (rc) return rc;
+  dl_tensor *ins[1] = {(dl_tensor *)x};
+  const dl_tensor *save[2] = {x, *indices};
+  *out = record(*out, "MaxPool2DWithIndicesBackward", maxpool_backward, ins, 1, save, 2, NULL);
+  if (!*out) {
+    dl_tensor_release(*indices);
+    *indices = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+static int avgpool_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  const int64_t *a = n->iarg;
+  gin[0] = dl_avg_pool2d_backward(g, n->saved[0], a, a + 2, a + 4, (int)a[6], (int)a[7],
+                                  (int64_t)n->darg[0]);
+  return gin[0] ? 0 : -1;
+}
+
+DL_API dl_tensor *dl_f_avg_pool2d(const dl_tensor *x, const int64_t *kernel,
+                                  const int64_t *stride, const int64_t *padding,
+                                  int ceil_mode, int count_include_pad,
+                                  int64_t divisor_override) {
+  dl_tensor *out;
+  NOGRAD(out = dl_avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad,
+                             divisor_override));
+  dl_tensor *ins[1] = {(dl_tensor *)x};
+  const dl_tensor *save[1] = {x};
+  ag_node *n;
+  out = record(out, "AvgPool2DBackward", avgpool_backward, ins, 1, save, 1, &n);
+  if (n) {
+    pair_store(n->iarg, kernel, 1, 1);
+    pair_store(n->iarg + 2, stride ? stride : kernel, 1, 1);
+    pair_store(n->iarg + 4, padding, 0, 0);
+    n->iarg[6] = ceil_mode;
+    n->iarg[7] = count_include_pad;
+    n->darg[0] = (double)divisor_override;
+  }
+  return out;
+}
+
+/* -- Embedding ------------------------------------------------------------------- */
+
+static int embedding_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  gin[0] = dl_embedding_backward(g, n->saved[0], n->in_shape[0][0], n->iarg[0],
+                                 (int)n->iarg[1]);
+  return gin[0] ? 0 : -1;
+}
+
+DL_API dl_tensor *dl_f_embedding(const dl_tensor *weight, const dl_tensor *indices,
+                                 int64_t padding_idx, int scale_grad_by_freq) {
+  dl_tensor *out;
+  NOGRAD(out = dl_embedding(weight, indices));
+  dl_tensor *ins[1] = {(dl_tensor *)weight};
+  const dl_tensor *save[1] = {indices};
+  ag_node *n;
+  out = record(out, "EmbeddingBackward", embedding_backward, ins, 1, save, 1, &n);
+  if (n) n->iarg[0] = padding_idx, n->iarg[1] = scale_grad_by_freq;
+  return out;
+}
+
+/* -- Normalisation ---------------------------------------------------------------- */
+
+static int layer_norm_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  return dl_layer_norm_backward(g, n->saved[0], n->iarg + 1, (int)n->iarg[0],
+                                n->saved[2], n->saved[3], n->saved[1], n->needs[0],
+                                n->needs[1], n->needs[2], &gin[0], &gin[1], &gin[2]);
+}
+
+DL_API dl_tensor *dl_f_layer_norm(const dl_tensor *x, const int64_t *normalized_shape,
+                                  int nnorm, const dl_tensor *w, const dl_tensor *b,
+                                  double eps) {
+  dl_tensor *out = NULL, *mean = NULL, *rstd = NULL;
+  int rc;
+  if (nnorm < 0 || nnorm > AG_MAX_ARGS - 1)
+    return dl_errp(EM_BADVALUE, "layer_norm", "normalized_shape has too many dims");
+  NOGRAD(rc = dl_layer_norm(x, normalized_shape, nnorm, w, b, eps, &out, &mean, &rstd));
+  if (rc) return NULL;
+  dl_tensor *ins[3] = {(dl_tensor *)x, (dl_tensor *)w, (dl_tensor *)b};
+  const dl_tensor *save[4] = {x, w, mean, rstd};
+  ag_node *n;
+  out = record(out, "NativeLayerNormBackward", layer_norm_backward, ins, 3, save, 4, &n);
+  if (n) {
+    n->iarg[0] = nnorm;
+    memcpy(n->iarg + 1, normalized_shape, sizeof(int64_t) * (size_t)nnorm);
+  }
+  dl_tensor_release(mean);
+  dl_tensor_release(rstd);
+  return out;
+}
+
+static int batch_norm_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  return dl_batch_norm_backward(g, n->saved[0], n->saved[1], n->saved[2], n->saved[3],
+                                (int)n->iarg[0], n->needs[0], n->needs[1], n->needs[2],
+                                &gin[0], &gin[1], &gin[2]);
+}
+
+/* The running statistics are updated in place by the kernel: they are
+** buffers, never part of the graph. */
+DL_API dl_tensor *dl_f_batch_norm(const dl_tensor *x, const dl_tensor *w,
+                                  const dl_tensor *b, dl_tensor *running_mean,
+                                  dl_tensor *running_var, int training,
+                                  double momentum, double eps) {
+  dl_tensor *out = NULL, *mean = NULL, *invstd = NULL;
+  int rc;
+  if ((running_mean && tensor_requires_grad(running_mean)) ||
+      (running_var && tensor_requires_grad(running_var)))
+    return dl_errp(EM_BADVALUE, "batch_norm", "running statistics must not require grad");
+  NOGRAD(rc = dl_batch_norm(x, w, b, running_mean, running_var, training, momentum, eps,
+                            &out, &mean, &invstd));
+  if (rc) return NULL;
+  dl_tensor *ins[3] = {(dl_tensor *)x, (dl_tensor *)w, (dl_tensor *)b};
+  const dl_tensor *save[4] = {x, w, mean, invstd};
+  ag_node *n;
+  out = record(out, "NativeBatchNormBackward", batch_norm_backward, ins, 3, save, 4, &n);
+  if (n) n->iarg[0] = training;
+  dl_tensor_release(mean);
+  dl_tensor_release(invstd);
+  return out;
+}
+
+/* -- Dropout ------------------------------------------------------------------------ */
+
+static int dropout_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  gin[0] = n->saved[0] ? dl_dropout_backward(g, n->saved[0], n->darg[0]) : dl_clone(g);
+  return gin[0] ? 0 : -1;
+}
+
+DL_API dl_tensor *dl_f_dropout(const dl_tensor *x, double p, int training) {
+  dl_tensor *out = NULL, *mask = NULL;
+  int rc;
+  NOGRAD(rc = dl_dropout(x, p, training, &out, &mask));
+  if (rc) return NULL;
+  dl_tensor *ins[1] = {(dl_tensor *)x};
+  const dl_tensor *save[1] = {mask};
+  ag_node *n;
+  out = record(out, "NativeDropoutBackward", dropout_backward, ins, 1, save, 1, &n);
+  if (n) n->darg[0] = p;
+  dl_tensor_release(mask);
+  return out;
+}
+
+/* -- Losses -------------------------------------------------------------------------- */
+
+static int ce_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  const dl_tensor *w = n->saved[2];
+  if (n->op == 0)
+    gin[0] = dl_cross_entropy_backward(g, n->saved[0], n->saved[1], w, n->iarg[0],
+                                       n->darg[0], (int)n->iarg[1]);
+  else
+    gin[0] = dl_nll_loss_backward(g, n->saved[0], n->saved[1], w, n->iarg[0],
+                                  (int)n->iarg[1]);
+  return gin[0] ? 0 : -1;
+}
+
+static dl_tensor *class_loss(int nll, const dl_tensor *x, const dl_tensor *target,
+                             const dl_tensor *weight, int64_t ignore_index,
+                             double smoothing, int reduction) {
+  dl_tensor *out;
+  if (weight && tensor_requires_grad(weight) && dl_is_grad_enabled())
+    return dl_errp(EM_AG_NODIFF, nll ? "nll_loss (weight)" : "cross_entropy (weight)");
+  NOGRAD(out = nll ? dl_nll_loss(x, target, weight, ignore_index, reduction)
+                   : dl_cross_entropy(x, target, weight, ignore_index, smoothing, reduction));
+  dl_tensor *ins[1] = {(dl_tensor *)x};
+  const dl_tensor *save[3] = {x, target, weight};
+  ag_node *n;
+  out = record(out, nll ? "NllLossBackward" : "CrossEntropyLossBackward", ce_backward, ins, 1,
+               save, 3, &n);
+  if (n) {
+    n->op = nll;
+    n->iarg[0] = ignore_index;
+    n->iarg[1] = reduction;
+    n->darg[0] = smoothing;
+  }
+  return out;
+}
+
+DL_API dl_tensor *dl_f_cross_entropy(const dl_tensor *logits, const dl_tensor *target,
+                                     const dl_tensor *weight, int64_t ignore_index,
+                                     double label_smoothing, int reduction) {
+  return class_loss(0, logits, target, weight, ignore_index, label_smoothing, reduction);
+}
+
+DL_API dl_tensor *dl_f_nll_loss(const dl_tensor *logp, const dl_tensor *target,
+                                const dl_tensor *weight, int64_t ignore_index,
+                                int reduction) {
+  return class_loss(1, logp, target, weight, ignore_index, 0, reduction);
+}
+
+static int mse_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  ag_scope s = {0};
+  dl_tensor *gi = K(&s, dl_mse_loss_backward(g, n->saved[0], n->saved[1], (int)n->iarg[0]));
+  if (n->needs[0]) gin[0] = R(&s, dl_clone(gi));
+  if (n->needs[1]) gin[1] = R(&s, dl_unary(DL_NEG, gi));
+  return ag_scope_end(&s);
+}
+
+DL_API dl_tensor *dl_f_mse_loss(const dl_tensor *input, const dl_tensor *target,
+                                int reduction) {
+  dl_tensor *out;
+  NOGRAD(out = dl_mse_loss(input, target, reduction));
+  dl_tensor *ins[2] = {(dl_tensor *)input, (dl_tensor *)target};
+  const dl_tensor *save[2] = {input, target};
+  ag_node *n;
+  out = record(out, "MseLossBackward", mse_backward, ins, 2, save, 2, &n);
+  if (n) n->iarg[0] = reduction;
+  return out;
+}

@@ -1,0 +1,152 @@
+/*
+** grad_shape.c -- the public view ops: each runs its forward (view.c) with
+** grad mode off, then records how to route the gradient back.
+*/
+#include <string.h>
+
+#include "autograd.h"
+#include "forward.h"
+
+/* Records node n (built over input a) on out, or returns out unchanged
+** when nothing needs a gradient. */
+static dl_tensor *finish(dl_tensor *out, ag_node *n) {
+  if (!out) {
+    ag_node_release(n);
+    return NULL;
+  }
+  if (!n) return out;
+  if (ag_attach(out, n)) {
+    dl_tensor_release(out);
+    return NULL;
+  }
+  return out;
+}
+
+static ag_node *node1(const dl_tensor *a, const char *name, ag_backward_fn fn) {
+  if (!ag_needed1(a) || !dl_dtype_is_float(a->dtype)) return NULL;
+  dl_tensor *ins[1] = {(dl_tensor *)a};
+  return ag_node_new(name, fn, ins, 1);
+}
+
+#define NOGRAD(expr)                          \
+  do {                                        \
+    int was_ = dl_set_grad_enabled(0);        \
+    out = (expr);                             \
+    dl_set_grad_enabled(was_);                \
+  } while (0)
+
+/* -- Reshapes: the gradient is reshaped back ------------------------------- */
+
+static int reshape_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  gin[0] = dl_reshape(g, n->in_shape[0], n->in_ndim[0]);
+  return gin[0] ? 0 : -1;
+}
+
+#define RESHAPE_OP(DECL, CALL, NAME)                                         \
+  DL_API dl_tensor *DECL {                                                  \
+    dl_tensor *out;                                                         \
+    NOGRAD(CALL);                                                           \
+    return finish(out, out ? node1(t, NAME, reshape_backward) : NULL);      \
+  }
+RESHAPE_OP(dl_view(const dl_tensor *t, const int64_t *shape, int ndim),
+           fw_view(t, shape, ndim), "ViewBackward")
+RESHAPE_OP(dl_reshape(const dl_tensor *t, const int64_t *shape, int ndim),
+           fw_reshape(t, shape, ndim), "ReshapeBackward")
+RESHAPE_OP(dl_squeeze(const dl_tensor *t, int dim), fw_squeeze(t, dim),
+           "SqueezeBackward")
+RESHAPE_OP(dl_squeeze_all(const dl_tensor *t), fw_squeeze_all(t),
+           "SqueezeBackward")
+RESHAPE_OP(dl_unsqueeze(const dl_tensor *t, int dim), fw_unsqueeze(t, dim),
+           "UnsqueezeBackward")
+RESHAPE_OP(dl_flatten(const dl_tensor *t, int start_dim, int end_dim),
+           fw_flatten(t, start_dim, end_dim), "FlattenBackward")
+
+/* expand: the engine sums the gradient back over the expanded dims */
+static int expand_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  (void)n;
+  gin[0] = dl_clone(g);
+  return gin[0] ? 0 : -1;
+}
+
+DL_API dl_tensor *dl_expand(const dl_tensor *t, const int64_t *shape, int ndim) {
+  dl_tensor *out;
+  NOGRAD(fw_expand(t, shape, ndim));
+  return finish(out, out ? node1(t, "ExpandBackward", expand_backward) : NULL);
+}
+
+/* -- Transpose and permute -------------------------------------------------- */
+
+static int transpose_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  gin[0] = dl_transpose(g, (int)n->iarg[0], (int)n->iarg[1]);
+  return gin[0] ? 0 : -1;
+}
+
+DL_API dl_tensor *dl_transpose(const dl_tensor *t, int d0, int d1) {
+  dl_tensor *out;
+  NOGRAD(fw_transpose(t, d0, d1));
+  ag_node *n = out ? node1(t, "TransposeBackward", transpose_backward) : NULL;
+  if (n) n->iarg[0] = d0, n->iarg[1] = d1;
+  return finish(out, n);
+}
+
+static int permute_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  int inv[DL_MAX_DIMS];
+  for (int i = 0; i < n->in_ndim[0]; i++) inv[n->iarg[i]] = i;
+  gin[0] = dl_permute(g, inv, n->in_ndim[0]);
+  return gin[0] ? 0 : -1;
+}
+
+DL_API dl_tensor *dl_permute(const dl_tensor *t, const int *perm, int ndim) {
+  dl_tensor *out;
+  NOGRAD(fw_permute(t, perm, ndim));
+  ag_node *n = out ? node1(t, "PermuteBackward", permute_backward) : NULL;
+  for (int i = 0; n && i < ndim; i++)  /* normalised: the forward checked them */
+    n->iarg[i] = perm[i] < 0 ? perm[i] + ndim : perm[i];
+  return finish(out, n);
+}
+
+/* -- Narrow and select: the gradient lands in a zero tensor ------------------ */
+
+static int slice_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  ag_scope s = {0};
+  dl_tensor *z = R(&s, dl_zeros(n->in_shape[0], n->in_ndim[0], g->dtype));
+  dl_tensor *part = n->op ? K(&s, dl_select(z, (int)n->iarg[0], n->iarg[1]))
+                          : K(&s, dl_narrow(z, (int)n->iarg[0], n->iarg[1], n->iarg[2]));
+  if (part && dl_copy_(part, g)) s.err = 1;
+  gin[0] = z;
+  return ag_scope_end(&s);
+}
+
+DL_API dl_tensor *dl_narrow(const dl_tensor *t, int dim, int64_t start,
+                            int64_t length) {
+  dl_tensor *out;
+  NOGRAD(fw_narrow(t, dim, start, length));
+  ag_node *n = out ? node1(t, "NarrowBackward", slice_backward) : NULL;
+  if (n) {  /* normalised as the forward did, which checked them */
+    int d = dim < 0 ? dim + t->ndim : dim;
+    n->iarg[0] = d;
+    n->iarg[1] = start < 0 ? start + t->shape[d] : start;
+    n->iarg[2] = length;
+  }
+  return finish(out, n);
+}
+
+DL_API dl_tensor *dl_select(const dl_tensor *t, int dim, int64_t index) {
+  dl_tensor *out;
+  NOGRAD(fw_select(t, dim, index));
+  ag_node *n = out ? node1(t, "SelectBackward", slice_backward) : NULL;
+  if (n) {
+    int d = dim < 0 ? dim + t->ndim : dim;
+    n->op = 1;
+    n->iarg[0] = d;
+    n->iarg[1] = index < 0 ? index + t->shape[d] : index;
+  }
+  return finish(out, n);
+}
+
+DL_API dl_tensor *dl_as_strided(const dl_tensor *t, const int64_t *shape,
+                                const int64_t *strides, int ndim,
+                                int64_t offset) {
+  if (ag_needed1(t)) return dl_errp(EM_AG_NODIFF, "as_strided");
+  return fw_as_strided(t, shape, strides, ndim, offset);
+}

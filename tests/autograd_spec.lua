@@ -1,0 +1,224 @@
+-- Autograd: every differentiable op checked against finite differences
+-- (float64), and the engine's semantics: accumulation, retain_graph,
+-- no_grad, detach, leaves, in-place safety, broadcasting, dtypes.
+local ddp = require "ddp"
+local gradcheck = ddp.autograd.gradcheck
+
+local function leaf(...)
+  return ddp.randn(...):double():requires_grad_()
+end
+local function pos(...)  -- strictly positive inputs, for log, sqrt, pow
+  return (ddp.rand(...):double() + 0.5):requires_grad_()
+end
+
+describe("gradcheck of every op", function()
+  ddp.manual_seed(42)
+  local cases = {
+    -- name, fn, inputs
+    { "add broadcast", function(a, b) return a + b end, function() return { leaf(3, 4), leaf(4) } end },
+    { "sub", function(a, b) return a - b end, function() return { leaf(2, 3), leaf(2, 1) } end },
+    { "mul", function(a, b) return a * b end, function() return { leaf(2, 3), leaf(3) } end },
+    { "div", function(a, b) return a / b end, function() return { leaf(2, 3), pos(2, 3) } end },
+    { "pow", function(a, b) return a ^ b end, function() return { pos(2, 3), leaf(2, 3) } end },
+    { "pow scalar", function(a) return a ^ 3 end, function() return { leaf(4) } end },
+    { "maximum", function(a, b) return a:maximum(b) end, function() return { leaf(5), leaf(5) } end },
+    { "minimum", function(a, b) return a:minimum(b) end, function() return { leaf(5), leaf(5) } end },
+    { "atan2", function(a, b) return a:atan2(b) end, function() return { leaf(4), leaf(4) } end },
+    { "scalar ops", function(a) return (2 - a) * 3 / 4 + 1 end, function() return { leaf(3) } end },
+    { "neg abs", function(a) return (-a):abs() end, function() return { leaf(5) } end },
+    { "exp log", function(a) return a:exp() + a:log() end, function() return { pos(5) } end },
+    { "sqrt rsqrt", function(a) return a:sqrt() + a:rsqrt() end, function() return { pos(5) } end },
+    { "sin cos tanh", function(a) return a:sin() * a:cos() + a:tanh() end, function() return { leaf(5) } end },
+    { "sigmoid silu", function(a) return a:sigmoid() + a:silu() end, function() return { leaf(6) } end },
+    { "relu", function(a) return a:relu() end, function() return { leaf(6) } end },
+    { "gelu", function(a) return a:gelu() end, function() return { leaf(6) } end },
+    { "gelu tanh", function(a) return a:gelu("tanh") end, function() return { leaf(6) } end },
+    { "reciprocal square", function(a) return a:reciprocal() + a:square() end, function() return { pos(5) } end },
+    { "log1p expm1 log2", function(a) return a:log1p() + a:expm1() + a:log2() end, function() return { pos(5) } end },
+    { "clamp", function(a) return a:clamp(-0.5, 0.5) end, function() return { leaf(8) } end },
+    { "where", function(a, b) return ddp.where(a:gt(0), a, b) end, function() return { leaf(6), leaf(6) } end },
+    { "view reshape", function(a) return a:view(3, 2):t():reshape(6) * ddp.arange(6):double() end, function() return { leaf(2, 3) } end },
+    { "permute flatten", function(a) return a:permute(2, 0, 1):flatten() * ddp.arange(24):double() end, function() return { leaf(2, 3, 4) } end },
+    { "narrow select", function(a) return a:narrow(1, 1, 2):select(0, 1) end, function() return { leaf(3, 4) } end },
+    { "squeeze unsqueeze expand", function(a) return a:unsqueeze(0):expand(3, 2, 4):squeeze() end, function() return { leaf(2, 4) } end },
+    { "sum mean", function(a) return a:sum(1) + a:mean(0):sum() end, function() return { leaf(3, 4) } end },
+    { "sum keepdim dims", function(a) return a:sum({ 0, 2 }, true) end, function() return { leaf(2, 3, 4) } end },
+    { "prod", function(a) return a:prod(1) end, function() return { pos(3, 4) } end },
+    { "amax amin", function(a) return a:amax(1) + a:amin() end, function() return { leaf(3, 4) } end },
+    { "var std", function(a) return a:var(1):sum() + a:std(0, false):sum() end, function() return { leaf(3, 4) } end },
+    { "norm 2", function(a) return a:norm() end, function() return { leaf(3, 4) } end },
+    { "norm 1 and 3", function(a) return a:norm(1, 1) + a:norm(3, 1) end, function() return { leaf(3, 4) } end },
+    { "logsumexp", function(a) return a:logsumexp(1) end, function() return { leaf(3, 4) } end },
+    { "max dim", function(a) local v = a:max(1) return v end, function() return { leaf(3, 4) } end },
+    { "min dim keepdim", function(a) local v = a:min(0, true) return v end, function() return { leaf(3, 4) } end },
+    { "sort", function(a) local v = a:sort(1, true) return v * ddp.arange(4):double() end, function() return { leaf(3, 4) } end },
+    { "topk", function(a) local v = a:topk(2, 1) return v end, function() return { leaf(3, 4) } end },
+    { "cumsum", function(a) return a:cumsum(1) end, function() return { leaf(3, 4) } end },
+    { "cumprod", function(a) return a:cumprod(0) end, function() return { pos(3, 4) } end },
+    { "softmax", function(a) return a:softmax(1) end, function() return { leaf(3, 4) } end },
+    { "log_softmax", function(a) return a:log_softmax(0) end, function() return { leaf(3, 4) } end },
+    { "mm", function(a, b) return a:mm(b) end, function() return { leaf(3, 4), leaf(4, 2) } end },
+    { "matmul batched broadcast", function(a, b) return a:matmul(b) end, function() return { leaf(2, 3, 4), leaf(4, 5) } end },
+    { "matmul 1-D 2-D", function(a, b) return a:matmul(b) end, function() return { leaf(4), leaf(4, 3) } end },
+    { "matmul 2-D 1-D", function(a, b) return a:matmul(b) end, function() return { leaf(3, 4), leaf(4) } end },
+    { "matmul batched 1-D", function(a, b) return a:matmul(b) end, function() return { leaf(2, 3, 4), leaf(4) } end },
+    { "dot", function(a, b) return a:dot(b) end, function() return { leaf(5), leaf(5) } end },
+    { "outer", function(a, b) return a:outer(b) end, function() return { leaf(3), leaf(4) } end },
+    { "bmm", function(a, b) return a:bmm(b) end, function() return { leaf(2, 3, 4), leaf(2, 4, 2) } end },
+    { "addmm", function(c, a, b) return c:addmm(a, b, { beta = 0.5, alpha = 2 }) end, function() return { leaf(3), leaf(2, 4), leaf(4, 3) } end },
+    { "index_select", function(a) return a:index_select(0, { 2, 0, 2 }) end, function() return { leaf(3, 4) } end },
+    { "gather", function(a) return a:gather(1, ddp.tensor({ { 0, 0 }, { 3, 1 } })) end, function() return { leaf(2, 4) } end },
+    { "scatter", function(a, s) return a:scatter(1, ddp.tensor({ { 0, 2 }, { 3, 1 } }), s) end, function() return { leaf(2, 4), leaf(2, 2) } end },
+    { "scatter_add", function(a, s) return a:scatter_add(1, ddp.tensor({ { 0, 0 }, { 3, 1 } }), s) end, function() return { leaf(2, 4), leaf(2, 2) } end },
+    { "masked_fill", function(a) return a:masked_fill(ddp.tensor({ true, false, true }), 0) end, function() return { leaf(2, 3) } end },
+    { "masked_select", function(a) return a:masked_select(ddp.tensor({ true, false, true })) end, function() return { leaf(2, 3) } end },
+    { "cat", function(a, b) return ddp.cat({ a, b }, 1) end, function() return { leaf(2, 3), leaf(2, 2) } end },
+    { "stack", function(a, b) return ddp.stack({ a, b }, -1) end, function() return { leaf(2, 3), leaf(2, 3) } end },
+    { "split chunk", function(a) local p = a:split(2, 1) return p[1] * 2 + p[2] end, function() return { leaf(3, 4) } end },
+    { "tril triu", function(a) return a:tril(-1) + a:triu(1) * 3 end, function() return { leaf(4, 4) } end },
+    -- float32 rounding needs a wide finite-difference step
+    { "to float32 and back", function(a) return a:float():double() * 2 end, function() return { leaf(4) } end,
+      { eps = 1e-2, atol = 1e-3, rtol = 1e-3 } },
+    { "clone contiguous", function(a) return a:t():contiguous() + a:clone():t() end, function() return { leaf(2, 3) } end },
+    { "a reused input", function(a) return a * a + a:exp() * a end, function() return { leaf(4) } end },
+  }
+  for _, c in ipairs(cases) do
+    it(c[1], function()
+      assert.is_true(gradcheck(c[2], c[3](), c[4] or { atol = 1e-5, rtol = 1e-4 }))
+    end)
+  end
+end)
+
+describe("the engine", function()
+  it("accumulates across backward calls and resets with grad = nil", function()
+    local x = ddp.tensor({ 1, 2, 3 }, { dtype = "float32" }):requires_grad_()
+    ;(x * 2):sum():backward()
+    ;(x * 3):sum():backward()
+    assert.same({ 5, 5, 5 }, x.grad:totable())
+    x.grad = nil
+    assert.is_nil(x.grad)
+    ;(x * x):sum():backward()
+    assert.same({ 2, 4, 6 }, x.grad:totable())
+  end)
+
+  it("keeps the graph only with retain_graph", function()
+    local x = ddp.ones(2):requires_grad_()
+    local y = (x:exp() * 2):sum()
+    y:backward({ retain_graph = true })
+    y:backward()
+    assert.is_true(x.grad:allclose(ddp.ones(2):exp() * 4))
+    local ok, err = pcall(function() y:backward() end)
+    assert.is_false(ok)
+    assert.matches("freed by an earlier backward", err)
+    assert.matches("autograd_spec.lua:%d+:", err)
+  end)
+
+  it("records nothing under no_grad and restores the mode after errors", function()
+    local x = ddp.ones(2):requires_grad_()
+    local y = ddp.no_grad(function() return x * 2 end)
+    assert.is_false(y.requires_grad)
+    assert.is_nil(y.grad_fn)
+    assert.is_false(pcall(ddp.no_grad, function() error("boom") end))
+    assert.is_true(ddp.is_grad_enabled())
+    assert.equal(6, ddp.no_grad(function(a, b) return a + b end, 2, 4))
+  end)
+
+  it("detach shares data but leaves the graph", function()
+    local x = ddp.ones(3):requires_grad_()
+    local d = (x * 2):detach()
+    assert.is_false(d.requires_grad)
+    assert.is_true(d.is_leaf)
+    local y = (x * d):sum()
+    y:backward()
+    assert.same({ 2, 2, 2 }, x.grad:totable())
+  end)
+
+  it("sums gradients of broadcast inputs back to their shapes and dtypes", function()
+    local a = ddp.ones(3, 1):requires_grad_()
+    local b = ddp.ones(4, { dtype = "float64" }):requires_grad_()
+    local y = (a * b):sum()
+    assert.equal("float64", y:dtype())
+    y:backward()
+    assert.same({ 3, 1 }, a.grad:shape())
+    assert.equal("float32", a.grad:dtype())
+    assert.same({ 4, 4, 4 }, a.grad:view(3):totable())
+    assert.same({ 3, 3, 3, 3 }, b.grad:totable())
+  end)
+
+  it("reports grad_fn names and leaves", function()
+    local x = ddp.ones(2):requires_grad_()
+    assert.is_true(x.is_leaf)
+    assert.is_nil(x.grad_fn)
+    assert.equal("MulBackward", (x * 2).grad_fn)
+    assert.equal("SumBackward", (x * 2):sum().grad_fn)
+    assert.is_false((x * 2).is_leaf)
+  end)
+
+  it("takes an explicit gradient for non-scalar outputs", function()
+    local x = ddp.ones(3):requires_grad_()
+    local y = x * 2
+    local ok, err = pcall(function() y:backward() end)
+    assert.is_false(ok)
+    assert.matches("one%-element output", err)
+    y:backward(ddp.tensor({ 1, 2, 3 }, { dtype = "float32" }))
+    assert.same({ 2, 4, 6 }, x.grad:totable())
+  end)
+
+  it("adds into an existing .grad in place, so a grad can be a view", function()
+    local x = ddp.ones(4):requires_grad_()
+    local bucket = ddp.zeros(10)
+    x.grad = bucket:narrow(0, 3, 4)
+    ;(x * 5):sum():backward()
+    assert.same({ 0, 0, 0, 5, 5, 5, 5, 0, 0, 0 }, bucket:totable())
+  end)
+
+  it("refuses in-place changes that would corrupt the graph", function()
+    local x = ddp.ones(3):requires_grad_()
+    local ok, err = pcall(function() x:mul_(2) end)
+    assert.is_false(ok)
+    assert.matches("leaf tensor that requires grad", err)
+    local y = x * 2
+    ok, err = pcall(function() y:add_(1) end)
+    assert.is_false(ok)
+    assert.matches("not supported", err)
+    -- a saved input changed after the forward pass
+    local a = ddp.ones(3)
+    local z = (x * a):sum()
+    a:add_(1)
+    ok, err = pcall(function() z:backward() end)
+    assert.is_false(ok)
+    assert.matches("modified in place", err)
+  end)
+
+  it("only float leaves can require grad, only leaves can stop", function()
+    local ok, err = pcall(function() ddp.arange(3):requires_grad_() end)
+    assert.is_false(ok)
+    assert.matches("floating point", err)
+    local y = ddp.ones(2):requires_grad_() * 2
+    ok, err = pcall(function() y:requires_grad_(false) end)
+    assert.is_false(ok)
+    assert.matches("detach", err)
+  end)
+
+  it("backward needs something that requires grad", function()
+    local ok, err = pcall(function() ddp.ones(1):sum():backward() end)
+    assert.is_false(ok)
+    assert.matches("does not require grad", err)
+  end)
+
+  it("frees the graph with the tensors (no leak over many steps)", function()
+    local w = ddp.randn(64, 64):requires_grad_()
+    collectgarbage()
+    collectgarbage()
+    local base = ddp.memory_allocated()
+    for _ = 1, 200 do
+      local x = ddp.randn(32, 64)
+      local loss = x:matmul(w):relu():sum()
+      loss:backward()
+      w.grad = nil
+    end
+    collectgarbage()
+    collectgarbage()
+    assert.equal(base, ddp.memory_allocated())
+  end)
+end)

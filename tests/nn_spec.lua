@@ -1,0 +1,242 @@
+-- Modules, optimizers and schedulers: registration and names, state_dict
+-- round trips and their errors, train/eval, initialisation, optimizer state.
+local ddp = require "ddp"
+local nn = require "ddp.nn"
+local optim = require "ddp.optim"
+local F = nn.functional
+
+local function keys(t)
+  local r = {}
+  for k in pairs(t) do r[#r + 1] = k end
+  table.sort(r)
+  return r
+end
+
+describe("modules", function()
+  it("register children, parameters and buffers in assignment order", function()
+    local Net = nn.Module:extend("Net")
+    function Net:init()
+      self.layers = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+      self.norm = nn.BatchNorm1d(2)
+      self.scale = ddp.ones(1):requires_grad_()
+      self:register_buffer("steps", ddp.zeros({}, { dtype = "int64" }))
+      self.plain = ddp.zeros(2)  -- neither parameter nor buffer
+    end
+    local m = Net()
+    local names = {}
+    for _, p in ipairs(m:named_parameters()) do names[#names + 1] = p[1] end
+    assert.same({ "scale", "layers.0.weight", "layers.0.bias", "layers.2.weight", "layers.2.bias",
+                  "norm.weight", "norm.bias" }, names)
+    assert.same({ "layers.0.bias", "layers.0.weight", "layers.2.bias", "layers.2.weight",
+                  "norm.bias", "norm.num_batches_tracked", "norm.running_mean", "norm.running_var",
+                  "norm.weight", "scale", "steps" }, keys(m:state_dict()))
+    assert.equal(4 * 3 + 3 + 3 * 2 + 2 + 2 + 2 + 1, m:num_parameters())
+    assert.equal(2, #m:children())
+  end)
+
+  it("calls forward when called, and custom methods directly", function()
+    local Net = nn.Module:extend("Net")
+    function Net:init() self.fc = nn.Linear(2, 2) end
+    function Net:forward(x) return self.fc(x) end
+    function Net:describe() return "a net" end
+    local m = Net()
+    assert.same({ 5, 2 }, m(ddp.randn(5, 2)):shape())
+    assert.equal("a net", m:describe())
+  end)
+
+  it("initialises Linear and Conv2d as PyTorch (bound 1/sqrt(fan_in))", function()
+    ddp.manual_seed(1)
+    local l = nn.Linear(100, 50)
+    local b = 1 / math.sqrt(100)
+    assert.is_true(l.weight:abs():amax():item() <= b)
+    assert.is_true(l.weight:abs():amax():item() > 0.9 * b)
+    local c = nn.Conv2d(4, 8, 3)
+    local cb = 1 / math.sqrt(4 * 9)
+    assert.is_true(c.weight:abs():amax():item() <= cb)
+    assert.same({ 8, 4, 3, 3 }, c.weight:shape())
+  end)
+
+  it("state_dict has no module. prefix and loads back exactly", function()
+    local a, b = nn.Linear(3, 2), nn.Linear(3, 2)
+    b:load_state_dict(a:state_dict())
+    assert.is_true(a.weight:equal(b.weight))
+    assert.is_true(a.bias:equal(b.bias))
+    assert.same({ "bias", "weight" }, keys(a:state_dict()))
+  end)
+
+  it("load_state_dict lists missing, unexpected and mis-shaped keys", function()
+    local m = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 1))
+    local sd = m:state_dict()
+    sd["1.bias"] = nil
+    sd["extra.weight"] = ddp.zeros(1)
+    sd["0.weight"] = ddp.zeros(5, 5)
+    local ok, err = pcall(function() m:load_state_dict(sd) end)
+    assert.is_false(ok)
+    assert.matches("missing keys: 1.bias", err)
+    assert.matches("unexpected keys: extra.weight", err)
+    assert.matches("0.weight %(checkpoint %[5, 5%], model %[2, 3%]%)", err)
+    assert.matches("nn_spec.lua:%d+:", err)
+    sd["0.weight"] = nil
+    local r = m:load_state_dict(sd, { strict = false })
+    assert.same({ "0.weight", "1.bias" }, r.missing_keys)
+  end)
+
+  it("train and eval switch dropout and batch norm", function()
+    local m = nn.Sequential(nn.Dropout(0.5), nn.BatchNorm1d(3))
+    local x = ddp.randn(16, 3) * 3 + 1
+    m:train()
+    local y = m(x)
+    assert.is_true(m:get(1).running_mean:abs():sum():item() > 0)  -- stats moved
+    assert.equal(1, m:get(1).num_batches_tracked:item())
+    m:eval()
+    assert.is_false(m:get(0).training)
+    local e1, e2 = m(x), m(x)
+    assert.is_true(e1:equal(e2))  -- eval is deterministic
+    local _ = y
+  end)
+
+  it("to(dtype) converts parameters and floating buffers", function()
+    local m = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)):to("float64")
+    for _, p in ipairs(m:parameters()) do assert.equal("float64", p:dtype()) end
+    assert.equal("float64", m:get(1).running_var:dtype())
+    assert.equal("int64", m:get(1).num_batches_tracked:dtype())
+    assert.same({ 4, 2 }, m(ddp.randn(4, 2, { dtype = "float64" })):shape())
+  end)
+
+  it("prints like PyTorch", function()
+    local s = tostring(nn.Sequential(nn.Linear(2, 3), nn.ReLU()))
+    assert.equal("Sequential(\n  (0): Linear(in_features=2, out_features=3, bias=True)\n  (1): ReLU()\n)", s)
+  end)
+
+  it("clip_grad_norm scales gradients to the norm", function()
+    local p = ddp.ones(4):requires_grad_()
+    ;(p * 3):sum():backward()  -- grad 3 everywhere, norm 6
+    local total = nn.utils.clip_grad_norm({ p }, 1.0)
+    assert.is_true(math.abs(total:item() - 6) < 1e-5)
+    assert.is_true(math.abs(p.grad:norm():item() - 1) < 1e-4)
+  end)
+end)
+
+describe("functional", function()
+  it("linear checks shapes", function()
+    local ok, err = pcall(function() F.linear(ddp.randn(2, 3), ddp.randn(4, 5)) end)
+    assert.is_false(ok)
+    assert.matches("linear: input of shape %[2, 3%] does not fit weight of shape %[4, 5%]", err)
+  end)
+
+  it("cross_entropy options reach the kernel", function()
+    local logits = ddp.randn(4, 5):requires_grad_()
+    local y = ddp.tensor({ 0, 1, -100, 3 })
+    local l = F.cross_entropy(logits, y, { label_smoothing = 0.1 })
+    l:backward()
+    assert.same({ 0, 0, 0, 0, 0 }, logits.grad:select(0, 2):totable())  -- ignored row
+    local none = F.cross_entropy(logits, ddp.tensor({ 0, 1, 2, 3 }), { reduction = "none" })
+    assert.same({ 4 }, none:shape())
+    local ok, err = pcall(function() F.cross_entropy(logits, y, { reduction = "avg" }) end)
+    assert.is_false(ok)
+    assert.matches('reduction must be "mean", "sum" or "none"', err)
+  end)
+end)
+
+describe("optimizers", function()
+  local function quadratic(opt_fn)
+    ddp.manual_seed(0)
+    local w = ddp.randn(5):requires_grad_()
+    local opt = opt_fn({ w })
+    for _ = 1, 200 do
+      opt:zero_grad()
+      ;(w * w):sum():backward()
+      opt:step()
+    end
+    return w:abs():amax():item()
+  end
+
+  it("minimise a quadratic", function()
+    assert.is_true(quadratic(function(p) return optim.SGD(p, { lr = 0.1 }) end) < 1e-3)
+    assert.is_true(quadratic(function(p) return optim.SGD(p, { lr = 0.05, momentum = 0.9, nesterov = true }) end) < 1e-3)
+    assert.is_true(quadratic(function(p) return optim.Adam(p, { lr = 0.05 }) end) < 0.05)
+    assert.is_true(quadratic(function(p) return optim.AdamW(p, { lr = 0.05, amsgrad = true }) end) < 0.05)
+  end)
+
+  it("one SGD step with momentum and weight decay matches the formula", function()
+    local p = ddp.tensor({ 1, 2 }, { dtype = "float64" }):requires_grad_()
+    local opt = optim.SGD({ p }, { lr = 0.1, momentum = 0.9, weight_decay = 0.5 })
+    ;(p * 3):sum():backward()
+    opt:step()  -- d = 3 + 0.5 p; buf = d; p -= 0.1 d
+    assert.is_true(p:allclose(ddp.tensor({ 1 - 0.1 * 3.5, 2 - 0.1 * 4 }, { dtype = "float64" })))
+  end)
+
+  it("state_dict round-trips and resumes the same trajectory", function()
+    local function run(steps, opt, w)
+      for _ = 1, steps do
+        opt:zero_grad()
+        ;(w * w * w):sum():backward()
+        opt:step()
+      end
+    end
+    ddp.manual_seed(3)
+    local w1 = ddp.rand(4):requires_grad_()
+    local w2 = w1:detach():clone():requires_grad_()
+    local o1 = optim.Adam({ w1 }, { lr = 0.01 })
+    run(6, o1, w1)
+    local o2 = optim.Adam({ w2 }, { lr = 0.01 })
+    run(3, o2, w2)
+    local sd = o2:state_dict()
+    assert.equal(3, sd.state[0].step)
+    assert.same({ 0 }, sd.param_groups[1].params)
+    local o3 = optim.Adam({ w2 }, { lr = 0.01 })
+    o3:load_state_dict(sd)
+    run(3, o3, w2)
+    assert.is_true(w1:equal(w2))
+  end)
+
+  it("reject bad options with clear errors", function()
+    local p = ddp.ones(2):requires_grad_()
+    assert.has_error(function() optim.SGD({ p }, { lr = 0.1, momentun = 0.9 }) end)
+    local ok, err = pcall(function() optim.SGD({ p }, { lr = 0.1, momentun = 0.9 }) end)
+    assert.matches('unknown option "momentun"', err)
+    ok, err = pcall(function() optim.Adam({ p, p }) end)
+    assert.matches("appears twice", err)
+    ok, err = pcall(function() optim.SGD({ p }, { lr = 0.1, nesterov = true }) end)
+    assert.matches("nesterov needs momentum", err)
+  end)
+end)
+
+describe("schedulers", function()
+  local function lrs(sched_fn, n)
+    local p = ddp.ones(1):requires_grad_()
+    local opt = optim.SGD({ p }, { lr = 1.0 })
+    local s = sched_fn(opt)
+    local r = {}
+    for i = 1, n do
+      r[i] = s:get_last_lr()[1]
+      s:step()
+    end
+    return r
+  end
+
+  it("StepLR multiplies by gamma every step_size steps", function()
+    assert.same({ 1, 1, 0.5, 0.5, 0.25 }, lrs(function(o) return optim.lr_scheduler.StepLR(o, { step_size = 2, gamma = 0.5 }) end, 5))
+  end)
+
+  it("CosineWithWarmup warms up linearly then follows the cosine", function()
+    local r = lrs(function(o) return optim.lr_scheduler.CosineWithWarmup(o, { warmup_steps = 2, total_steps = 6 }) end, 7)
+    assert.is_true(math.abs(r[1] - 0.5) < 1e-12 and math.abs(r[2] - 1) < 1e-12)
+    assert.is_true(math.abs(r[3] - 1) < 1e-12)          -- cosine starts at the top
+    assert.is_true(math.abs(r[5] - 0.5) < 1e-12)        -- half way
+    assert.is_true(math.abs(r[7]) < 1e-12)              -- and ends at min_lr
+  end)
+
+  it("LinearDecay goes to end_factor and the state round-trips", function()
+    local p = ddp.ones(1):requires_grad_()
+    local opt = optim.SGD({ p }, { lr = 2.0 })
+    local s = optim.lr_scheduler.LinearDecay(opt, { total_steps = 4 })
+    s:step(); s:step()
+    assert.equal(1.0, opt.param_groups[1].lr)
+    local st = s:state_dict()
+    local opt2 = optim.SGD({ p }, { lr = 2.0 })
+    local s2 = optim.lr_scheduler.LinearDecay(opt2, { total_steps = 4 })
+    s2:load_state_dict(st)
+    assert.equal(1.0, opt2.param_groups[1].lr)
+  end)
+end)
