@@ -16,7 +16,7 @@ CFLAGS   += -std=c11 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
             -D_GNU_SOURCE -Iruntime/include -Iruntime $(PKG_CFLAGS)
 # Kernel files: -O3 lets GCC vectorise loops with runtime alias checks, and
 # fused multiply-adds (in the x86-64-v3 clones) speed up polynomials.
-KERNELS  := elementwise reduce scan nn_conv nn_pool nn_norm nn_embed nn_loss
+KERNELS  := elementwise reduce scan optim nn_conv nn_pool nn_norm nn_embed nn_loss
 LDLIBS   := -lopenblas -lz -lm -lpthread -ldl
 
 LIB_SRC  := $(filter-out runtime/main.c runtime/repl.c,$(wildcard runtime/*.c))
@@ -94,7 +94,7 @@ FUZZ_BIN     := $(FUZZ_DIR)/fuzz_safetensors
 
 fuzz: fuzz-build
 	@mkdir -p $(FUZZ_DIR)/corpus
-	cp tests/golden/*.safetensors $(FUZZ_DIR)/corpus/
+	cp tests/golden/st_*.safetensors $(FUZZ_DIR)/corpus/
 	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -timeout=10 \
 	  -dict=tests/fuzz/safetensors.dict -artifact_prefix=$(FUZZ_DIR)/ -print_final_stats=1 \
 	  $(FUZZ_DIR)/corpus

@@ -1,6 +1,6 @@
 /* nn_conv.c -- conv2d forward and forward+backward time for the two layers
 ** of a Fashion-MNIST CNN, beside bench/nn_conv.py (PyTorch).  Prints one
-** line per layer: median milliseconds over the repetitions.
+** line per layer: median (and minimum) milliseconds over the repetitions.
 **
 ** cc -O2 -std=c11 -Iruntime/include bench/nn_conv.c -Lbuild -lddplua \
 **    -Wl,-rpath,$PWD/build -o build/bench_nn_conv && build/bench_nn_conv 1
@@ -45,9 +45,10 @@ static void layer(int64_t N, int64_t C, int64_t H, int64_t O, int need_x, int re
   }
   qsort(fw, (size_t)reps, sizeof(double), cmp);
   qsort(tot, (size_t)reps, sizeof(double), cmp);
-  printf("ddplua threads=%d [%lld,%lld,%lld,%lld]->%lld%s  fwd %.3f ms  fwd+bwd %.3f ms\n",
+  printf("ddplua threads=%d [%lld,%lld,%lld,%lld]->%lld%s  fwd %.3f ms (min %.3f)  fwd+bwd %.3f ms (min %.3f)\n",
          dl_get_num_threads(), (long long)N, (long long)C, (long long)H, (long long)H,
-         (long long)O, need_x ? "" : " (no grad_x)", fw[reps / 2] * 1e3, tot[reps / 2] * 1e3);
+         (long long)O, need_x ? "" : " (no grad_x)", fw[reps / 2] * 1e3, fw[0] * 1e3,
+         tot[reps / 2] * 1e3, tot[0] * 1e3);
   free(fw), free(tot);
   dl_tensor_release(x), dl_tensor_release(w), dl_tensor_release(b), dl_tensor_release(g);
 }

@@ -26,9 +26,9 @@ def layer(n, c, h, o, need_x, reps):
         tot.append(t2 - t0)
     fw.sort()
     tot.sort()
-    print("torch  threads=%d [%d,%d,%d,%d]->%d%s  fwd %.3f ms  fwd+bwd %.3f ms" % (
+    print("torch  threads=%d [%d,%d,%d,%d]->%d%s  fwd %.3f ms (min %.3f)  fwd+bwd %.3f ms (min %.3f)" % (
         torch.get_num_threads(), n, c, h, h, o, "" if need_x else " (no grad_x)",
-        fw[reps // 2] * 1e3, tot[reps // 2] * 1e3))
+        fw[reps // 2] * 1e3, fw[0] * 1e3, tot[reps // 2] * 1e3, tot[0] * 1e3))
 
 
 torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 1)

@@ -25,7 +25,7 @@ median() {
             printf "%s\t%s\t%s\n", k[i], a[int((m + 1) / 2)], u[k[i]] } }' "$@"
 }
 
-for bench in ${BENCHES:-tensor_ops}; do
+for bench in ${BENCHES:-tensor_ops train_mlp}; do
   for t in 1 2; do
     export OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t
     for r in $(seq "$ROUNDS"); do

@@ -298,3 +298,47 @@ DL_API dl_tensor *dl_f_mse_loss(const dl_tensor *input, const dl_tensor *target,
   if (n) n->iarg[0] = reduction;
   return out;
 }
+
+/* -- Linear ---------------------------------------------------------------------------- */
+
+/* y = x @ w^T + b in one node, so the weight's gradient comes out as
+** g^T @ x, contiguous in w's own layout (through a transpose node it
+** would need a copy every step). */
+static int linear_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  ag_scope s = {0};
+  dl_tensor *x = n->saved[0], *w = n->saved[1];
+  int64_t in = w->shape[1], out = w->shape[0], rows = -1;
+  int64_t s2[2] = {rows, out}, x2s[2] = {rows, in};
+  dl_tensor *g2 = K(&s, dl_reshape(g, s2, 2));
+  if (n->needs[0]) gin[0] = R(&s, dl_matmul(g, w));
+  if (n->needs[1]) {
+    dl_tensor *x2 = K(&s, dl_reshape(x, x2s, 2));
+    gin[1] = R(&s, dl_mm(K(&s, dl_transpose(g2, 0, 1)), x2));
+  }
+  if (n->needs[2]) {
+    int d0 = 0;
+    gin[2] = R(&s, dl_reduce(DL_SUM, g2, &d0, 1, 0, 0));
+  }
+  return ag_scope_end(&s);
+}
+
+DL_API dl_tensor *dl_f_linear(const dl_tensor *x, const dl_tensor *w, const dl_tensor *b) {
+  if (check_cpu("linear", x) || check_cpu("linear", w)) return NULL;
+  if (w->ndim != 2)
+    return dl_errp(EM_BADVALUE, "linear", "weight must be 2-D [out_features, in_features]");
+  if (x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
+    return dl_errp(EM_MM_SHAPE, "linear", fmt_tshape(x), fmt_tshape(w),
+                   (long long)(x->ndim ? x->shape[x->ndim - 1] : 0), (long long)w->shape[1]);
+  dl_tensor *out = NULL, *wt = NULL;
+  NOGRAD(wt = dl_transpose(w, 0, 1);
+         out = (b && x->ndim == 2) ? dl_addmm(b, x, wt, 1, 1) : dl_matmul(x, wt);
+         if (out && b && x->ndim != 2) {
+           dl_tensor *o2 = dl_binary(DL_ADD, out, b);
+           dl_tensor_release(out);
+           out = o2;
+         });
+  dl_tensor_release(wt);
+  dl_tensor *ins[3] = {(dl_tensor *)x, (dl_tensor *)w, (dl_tensor *)b};
+  const dl_tensor *save[2] = {x, w};
+  return record(out, "LinearBackward", linear_backward, ins, 3, save, 2, NULL);
+}

@@ -434,7 +434,23 @@ static int cli_pmain(lua_State *L) {
   return 0;
 }
 
+/* OpenBLAS's idle threads spin (sched_yield) for about 2^28 cycles after
+** each call unless OPENBLAS_THREAD_TIMEOUT says otherwise, and it reads
+** that once, when the library loads -- before main.  In a training loop
+** they never stop spinning and take the cores from our own threads (an MLP
+** step ran 1.7x slower at 2 threads).  So set it and start again; the
+** user's own value wins. */
+static void tame_openblas(char **argv) {
+  const char *pre = getenv("LD_PRELOAD");
+  if (getenv("OPENBLAS_THREAD_TIMEOUT")) return;
+  /* under valgrind /proc/self/exe is valgrind's own tool: stay as we are */
+  if (pre && strstr(pre, "vgpreload")) return;
+  if (setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1)) return;
+  execv("/proc/self/exe", argv);  /* returns only on failure: go on as is */
+}
+
 int main(int argc, char **argv) {
+  tame_openblas(argv);
   cli_args a;
   memset(&a, 0, sizeof(a));
   a.argc = argc;

@@ -2,7 +2,7 @@
 ** memory.c -- the CPU allocator: aligned blocks, byte accounting for the
 ** Lua garbage collector, and a cache of large freed blocks.
 **
-** Why a cache: a block of a megabyte or more comes fresh from mmap and
+** Why a cache: a block of 64 KiB or more comes fresh from mmap and
 ** faults in every page on first touch, which costs more than the add that
 ** fills it (a 64 MB `x + y` measured 6.7 GB/s that way, in PyTorch too).  A
 ** training step allocates the same sizes again and again, so freed large
@@ -20,8 +20,11 @@ static atomic_llong mem_live, mem_peak, mem_since_gc, mem_live_at_gc;
 
 /* -- Large-block cache ---------------------------------------------------- */
 
-enum { CACHE_MIN = 1 << 20, CACHE_GRAIN = 1 << 16, CACHE_SLOTS = 64 };
+enum { CACHE_MIN = 1 << 16, CACHE_GRAIN = 1 << 16, CACHE_SLOTS = 256 };
 #define HUGE_PAGE ((size_t)2 << 20)
+/* The garbage Lua may leave between collections, and the least the cache
+** may hold: small enough that a small model's footprint stays small. */
+#define FLOOR ((size_t)32 << 20)
 
 static struct {
   pthread_mutex_t mu;
@@ -71,7 +74,11 @@ static void *cache_take(size_t n) {
 /* Keeps p for reuse, evicting the oldest blocks to stay under the cap;
 ** returns 0 when p should be freed instead. */
 static int cache_put(void *p, size_t n) {
-  size_t lim = cache_limit();
+  /* also never more than the live set (at least FLOOR): the cache then
+  ** tracks the working set, and resident memory stays flat */
+  size_t lim = cache_limit(), live = (size_t)atomic_load(&mem_live);
+  size_t dyn = live > FLOOR ? live : FLOOR;
+  if (dyn < lim) lim = dyn;
   if (n > lim) return 0;
   void *evict[CACHE_SLOTS];
   int ne = 0;
@@ -151,12 +158,12 @@ DL_API int64_t dl_mem_allocated(void) { return atomic_load(&mem_live); }
 DL_API int64_t dl_mem_peak(void) { return atomic_load(&mem_peak); }
 
 /* Lua only sees 8-byte pointers: ask for a collection once as many bytes
-** were allocated as were live after the last one (at least 64 MiB), which
+** were allocated as were live after the last one (at least FLOOR), which
 ** keeps garbage below about twice the live set. */
 DL_API int dl_gc_hint(void) {
   long long since = atomic_load(&mem_since_gc);
   long long base = atomic_load(&mem_live_at_gc);
-  return since > (base > (64LL << 20) ? base : (64LL << 20));
+  return since > (base > (long long)FLOOR ? base : (long long)FLOOR);
 }
 
 DL_API void dl_gc_done(void) {

@@ -1,13 +1,14 @@
 /*
 ** nn_conv.c -- 2-D convolution, forward and backward, as PyTorch's conv2d:
 ** each sample and group is unfolded (im2col) into a [C/g * kh * kw, Ho * Wo]
-** matrix and multiplied by the weight with one BLAS gemm.
+** matrix and multiplied by the weight with one BLAS gemm; backward adds
+** grad_out @ col^T into grad_w and folds w^T @ grad_out back onto grad_x.
 **
-** Threads: OpenBLAS keeps its own pool.  When one sample's product is small
-** enough that OpenBLAS would run it on the calling thread anyway, samples
-** are split over our pool (each part with its own buffers); otherwise the
-** samples run in order on the calling thread, each gemm threaded by OpenBLAS
-** and the unfolding by our pool, so the two pools never run at once.
+** Threads: OpenBLAS keeps its own pool, and the two must never run at once.
+** With a sample per thread or more, the samples are split over our pool
+** into parts, each with its own buffers and partial sums, and OpenBLAS is
+** held to one thread meanwhile; with fewer samples, they run in order, each
+** gemm threaded by OpenBLAS and the unfolding by our pool.
 */
 #include <cblas.h>
 #include <limits.h>
@@ -26,6 +27,7 @@ typedef struct {
   int64_t es;                   /* element size */
   int64_t N, C, H, W, O, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, groups;
   int64_t Cg, Og, K, HW;        /* K = Cg * kh * kw rows of a column matrix */
+  int64_t padn;                 /* elements of the padded input, 0 if none */
   int pointwise;                /* 1x1, stride 1, no padding: x is its own */
 } conv_geom;
 
@@ -96,6 +98,7 @@ static int conv_setup(const char *op, const dl_tensor *x, const dl_tensor *w,
   g->HW = g->Ho * g->Wo;
   g->pointwise = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 &&
                  g->ph == 0 && g->pw == 0;
+  g->padn = g->ph || g->pw ? g->Cg * ih * iw : 0;
   int64_t big = nn_max64(nn_max64(g->K, g->HW), g->O);
   if (big > BLAS_INT_MAX)
     return dl_err(EM_MM_BLAS_SIZE, op, (long long)big, (long long)BLAS_INT_MAX);
@@ -104,70 +107,79 @@ static int conv_setup(const char *op, const dl_tensor *x, const dl_tensor *w,
 
 /* -- Unfold and fold ------------------------------------------------------- */
 
-/* Output columns [lo, hi) whose input column ow * sw + off lies inside
-** [0, W); the others read padding. */
-static void col_range(const conv_geom *g, int64_t off, int64_t *lo,
-                      int64_t *hi) {
-  int64_t l = off >= 0 ? 0 : (-off + g->sw - 1) / g->sw;
-  int64_t h = g->W - 1 - off < 0 ? 0 : (g->W - 1 - off) / g->sw + 1;
-  if (h > g->Wo) h = g->Wo;
-  if (l > h) l = h;
-  *lo = l, *hi = h;
-}
-
-/* im2col for channels [c0, c1) of one sample's group (x: [Cg, H, W]):
-** row (c, i, j) of col holds, for every output pixel, the input it sees
-** through kernel tap (i, j), 0 in the padding.  col2im adds the rows back
-** (each channel's rows in a fixed order, so it is deterministic). */
+/* Both work on the input with its padding made explicit ([Cg, Hp, Wp], zero
+** borders), so the inner loops copy whole rows without bounds checks;
+** without padding the input itself serves.  Rows are short (Wo is 14 in a
+** Fashion-MNIST CNN), so they are copied in overlapping 32-byte pieces
+** rather than through memcpy.  Everything runs over a range of channels
+** [c0, c1) of one sample's group, so it can be split over the pool. */
 #define DEF_UNFOLD(T, SFX)                                                     \
-  static void im2col_##SFX(const conv_geom *g, const T *x, T *col,           \
-                           int64_t c0, int64_t c1) {                         \
+  static inline void copy_row_##SFX(T *d, const T *s, int64_t n) {           \
+    enum { V = 32 / sizeof(T) };                                             \
+    int64_t i = 0;                                                           \
+    for (; i + V <= n; i += V) memcpy(d + i, s + i, 32);                     \
+    if (i < n) {                                                             \
+      if (n >= V) memcpy(d + n - V, s + n - V, 32);                          \
+      else for (; i < n; i++) d[i] = s[i];                                   \
+    }                                                                        \
+  }                                                                          \
+  /* col row (c, i, j) = what kernel tap (i, j) sees at every output pixel */ \
+  HOT static void im2col_##SFX(const conv_geom *g, const T *x, T *xp, T *col, \
+                               int64_t c0, int64_t c1) {                     \
+    int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;                    \
+    if (xp) {                                                                \
+      for (int64_t c = c0; c < c1; c++) {                                    \
+        T *d = xp + c * Hp * Wp;                                             \
+        memset(d, 0, (size_t)(g->ph * Wp) * sizeof(T));                      \
+        for (int64_t ih = 0; ih < g->H; ih++) {                              \
+          T *r = d + (ih + g->ph) * Wp;                                      \
+          for (int64_t j = 0; j < g->pw; j++) r[j] = r[g->pw + g->W + j] = 0; \
+          copy_row_##SFX(r + g->pw, x + (c * g->H + ih) * g->W, g->W);       \
+        }                                                                    \
+        memset(d + (g->ph + g->H) * Wp, 0, (size_t)(g->ph * Wp) * sizeof(T)); \
+      }                                                                      \
+      x = xp;                                                                \
+    }                                                                        \
     for (int64_t c = c0; c < c1; c++)                                        \
       for (int64_t i = 0; i < g->kh; i++)                                    \
         for (int64_t j = 0; j < g->kw; j++) {                                \
           T *dst = col + ((c * g->kh + i) * g->kw + j) * g->HW;              \
-          int64_t off = j * g->dw - g->pw, lo, hi;                           \
-          col_range(g, off, &lo, &hi);                                       \
+          const T *src = x + c * Hp * Wp + i * g->dh * Wp + j * g->dw;       \
           for (int64_t oh = 0; oh < g->Ho; oh++) {                           \
+            const T *r = src + oh * g->sh * Wp;                              \
             T *d = dst + oh * g->Wo;                                         \
-            int64_t ih = oh * g->sh - g->ph + i * g->dh;                     \
-            if (ih < 0 || ih >= g->H) {                                      \
-              memset(d, 0, (size_t)g->Wo * sizeof(T));                       \
-              continue;                                                      \
-            }                                                                \
-            const T *src = x + (c * g->H + ih) * g->W;                       \
-            for (int64_t ow = 0; ow < lo; ow++) d[ow] = 0;                   \
             if (g->sw == 1)                                                  \
-              memcpy(d + lo, src + lo + off, (size_t)(hi - lo) * sizeof(T)); \
+              copy_row_##SFX(d, r, g->Wo);                                   \
             else                                                             \
-              for (int64_t ow = lo; ow < hi; ow++)                           \
-                d[ow] = src[ow * g->sw + off];                               \
-            for (int64_t ow = hi; ow < g->Wo; ow++) d[ow] = 0;               \
+              for (int64_t ow = 0; ow < g->Wo; ow++) d[ow] = r[ow * g->sw];  \
           }                                                                  \
         }                                                                    \
   }                                                                          \
-  static void col2im_##SFX(const conv_geom *g, const T *col, T *x,           \
-                           int64_t c0, int64_t c1) {                         \
-    memset(x + c0 * g->H * g->W, 0,                                          \
-           (size_t)((c1 - c0) * g->H * g->W) * sizeof(T));                   \
+  /* the adjoint: adds every col row back where it was read, then crops */   \
+  HOT static void col2im_##SFX(const conv_geom *g, const T *col, T *x, T *xp, \
+                               int64_t c0, int64_t c1) {                     \
+    int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw;                    \
+    T *acc = xp ? xp : x;                                                    \
+    memset(acc + c0 * Hp * Wp, 0, (size_t)((c1 - c0) * Hp * Wp) * sizeof(T)); \
     for (int64_t c = c0; c < c1; c++)                                        \
       for (int64_t i = 0; i < g->kh; i++)                                    \
         for (int64_t j = 0; j < g->kw; j++) {                                \
-          const T *s = col + ((c * g->kh + i) * g->kw + j) * g->HW;          \
-          int64_t off = j * g->dw - g->pw, lo, hi;                           \
-          col_range(g, off, &lo, &hi);                                       \
+          const T *src = col + ((c * g->kh + i) * g->kw + j) * g->HW;        \
+          T *dst = acc + c * Hp * Wp + i * g->dh * Wp + j * g->dw;           \
           for (int64_t oh = 0; oh < g->Ho; oh++) {                           \
-            int64_t ih = oh * g->sh - g->ph + i * g->dh;                     \
-            if (ih < 0 || ih >= g->H) continue;                              \
-            T *dst = x + (c * g->H + ih) * g->W;                             \
-            const T *r = s + oh * g->Wo;                                     \
+            T *d = dst + oh * g->sh * Wp;                                    \
+            const T *r = src + oh * g->Wo;                                   \
             if (g->sw == 1)                                                  \
-              for (int64_t ow = lo; ow < hi; ow++) dst[ow + off] += r[ow];   \
+              for (int64_t ow = 0; ow < g->Wo; ow++) d[ow] += r[ow];         \
             else                                                             \
-              for (int64_t ow = lo; ow < hi; ow++)                           \
-                dst[ow * g->sw + off] += r[ow];                              \
+              for (int64_t ow = 0; ow < g->Wo; ow++) d[ow * g->sw] += r[ow]; \
           }                                                                  \
         }                                                                    \
+    if (!xp) return;                                                         \
+    for (int64_t c = c0; c < c1; c++)                                        \
+      for (int64_t ih = 0; ih < g->H; ih++)                                  \
+        copy_row_##SFX(x + (c * g->H + ih) * g->W,                           \
+                       xp + (c * Hp + ih + g->ph) * Wp + g->pw, g->W);       \
   }
 DEF_UNFOLD(float, f32)
 DEF_UNFOLD(double, f64)
@@ -175,36 +187,37 @@ DEF_UNFOLD(double, f64)
 typedef struct {
   const conv_geom *g;
   const char *src;
-  char *dst;
+  char *dst, *pad;  /* pad: a [Cg, Hp, Wp] buffer, NULL without padding */
 } fold_ctx;
 
 static void unfold_range(void *p, int64_t c0, int64_t c1) {
   const fold_ctx *f = p;
   if (f->g->f64)
-    im2col_f64(f->g, (const double *)f->src, (double *)f->dst, c0, c1);
+    im2col_f64(f->g, (const double *)f->src, (double *)f->pad, (double *)f->dst, c0, c1);
   else
-    im2col_f32(f->g, (const float *)f->src, (float *)f->dst, c0, c1);
+    im2col_f32(f->g, (const float *)f->src, (float *)f->pad, (float *)f->dst, c0, c1);
 }
 
 static void fold_range(void *p, int64_t c0, int64_t c1) {
   const fold_ctx *f = p;
   if (f->g->f64)
-    col2im_f64(f->g, (const double *)f->src, (double *)f->dst, c0, c1);
+    col2im_f64(f->g, (const double *)f->src, (double *)f->dst, (double *)f->pad, c0, c1);
   else
-    col2im_f32(f->g, (const float *)f->src, (float *)f->dst, c0, c1);
+    col2im_f32(f->g, (const float *)f->src, (float *)f->dst, (float *)f->pad, c0, c1);
 }
 
-/* Unfolds / folds one group of one sample, over channels on the pool when
-** `par` (parallel_for runs inline inside the pool anyway). */
-static void unfold(const conv_geom *g, const char *x, char *col, int par) {
-  fold_ctx f = {g, x, col};
+/* Unfolds x (one sample's group) into col / folds col into x, over the
+** channels on the pool when `par` (parallel_for runs inline inside the pool
+** anyway).  pad: the padded-input buffer, when there is padding. */
+static void unfold(const conv_geom *g, const char *x, char *col, char *pad, int par) {
+  fold_ctx f = {g, x, col, pad};
   int64_t grain = nn_max64(1, PAR_GRAIN / nn_max64(1, g->kh * g->kw * g->HW));
   if (par) parallel_for(g->Cg, grain, unfold_range, &f);
   else unfold_range(&f, 0, g->Cg);
 }
 
-static void fold(const conv_geom *g, const char *col, char *x, int par) {
-  fold_ctx f = {g, col, x};
+static void fold(const conv_geom *g, const char *col, char *x, char *pad, int par) {
+  fold_ctx f = {g, col, x, pad};
   int64_t grain = nn_max64(1, PAR_GRAIN / nn_max64(1, g->kh * g->kw * g->HW));
   if (par) parallel_for(g->Cg, grain, fold_range, &f);
   else fold_range(&f, 0, g->Cg);
@@ -236,13 +249,60 @@ static void gemm(const conv_geom *g, int ta, int tb, int64_t m, int64_t n,
                 (blasint)ldb, (float)beta, (float *)c, (blasint)ldc);
 }
 
-/* Splitting the samples over our pool pays when each product is one that
-** OpenBLAS runs single-threaded; nparts (at most one per thread) parts. */
-static int64_t sample_parts(const conv_geom *g) {
+/* How the samples are spread.  With nparts > 1 they are split over our
+** pool, each part calling BLAS on its own thread: fine as is when OpenBLAS
+** would run each product single-threaded anyway; for larger products
+** (force_serial) OpenBLAS is held to one thread for the call, so its pool
+** never runs beside ours.  With too few samples to feed every thread, the
+** samples run in order and OpenBLAS threads each product. */
+typedef struct {
+  int64_t nparts;
+  int force_serial;
+} conv_plan;
+
+extern int openblas_get_num_threads(void);
+extern void openblas_set_num_threads(int n);
+
+static conv_plan plan_samples(const conv_geom *g) {
+  conv_plan p = {1, 0};
   int threads = parallel_threads();
-  if (threads <= 1 || g->N <= 1 || g->Og * g->K * g->HW > BLAS_SERIAL_MNK)
-    return 1;
-  return nn_min64(threads, g->N);
+  if (threads <= 1 || g->N <= 1) return p;
+  if (g->Og * g->K * g->HW > BLAS_SERIAL_MNK) {
+    if (g->N < threads) return p;
+    p.force_serial = 1;
+  }
+  p.nparts = nn_min64(threads, g->N);
+  return p;
+}
+
+/* Runs fn over the parts on the pool, OpenBLAS held to one thread when the
+** plan says so (restored after). */
+static void run_parts(const conv_plan *p, par_fn fn, void *ctx) {
+  int prev = p->force_serial ? openblas_get_num_threads() : 0;
+  if (prev > 1) openblas_set_num_threads(1);
+  parallel_for(p->nparts, 1, fn, ctx);
+  if (prev > 1) openblas_set_num_threads(prev);
+}
+
+HOT static double row_sum_f32(const float *p, int64_t n) {
+  float acc[8] = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; j++) acc[j] += p[i + j];
+  double s = 0;
+  for (int j = 0; j < 8; j++) s += acc[j];
+  for (; i < n; i++) s += p[i];
+  return s;
+}
+
+static double row_sum_f64(const double *p, int64_t n) {
+  double acc[4] = {0}, s = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int j = 0; j < 4; j++) acc[j] += p[i + j];
+  for (int j = 0; j < 4; j++) s += acc[j];
+  for (; i < n; i++) s += p[i];
+  return s;
 }
 
 /* -- Forward --------------------------------------------------------------- */
@@ -250,18 +310,19 @@ static int64_t sample_parts(const conv_geom *g) {
 typedef struct {
   const conv_geom *g;
   const char *x, *w, *b;
-  char *out, *cols;  /* cols: one K x HW buffer per part */
+  char *out, *cols;  /* per part: K x HW, then padn for the padded input */
   int64_t nparts;
 } fwd_ctx;
 
 static void fwd_sample(const fwd_ctx *c, int64_t n, char *col, int par) {
+  char *pad = col && c->g->padn ? col + c->g->K * c->g->HW * c->g->es : NULL;
   const conv_geom *g = c->g;
   int64_t es = g->es;
   for (int64_t gr = 0; gr < g->groups; gr++) {
     const char *xg = c->x + (n * g->C + gr * g->Cg) * g->H * g->W * es;
     const char *cm = xg;
     if (!g->pointwise) {
-      unfold(g, xg, col, par);
+      unfold(g, xg, col, pad, par);
       cm = col;
     }
     gemm(g, 0, 0, g->Og, g->HW, g->K, c->w + gr * g->Og * g->K * es, g->K, cm,
@@ -284,17 +345,17 @@ static void fwd_parts(void *p, int64_t p0, int64_t p1) {
   const fwd_ctx *c = p;
   const conv_geom *g = c->g;
   for (int64_t part = p0; part < p1; part++) {
-    char *col = c->cols ? c->cols + part * g->K * g->HW * g->es : NULL;
+    char *col = c->cols ? c->cols + part * (g->K * g->HW + g->padn) * g->es : NULL;
     for (int64_t n = part * g->N / c->nparts; n < (part + 1) * g->N / c->nparts; n++)
       fwd_sample(c, n, col, 0);
   }
 }
 
-/* A scratch buffer of n elements of the compute dtype (NULL when n is 0). */
-static int scratch(const conv_geom *g, int64_t n, dl_tensor **t) {
+/* A scratch buffer of n elements of dtype (NULL when n is 0). */
+static int scratch(int dtype, int64_t n, dl_tensor **t) {
   *t = NULL;
   if (n == 0) return 0;
-  *t = tensor_new(g->f64 ? DL_FLOAT64 : DL_FLOAT32, &n, 1);
+  *t = tensor_new(dtype, &n, 1);
   return *t ? 0 : -1;
 }
 
@@ -313,14 +374,16 @@ DL_API dl_tensor *dl_conv2d(const dl_tensor *x, const dl_tensor *w,
     goto fail;
   int64_t oshape[4] = {g.N, g.O, g.Ho, g.Wo};
   if (!(out = tensor_new(kd, oshape + !bt, x->ndim))) goto fail;
+  conv_plan plan = plan_samples(&g);
   fwd_ctx c = {&g, tensor_first(cx), tensor_first(cw),
                cb ? tensor_first(cb) : NULL, tensor_first(out), NULL,
-               sample_parts(&g)};
-  if (!g.pointwise && scratch(&g, c.nparts * g.K * g.HW, &cols)) goto fail;
+               plan.nparts};
+  if (!g.pointwise && scratch(kd, plan.nparts * (g.K * g.HW + g.padn), &cols))
+    goto fail;
   c.cols = cols ? tensor_first(cols) : NULL;
   if (g.N * g.O * g.HW > 0) {
-    if (c.nparts > 1) {
-      parallel_for(c.nparts, 1, fwd_parts, &c);
+    if (plan.nparts > 1) {
+      run_parts(&plan, fwd_parts, &c);
     } else {
       for (int64_t n = 0; n < g.N; n++) fwd_sample(&c, n, c.cols, 1);
     }
@@ -341,18 +404,24 @@ fail:
 
 /* -- Backward -------------------------------------------------------------- */
 
+/* Each part sums its samples' grad_w (part 0 into the result, the others
+** into gwp) and grad_b (into gbp, in double); the parts are then added in
+** order, so the sums do not depend on which thread ran which part. */
 typedef struct {
   const conv_geom *g;
   const char *x, *w, *gout;
   char *gx;            /* NULL when not needed */
   char *gw;            /* the result (part 0's sum), or NULL */
   char *gwp;           /* parts 1.. : their partial sums */
-  char *cols, *gcols;  /* per part: K x HW each */
+  double *gbp;         /* nparts x O partial bias sums, or NULL */
+  char *cols;          /* per part: K x HW if grad_w, then padn */
+  char *gcols;         /* per part: K x HW if grad_x */
+  int64_t colstride;   /* elements per part in cols */
   int64_t nparts;
 } bwd_ctx;
 
 static void bwd_sample(const bwd_ctx *c, int64_t n, int first, char *col,
-                       char *gcol, char *gw, int par) {
+                       char *pad, char *gcol, char *gw, double *gb, int par) {
   const conv_geom *g = c->g;
   int64_t es = g->es;
   for (int64_t gr = 0; gr < g->groups; gr++) {
@@ -363,7 +432,7 @@ static void bwd_sample(const bwd_ctx *c, int64_t n, int first, char *col,
       /* grad_w[g] (+)= grad_out[n, g] @ col^T */
       const char *cm = c->x + xoff;
       if (!g->pointwise) {
-        unfold(g, cm, col, par);
+        unfold(g, cm, col, pad, par);
         cm = col;
       }
       gemm(g, 0, 1, g->Og, g->K, g->HW, go, g->HW, cm, g->HW, first ? 0 : 1,
@@ -374,7 +443,14 @@ static void bwd_sample(const bwd_ctx *c, int64_t n, int first, char *col,
       char *gxg = c->gx + xoff;
       gemm(g, 1, 0, g->K, g->HW, g->Og, wg, g->K, go, g->HW, 0,
            g->pointwise ? gxg : gcol, g->HW);
-      if (!g->pointwise) fold(g, gcol, gxg, par);
+      if (!g->pointwise) fold(g, gcol, gxg, pad, par);
+    }
+  }
+  if (gb) {
+    for (int64_t o = 0; o < g->O; o++) {
+      int64_t base = (n * g->O + o) * g->HW;
+      gb[o] += g->f64 ? row_sum_f64((const double *)c->gout + base, g->HW)
+                      : row_sum_f32((const float *)c->gout + base, g->HW);
     }
   }
 }
@@ -384,11 +460,14 @@ static void bwd_parts(void *p, int64_t p0, int64_t p1) {
   const conv_geom *g = c->g;
   int64_t kh = g->K * g->HW * g->es;
   for (int64_t part = p0; part < p1; part++) {
-    char *col = c->cols ? c->cols + part * kh : NULL;
+    char *col = c->cols ? c->cols + part * c->colstride * g->es : NULL;
+    char *pad = col && g->padn ? col + (c->colstride - g->padn) * g->es : NULL;
     char *gcol = c->gcols ? c->gcols + part * kh : NULL;
     char *gw = c->gw && part ? c->gwp + (part - 1) * g->O * g->K * g->es : c->gw;
+    double *gb = c->gbp ? c->gbp + part * g->O : NULL;
     int64_t n0 = part * g->N / c->nparts, n1 = (part + 1) * g->N / c->nparts;
-    for (int64_t n = n0; n < n1; n++) bwd_sample(c, n, n == n0, col, gcol, gw, 0);
+    for (int64_t n = n0; n < n1; n++)
+      bwd_sample(c, n, n == n0, col, pad, gcol, gw, gb, c->nparts == 1);
   }
 }
 
@@ -411,46 +490,6 @@ static void sum_parts(void *p, int64_t i0, int64_t i1) {
       const float *src = (const float *)s->gwp + (q - 1) * s->len;
       for (int64_t i = i0; i < i1; i++) d[i] += src[i];
     }
-  }
-}
-
-/* grad_b[o] = sum of grad_out over samples and pixels, in double. */
-typedef struct {
-  const conv_geom *g;
-  const char *gout;
-  char *gb;
-} bias_ctx;
-
-static double row_sum_f32(const float *p, int64_t n) {
-  v8f acc = {0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    v8f v;
-    LD(v, p + i);
-    acc += v;
-  }
-  double s = 0;
-  for (int j = 0; j < 8; j++) s += acc[j];
-  for (; i < n; i++) s += p[i];
-  return s;
-}
-
-static void bias_range(void *p, int64_t o0, int64_t o1) {
-  const bias_ctx *c = p;
-  const conv_geom *g = c->g;
-  for (int64_t o = o0; o < o1; o++) {
-    double s = 0;
-    for (int64_t n = 0; n < g->N; n++) {
-      int64_t base = (n * g->O + o) * g->HW;
-      if (g->f64) {
-        const double *r = (const double *)c->gout + base;
-        for (int64_t i = 0; i < g->HW; i++) s += r[i];
-      } else {
-        s += row_sum_f32((const float *)c->gout + base, g->HW);
-      }
-    }
-    if (g->f64) ((double *)c->gb)[o] = s;
-    else ((float *)c->gb)[o] = (float)s;
   }
 }
 
@@ -477,47 +516,56 @@ DL_API int dl_conv2d_backward(const dl_tensor *grad_out, const dl_tensor *x,
     return dl_err(EM_NN_SHAPE, op, "grad_out", fmt_tshape(grad_out),
                   fmt_shape(oshape + !bt, x->ndim));
   dl_tensor *cx = NULL, *cw = NULL, *cg = NULL, *gx = NULL, *gw = NULL,
-            *gb = NULL, *cols = NULL, *gcols = NULL, *gwp = NULL;
+            *gb = NULL, *cols = NULL, *gcols = NULL, *gwp = NULL, *gbp = NULL;
   int rc = -1;
+  conv_plan plan = plan_samples(&g);
+  bwd_ctx c = {&g, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0,
+               plan.nparts};
+  int64_t wn = g.O * g.K;
   if (!(cg = nn_prep(grad_out, kd))) goto done;
+  c.gout = tensor_first(cg);
   if (need_x || need_w) {
     if (!(cx = nn_prep(x, kd)) || !(cw = nn_prep(w, kd))) goto done;
-    bwd_ctx c = {&g, tensor_first(cx), tensor_first(cw), tensor_first(cg),
-                 NULL, NULL, NULL, NULL, NULL, sample_parts(&g)};
-    int64_t wn = g.O * g.K;
-    if (need_x) {
-      if (!(gx = tensor_new(kd, x->shape, x->ndim))) goto done;
-      c.gx = tensor_first(gx);
-      if (!g.pointwise && scratch(&g, c.nparts * g.K * g.HW, &gcols)) goto done;
-    }
-    if (need_w) {
-      if (!(gw = tensor_new(kd, w->shape, 4))) goto done;
-      c.gw = tensor_first(gw);
-      if (g.N == 0) memset(c.gw, 0, (size_t)(wn * g.es));
-      if (scratch(&g, (c.nparts - 1) * wn, &gwp)) goto done;
-      c.gwp = gwp ? tensor_first(gwp) : NULL;
-      if (!g.pointwise && scratch(&g, c.nparts * g.K * g.HW, &cols)) goto done;
-    }
-    c.cols = cols ? tensor_first(cols) : NULL;
-    c.gcols = gcols ? tensor_first(gcols) : NULL;
-    if (g.N > 0) {
-      if (c.nparts > 1) {
-        parallel_for(c.nparts, 1, bwd_parts, &c);
-        if (gw) {
-          sum_ctx s = {&g, c.gw, c.gwp, c.nparts, wn};
-          parallel_for(wn, PAR_GRAIN / 4, sum_parts, &s);
-        }
-      } else {
-        for (int64_t n = 0; n < g.N; n++)
-          bwd_sample(&c, n, n == 0, c.cols, c.gcols, c.gw, 1);
-      }
+    c.x = tensor_first(cx), c.w = tensor_first(cw);
+  }
+  if (need_x) {
+    if (!(gx = tensor_new(kd, x->shape, x->ndim))) goto done;
+    c.gx = tensor_first(gx);
+    if (!g.pointwise && scratch(kd, c.nparts * g.K * g.HW, &gcols)) goto done;
+  }
+  c.colstride = (need_w ? g.K * g.HW : 0) + (need_x || need_w ? g.padn : 0);
+  if (need_w) {
+    if (!(gw = tensor_new(kd, w->shape, 4))) goto done;
+    c.gw = tensor_first(gw);
+    if (g.N == 0) memset(c.gw, 0, (size_t)(wn * g.es));
+    if (scratch(kd, (c.nparts - 1) * wn, &gwp)) goto done;
+    c.gwp = gwp ? tensor_first(gwp) : NULL;
+  }
+  if (!g.pointwise && scratch(kd, c.nparts * c.colstride, &cols)) goto done;
+  if (need_b) {
+    if (!(gb = tensor_new(kd, &g.O, 1)) ||
+        scratch(DL_FLOAT64, nn_max64(1, c.nparts * g.O), &gbp))
+      goto done;
+    c.gbp = (double *)tensor_first(gbp);
+    memset(c.gbp, 0, sizeof(double) * (size_t)(c.nparts * g.O));
+  }
+  c.cols = cols ? tensor_first(cols) : NULL;
+  c.gcols = gcols ? tensor_first(gcols) : NULL;
+  if (g.N > 0 && (need_x || need_w || need_b)) {
+    if (c.nparts > 1) run_parts(&plan, bwd_parts, &c);
+    else bwd_parts(&c, 0, 1);
+    if (gw && c.nparts > 1) {
+      sum_ctx s = {&g, c.gw, c.gwp, c.nparts, wn};
+      parallel_for(wn, PAR_GRAIN / 4, sum_parts, &s);
     }
   }
   if (need_b) {
-    if (!(gb = tensor_new(kd, &g.O, 1))) goto done;
-    bias_ctx bc = {&g, tensor_first(cg), tensor_first(gb)};
-    int64_t per = nn_max64(1, g.N * g.HW);
-    parallel_for(g.O, nn_max64(1, PAR_GRAIN / per), bias_range, &bc);
+    for (int64_t o = 0; o < g.O; o++) {
+      double v = 0;
+      for (int64_t q = 0; q < c.nparts; q++) v += c.gbp[q * g.O + o];
+      if (g.f64) ((double *)tensor_first(gb))[o] = v;
+      else ((float *)tensor_first(gb))[o] = (float)v;
+    }
   }
   if (need_x && !(*grad_x = nn_finish(gx, x->dtype))) {
     gx = NULL;
@@ -550,5 +598,6 @@ done:
   dl_tensor_release(cols);
   dl_tensor_release(gcols);
   dl_tensor_release(gwp);
+  dl_tensor_release(gbp);
   return rc;
 }

@@ -87,7 +87,7 @@ typedef struct {
   /* backward */
   const char *g;      /* upstream gradient: per position, or NULL */
   double g0;          /* the one upstream value (mean, sum) */
-  double adiv, bdiv;  /* divisors of the nll and smoothing terms */
+  double div;         /* mean: the weighted count of targets kept */
   double ls, wsum;    /* label_smoothing, sum of the class weights */
   char *gi;           /* grad input */
 } cls_ctx;
@@ -135,13 +135,13 @@ typedef struct {
         continue;                                                            \
       }                                                                      \
       double g = k->g ? (double)((const T *)k->g)[i] : k->g0;                \
-      double A = (1 - k->ls) * (g / k->adiv) * (k->w ? k->w[t] : 1);         \
+      double A = (1 - k->ls) * (g / k->div) * (k->w ? k->w[t] : 1);          \
       if (!k->logits) {                                                      \
         for (int64_t c = 0; c < k->C; c++) gi[c * k->S] = 0;                 \
         gi[t * k->S] = (T)-A;                                                \
         continue;                                                            \
       }                                                                      \
-      double B = k->smooth ? k->ls / (double)k->C * (g / k->bdiv) : 0;       \
+      double B = k->smooth ? k->ls / (double)k->C * (g / k->div) : 0;        \
       double lse = lse_##SFX(z, k->C, k->S), tot = A + B * k->wsum;          \
       for (int64_t c = 0; c < k->C; c++) {                                   \
         double pc = exp((double)z[c * k->S] - lse);                          \
@@ -190,8 +190,8 @@ static dl_tensor *cls_forward(const char *op, int logits, const dl_tensor *input
     double v;
     if (reduction == DL_REDUCTION_SUM)
       v = ls > 0 ? a * sn + b * ss : sn;
-    else  /* the smoothing term of an unweighted mean counts every position */
-      v = ls > 0 ? a * (sn / sw) + b * (ss / (weight ? sw : (double)P)) : sn / sw;
+    else  /* both terms over the (weighted) count of targets not ignored */
+      v = ls > 0 ? a * (sn / sw) + b * (ss / sw) : sn / sw;
     out = dl_from_doubles(&v, &P, 0, input->dtype);
   }
 done:
@@ -226,7 +226,7 @@ static dl_tensor *cls_backward(const char *op, int logits, const dl_tensor *grad
   const int64_t *t = (const int64_t *)tensor_first(ci);
   cls_ctx k = {.N = g.N, .C = g.C, .S = g.S, .z = tensor_first(cz), .t = t,
                .w = weight ? w : NULL, .ignore = ignore_index, .logits = logits,
-               .smooth = ls > 0, .ls = ls, .wsum = wsum, .adiv = 1, .bdiv = 1,
+               .smooth = ls > 0, .ls = ls, .wsum = wsum, .div = 1,
                .gi = tensor_first(gi)};
   if (reduction == DL_REDUCTION_NONE) {
     k.g = tensor_first(cg);
@@ -238,8 +238,7 @@ static dl_tensor *cls_backward(const char *op, int logits, const dl_tensor *grad
       double sw = 0;
       for (int64_t i = 0; i < P; i++)
         if (t[i] != ignore_index) sw += weight ? w[t[i]] : 1;
-      k.adiv = sw;
-      k.bdiv = weight ? sw : (double)P;
+      k.div = sw;
     }
   }
   parallel_for(P, pos_grain(g.C), kd == DL_FLOAT64 ? cls_bwd_f64 : cls_bwd_f32, &k);

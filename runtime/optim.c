@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "autograd.h"
+#include "simd.h"
 
 /* Every state tensor must be a contiguous float tensor of p's shape. */
 static int check_state(const char *op, const dl_tensor *p, const dl_tensor *t,
@@ -59,8 +60,8 @@ typedef struct {
     }                                                                       \
   }
 
-static void sgd_f32(void *ctx, int64_t b, int64_t e) { const sgd_ctx *c = ctx; SGD_BODY(float) }
-static void sgd_f64(void *ctx, int64_t b, int64_t e) { const sgd_ctx *c = ctx; SGD_BODY(double) }
+HOT static void sgd_f32(void *ctx, int64_t b, int64_t e) { const sgd_ctx *c = ctx; SGD_BODY(float) }
+HOT static void sgd_f64(void *ctx, int64_t b, int64_t e) { const sgd_ctx *c = ctx; SGD_BODY(double) }
 
 DL_API int dl_sgd_step(dl_tensor *p, const dl_tensor *grad, dl_tensor *buf,
                        double lr, double momentum, double dampening,
@@ -86,34 +87,45 @@ typedef struct {
   int decoupled, maximize;
 } adam_ctx;
 
+/* Branch-free in the element loop (the flags become multipliers that are
+** exact: x * 1, x + 0) so GCC vectorises it; amsgrad has its own loop. */
 #define ADAM_BODY(T, SQRT)                                                   \
   {                                                                         \
     T *p = (T *)c->p, *m = (T *)c->m, *v = (T *)c->v, *vmax = (T *)c->vmax; \
     const T *g = (const T *)c->g;                                           \
     const T b1 = (T)c->b1, b2 = (T)c->b2, a1 = (T)(1 - c->b1), a2 = (T)(1 - c->b2); \
-    const T wd = (T)c->wd, decay = (T)(1 - c->lr * c->wd), eps = (T)c->eps; \
+    const T sg = c->maximize ? (T)-1 : (T)1, eps = (T)c->eps;               \
+    const T wd = c->decoupled ? (T)0 : (T)c->wd;                            \
+    const T decay = c->decoupled ? (T)(1 - c->lr * c->wd) : (T)1;           \
     const T step = (T)(-(c->lr / c->bc1)), bc2s = (T)c->bc2_sqrt;           \
-    for (int64_t i = b; i < e; i++) {                                       \
-      T d = c->maximize ? -g[i] : g[i];                                     \
-      if (c->wd != 0) {                                                     \
-        if (c->decoupled) p[i] = p[i] * decay;                              \
-        else d = d + p[i] * wd;                                             \
+    if (!vmax) {                                                            \
+      for (int64_t i = b; i < e; i++) {                                     \
+        T pi = p[i] * decay;                                                \
+        T d = g[i] * sg + pi * wd;                                          \
+        T mi = m[i] * b1 + d * a1;                                          \
+        T vi = v[i] * b2 + a2 * d * d; /* addcmul's order */                \
+        m[i] = mi;                                                          \
+        v[i] = vi;                                                          \
+        p[i] = pi + (mi / (SQRT(vi) / bc2s + eps)) * step;                  \
       }                                                                     \
-      m[i] = m[i] * b1 + d * a1;                                            \
-      v[i] = v[i] * b2 + a2 * d * d; /* addcmul's order: value * t1 * t2 */ \
-      T s = v[i];                                                           \
-      if (vmax) { /* torch.maximum: NaN wins */                             \
+    } else {                                                                \
+      for (int64_t i = b; i < e; i++) {                                     \
+        T pi = p[i] * decay;                                                \
+        T d = g[i] * sg + pi * wd;                                          \
+        T mi = m[i] * b1 + d * a1;                                          \
+        T vi = v[i] * b2 + a2 * d * d;                                      \
         T a = vmax[i];                                                      \
-        vmax[i] = (a > s || a != a) ? a : s;                                \
-        s = vmax[i];                                                        \
+        T s = (a > vi || a != a) ? a : vi; /* torch.maximum: NaN wins */    \
+        m[i] = mi;                                                          \
+        v[i] = vi;                                                          \
+        vmax[i] = s;                                                        \
+        p[i] = pi + (mi / (SQRT(s) / bc2s + eps)) * step;                   \
       }                                                                     \
-      T denom = SQRT(s) / bc2s + eps;                                       \
-      p[i] = p[i] + (m[i] / denom) * step;                                  \
     }                                                                       \
   }
 
-static void adam_f32(void *ctx, int64_t b, int64_t e) { const adam_ctx *c = ctx; ADAM_BODY(float, sqrtf) }
-static void adam_f64(void *ctx, int64_t b, int64_t e) { const adam_ctx *c = ctx; ADAM_BODY(double, sqrt) }
+HOT static void adam_f32(void *ctx, int64_t b, int64_t e) { const adam_ctx *c = ctx; ADAM_BODY(float, sqrtf) }
+HOT static void adam_f64(void *ctx, int64_t b, int64_t e) { const adam_ctx *c = ctx; ADAM_BODY(double, sqrt) }
 
 DL_API int dl_adam_step(dl_tensor *p, const dl_tensor *grad, dl_tensor *exp_avg,
                         dl_tensor *exp_avg_sq, dl_tensor *max_exp_avg_sq,

@@ -90,6 +90,8 @@ static const char *find_dup(const char **ptrs[], int n) {
   return NULL;
 }
 
+/* -- Writing -------------------------------------------------------------- */
+
 static int write_all(int fd, const char *p, size_t n) {
   while (n) {
     ssize_t w = write(fd, p, n > (1u << 30) ? 1u << 30 : n);
@@ -169,7 +171,7 @@ DL_API int dl_st_save(const char *path, const char *const *names,
     snprintf(what, sizeof what, "tensor name \"%s\"", st_show(nm));
     if (!strcmp(nm, "__metadata__")) { rc = dl_err(EM_ST_RESERVED, "save", path); goto done; }
     if (!st_utf8_valid(nm)) { rc = dl_err(EM_ST_UTF8, "save", path, what); goto done; }
-    if (check_cpu("save", tensors[i])) goto done;
+    if ((rc = check_cpu("save", tensors[i]))) goto done;
     it[i].name = nm, it[i].t = tensors[i];
     it[i].nbytes = (uint64_t)dl_tensor_numel(tensors[i]) *
                    (uint64_t)dl_dtype_sizes[tensors[i]->dtype];
@@ -244,7 +246,10 @@ DL_API int dl_st_save(const char *path, const char *const *names,
     goto done;
   }
   int w = write_file(fd, &h, it, n);
-  if (w == -2) goto done;  /* out of memory copying a view: error set */
+  if (w == -2) {  /* out of memory copying a view: the error is set */
+    rc = dl_last_error_code();
+    goto done;
+  }
   if (w) { rc = dl_err(EM_ST_OS, "save", path, "write failed", strerror(errno)); goto done; }
   if (fsync(fd)) { rc = dl_err(EM_ST_OS, "save", path, "fsync failed", strerror(errno)); goto done; }
   int cr = close(fd);

@@ -55,6 +55,27 @@ if [ -n "$specs" ]; then
   count "$p" "$f" "$s"
 fi
 
+# -- fuzz smoke: the safetensors reader under libFuzzer, ASan and UBSan for
+# 10 s where clang is installed (`make fuzz` runs it longer; FUZZ_SMOKE=0
+# skips it).  A sanitizer build that fails is a skip, not a test failure.
+if command -v clang >/dev/null && [ "${FUZZ_SMOKE:-1}" != 0 ]; then
+  if make -s --no-print-directory -j"$(nproc)" fuzz-build BUILD="$BUILD" >"$out/fuzz.build" 2>&1; then
+    rm -rf "$BUILD/fuzz/smoke" && mkdir -p "$BUILD/fuzz/smoke"
+    cp tests/golden/st_*.safetensors "$BUILD/fuzz/smoke/"
+    if "$BUILD/fuzz/fuzz_safetensors" -max_total_time=10 -max_len=16384 -timeout=10 \
+         -dict=tests/fuzz/safetensors.dict -artifact_prefix="$BUILD/fuzz/" \
+         "$BUILD/fuzz/smoke" >"$out/fuzz.log" 2>&1; then
+      echo "fuzz safetensors (10 s): $(grep -oE 'Done [0-9]+ runs' "$out/fuzz.log"), nothing found"; count 1 0 0
+    else
+      echo "FAIL fuzz safetensors:"; grep -vE '^#[0-9]' "$out/fuzz.log" | tail -n 40; count 0 1 0
+    fi
+  else
+    echo "SKIP: fuzz smoke run (the sanitizer build failed, see $out/fuzz.build)"; count 0 0 1
+  fi
+else
+  echo "SKIP: fuzz smoke run (no clang, or FUZZ_SMOKE=0)"; count 0 0 1
+fi
+
 # -- memory: an example under valgrind must show no invalid access and no
 # leak from the runtime (LuaJIT's own allocator is suppressed).
 if command -v valgrind >/dev/null; then

@@ -450,25 +450,28 @@ describe("atomic saves", function()
     writefile(child, [[
       local ddp = require "ddp"
       local big = ddp.full({50 * 1024 * 1024}, 2, {dtype = "float32"})  -- 200 MB
-      io.open(arg[2], "w"):close()
       ddp.save({big = big}, arg[1])
     ]])
-    local delays = { 0.05, 0.1, 0.02, 0.2, 0.01, 0.3, 0.03, 0.15, 0.005, 0.5, 0.07, 0.25 }
+    -- The child's first save writes <path>.tmp.<pid>.0: once it holds data,
+    -- the write is under way (the rename comes after 200 MB and an fsync);
+    -- then a short, varied wait and SIGKILL.  Bounded: the wait for the temp
+    -- file gives up after 30 s, the whole after 120 s.
+    local delays = { 0, 0.01, 0, 0.03, 0, 0.005, 0 }
     local hit, dead_tmp
     for _, delay in ipairs(delays) do
       ddp.save({ good = good }, path)
-      local marker = dir .. "/started"
-      os.remove(marker)
-      sh(("timeout 120 sh -c %s"):format(q(([[
-        (exec %s %s %s %s) & pid=$!
-        i=0; while [ ! -e %s ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done
-        sleep %s; kill -9 $pid; wait $pid]]):format(q(ddplua), q(child), q(path), q(marker), q(marker), delay))))
+      local out = sh(("timeout 120 sh -c %s"):format(q(([[
+        (exec %s %s %s) & pid=$!
+        t=%s.tmp.$pid.0; i=0
+        while [ ! -s "$t" ] && [ $i -lt 300000 ] && kill -0 $pid 2>/dev/null; do i=$((i+1)); done
+        sleep %s; kill -9 $pid; wait $pid; echo "exit $?"]]):format(q(ddplua), q(child), q(path), q(path), delay))))
+      assert.matches("exit 137", out)  -- SIGKILL, not an error of its own
       local tmps = tmp_files()
       if #tmps > 0 then
         hit, dead_tmp = true, tmps
         break
       end
-      -- too early (nothing written yet) or too late (the new file is in place)
+      -- the kill came too late: the new file is already in place; again
     end
     assert(hit, "no kill landed during the write in " .. #delays .. " tries")
     assert.equal(1, #dead_tmp)
@@ -587,6 +590,42 @@ describe("ddp.save_checkpoint / ddp.load_checkpoint", function()
     assert.is_true(state.extra.tied[1]:is_shared(state.extra.tied[2]))  -- stored once, shared again
     assert.equal(2 ^ 53, state.extra.t:item())
     assert.is_table(state.rng)
+  end)
+
+  it("resumes real training exactly: nn modules, Adam, StepLR, dropout and the RNG", function()
+    local nn, optim = require "ddp.nn", require "ddp.optim"
+    local function build()
+      local m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, 3))
+      local o = optim.Adam(m:parameters(), { lr = 0.01 })
+      return m, o, optim.lr_scheduler.StepLR(o, { step_size = 2, gamma = 0.5 })
+    end
+    local function steps(m, o, s, k)
+      local losses = {}
+      for i = 1, k do
+        local x, y = ddp.randn(5, 4), ddp.randint(0, 3, { 5 })
+        o:zero_grad()
+        local loss = nn.functional.cross_entropy(m(x), y)
+        loss:backward()
+        o:step()
+        s:step()
+        losses[i] = loss:item()
+      end
+      return losses
+    end
+    ddp.manual_seed(0)
+    local m, o, s = build()
+    steps(m, o, s, 3)
+    ddp.save_checkpoint(path, { model = m, optimizer = o, scheduler = s, epoch = 3 })
+    local names = ddp.load(path)
+    assert.is_truthy(names["model.0.weight"])
+    assert.is_truthy(names["optimizer.state.0.exp_avg"])
+    local want = steps(m, o, s, 4)
+
+    ddp.manual_seed(1)  -- another start: different weights and random numbers
+    local m2, o2, s2 = build()
+    assert.equal(3, ddp.load_checkpoint(path, { model = m2, optimizer = o2, scheduler = s2 }).epoch)
+    assert.same(want, steps(m2, o2, s2, 4))
+    for k, v in pairs(m:state_dict()) do assert.is_true(m2:state_dict()[k]:equal(v), k) end
   end)
 
   it("returns the state without targets and leaves the RNG alone", function()

@@ -29,10 +29,7 @@ function F.linear(x, w, b)
     raise(("linear: input of shape %s does not fit weight of shape %s (last dim %s vs in_features %d)")
           :format(core.fmt_shape(x:shape()), core.fmt_shape(w:shape()), x:dim() > 0 and x:size(-1) or "none", w:size(1)))
   end
-  if b ~= nil and x:dim() == 2 then return b:addmm(x, w:t()) end
-  local y = x:matmul(w:t())
-  if b ~= nil then y = y + b end
-  return y
+  return new(C.dl_f_linear, x, w, b ~= nil and tensor_arg(b, "linear", "bias") or nil)
 end
 
 -- -- Argument helpers -----------------------------------------------------------------

@@ -76,7 +76,7 @@ DL_API int dl_get_num_threads(void);
 /* Bytes held by live CPU storages, and the high-water mark. */
 DL_API int64_t dl_mem_allocated(void);
 DL_API int64_t dl_mem_peak(void);
-/* Freed blocks of 1 MiB and more are kept for reuse (fresh ones fault in
+/* Freed blocks of 64 KiB and more are kept for reuse (fresh ones fault in
 ** every page); bytes held that way, and a call that returns them all. */
 DL_API int64_t dl_mem_cached(void);
 DL_API void dl_empty_cache(void);
@@ -323,7 +323,8 @@ DL_API dl_tensor *dl_read_idx(const char *path);
 ** targets are int64 (or int32).  Pairs (kernel, stride, padding, dilation)
 ** are {height, width}.  Optional tensors may be NULL; backward calls fill
 ** only the gradients asked for (need_*), setting the others to NULL.  Every
-** result is a new contiguous tensor. */
+** result is a new contiguous tensor (but dropout's pass-through).  None of
+** them records autograd nodes. */
 
 typedef enum dl_reduction {
   DL_REDUCTION_NONE = 0, DL_REDUCTION_MEAN = 1, DL_REDUCTION_SUM = 2
@@ -457,6 +458,9 @@ DL_API dl_tensor *dl_mse_loss_backward(const dl_tensor *grad_out,
 
 /* The kernels above with autograd: same arguments, recorded in the graph
 ** when an input requires grad (what ddp.nn.functional calls). */
+/* y = x @ w^T + b (b may be NULL), w [out, in], x [..., in]. */
+DL_API dl_tensor *dl_f_linear(const dl_tensor *x, const dl_tensor *w,
+                              const dl_tensor *b);
 DL_API dl_tensor *dl_f_conv2d(const dl_tensor *x, const dl_tensor *w,
                               const dl_tensor *b, const int64_t *stride,
                               const int64_t *padding, const int64_t *dilation,

@@ -322,6 +322,7 @@ static const conv_cfg conv_big[] = {
   {3, 16, 16, 16, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},     /* OpenBLAS threads */
   {4, 8, 12, 12, 8, 3, 3, 2, 2, 1, 1, 1, 1, 2, 1, 1},
   {5, 32, 9, 9, 64, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1},
+  {1, 16, 16, 16, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},     /* one sample: OpenBLAS threads */
 };
 
 static void test_conv(void) {
@@ -910,7 +911,7 @@ static void ce_ref(const double *z, const int64_t *t, const double *w, int64_t N
   else if (red == 2)
     out[0] = (1 - ls) * a + ls / (double)C * b;
   else
-    out[0] = (1 - ls) * a / wsum + ls / (double)C * b / (w ? wsum : (double)P);
+    out[0] = (1 - ls) * a / wsum + ls / (double)C * b / wsum;
   free(nll), free(sm);
 }
 
