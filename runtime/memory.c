@@ -16,15 +16,22 @@
 
 #include "internal.h"
 
-static atomic_llong mem_live, mem_peak, mem_since_gc, mem_live_at_gc;
+static atomic_llong mem_live, mem_peak, mem_since_gc;
 
 /* -- Large-block cache ---------------------------------------------------- */
 
 enum { CACHE_MIN = 1 << 16, CACHE_GRAIN = 1 << 16, CACHE_SLOTS = 256 };
 #define HUGE_PAGE ((size_t)2 << 20)
-/* The garbage Lua may leave between collections, and the least the cache
-** may hold: small enough that a small model's footprint stays small. */
 #define FLOOR ((size_t)32 << 20)
+
+/* How much garbage Lua may leave between collections, and so what the
+** cache may hold: an eighth of the live bytes, at least 32 MiB.  Not the
+** whole live set: a dataset of a few hundred megabytes that never changes
+** would then let as much garbage pile up, twice over. */
+static size_t slack(void) {
+  size_t live = (size_t)atomic_load(&mem_live);
+  return live / 8 > FLOOR ? live / 8 : FLOOR;
+}
 
 static struct {
   pthread_mutex_t mu;
@@ -74,10 +81,9 @@ static void *cache_take(size_t n) {
 /* Keeps p for reuse, evicting the oldest blocks to stay under the cap;
 ** returns 0 when p should be freed instead. */
 static int cache_put(void *p, size_t n) {
-  /* also never more than the live set (at least FLOOR): the cache then
-  ** tracks the working set, and resident memory stays flat */
-  size_t lim = cache_limit(), live = (size_t)atomic_load(&mem_live);
-  size_t dyn = live > FLOOR ? live : FLOOR;
+  /* also never more than what one collection frees (slack()): the cache
+  ** then tracks the working set, and resident memory stays flat */
+  size_t lim = cache_limit(), dyn = slack();
   if (dyn < lim) lim = dyn;
   if (n > lim) return 0;
   void *evict[CACHE_SLOTS];
@@ -157,16 +163,12 @@ DL_HIDDEN void mem_free(void *p, size_t nbytes) {
 DL_API int64_t dl_mem_allocated(void) { return atomic_load(&mem_live); }
 DL_API int64_t dl_mem_peak(void) { return atomic_load(&mem_peak); }
 
-/* Lua only sees 8-byte pointers: ask for a collection once as many bytes
-** were allocated as were live after the last one (at least FLOOR), which
-** keeps garbage below about twice the live set. */
+/* Lua only sees 8-byte pointers: ask for a collection once slack() bytes
+** were allocated since the last one. */
 DL_API int dl_gc_hint(void) {
-  long long since = atomic_load(&mem_since_gc);
-  long long base = atomic_load(&mem_live_at_gc);
-  return since > (base > (long long)FLOOR ? base : (long long)FLOOR);
+  return (size_t)atomic_load(&mem_since_gc) > slack();
 }
 
 DL_API void dl_gc_done(void) {
   atomic_store(&mem_since_gc, 0);
-  atomic_store(&mem_live_at_gc, atomic_load(&mem_live));
 }

@@ -89,7 +89,54 @@ describe("gradcheck of every op", function()
   end
 end)
 
+describe("gradcheck of the network ops", function()
+  local F = require("ddp.nn").functional
+  ddp.manual_seed(7)
+  local cases = {
+    { "linear", function(x, w, b) return F.linear(x, w, b) end, function() return { leaf(2, 3, 4), leaf(5, 4), leaf(5) } end },
+    { "conv2d stride padding", function(x, w, b) return F.conv2d(x, w, b, { stride = 2, padding = 1 }) end,
+      function() return { leaf(2, 3, 5, 5), leaf(4, 3, 3, 3), leaf(4) } end },
+    { "conv2d dilation groups", function(x, w) return F.conv2d(x, w, nil, { dilation = 2, groups = 2 }) end,
+      function() return { leaf(1, 4, 6, 6), leaf(4, 2, 2, 2) } end },
+    { "max_pool2d", function(x) return F.max_pool2d(x, 2) end, function() return { leaf(2, 2, 4, 4) } end },
+    { "max_pool2d ceil padding", function(x) return F.max_pool2d(x, 3, { stride = 2, padding = 1, ceil_mode = true }) end,
+      function() return { leaf(1, 2, 5, 5) } end },
+    { "avg_pool2d", function(x) return F.avg_pool2d(x, 2, { stride = 1, padding = 1, count_include_pad = false }) end,
+      function() return { leaf(1, 2, 4, 4) } end },
+    { "embedding", function(w) return F.embedding(ddp.tensor({ { 0, 2 }, { 2, 1 } }), w) end,
+      function() return { leaf(4, 3) } end },
+    { "layer_norm", function(x, w, b) return F.layer_norm(x, { 4 }, w, b) end, function() return { leaf(3, 4), leaf(4), leaf(4) } end },
+    { "batch_norm training", function(x, w, b) return F.batch_norm(x, nil, nil, { weight = w, bias = b, training = true }) end,
+      function() return { leaf(5, 3), leaf(3), leaf(3) } end },
+    { "batch_norm eval", function(x, w, b)
+        return F.batch_norm(x, ddp.zeros(3, { dtype = "float64" }), ddp.ones(3, { dtype = "float64" }) * 2,
+                            { weight = w, bias = b, training = false })
+      end, function() return { leaf(4, 3, 2), leaf(3), leaf(3) } end },
+    { "dropout (same mask each call)", function(x) ddp.manual_seed(5) return F.dropout(x, 0.3) end, function() return { leaf(20) } end },
+    { "cross_entropy smoothing ignore", function(x)
+        return F.cross_entropy(x, ddp.tensor({ 1, 0, -100, 2 }), { label_smoothing = 0.2 })
+      end, function() return { leaf(4, 3) } end },
+    { "cross_entropy weighted sum", function(x)
+        return F.cross_entropy(x, ddp.tensor({ 1, 0, 2 }), { weight = ddp.tensor({ 1, 2, 3 }, { dtype = "float64" }), reduction = "sum" })
+      end, function() return { leaf(3, 3) } end },
+    { "nll_loss", function(x) return F.nll_loss(x:log_softmax(1), ddp.tensor({ 1, 0, 2 })) end, function() return { leaf(3, 4) } end },
+    { "mse_loss", function(a, b) return F.mse_loss(a, b) end, function() return { leaf(3, 2), leaf(3, 2) } end },
+  }
+  for _, c in ipairs(cases) do
+    it(c[1], function()
+      assert.is_true(gradcheck(c[2], c[3](), { atol = 1e-5, rtol = 1e-4 }))
+    end)
+  end
+end)
+
 describe("the engine", function()
+  it("gives the embedding's padding row no gradient", function()
+    local F = require("ddp.nn").functional
+    local w = ddp.ones(4, 2):requires_grad_()
+    F.embedding(ddp.tensor({ 0, 3, 3 }), w, { padding_idx = 3 }):sum():backward()
+    assert.same({ { 1, 1 }, { 0, 0 }, { 0, 0 }, { 0, 0 } }, w.grad:totable())
+  end)
+
   it("accumulates across backward calls and resets with grad = nil", function()
     local x = ddp.tensor({ 1, 2, 3 }, { dtype = "float32" }):requires_grad_()
     ;(x * 2):sum():backward()
