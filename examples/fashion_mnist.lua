@@ -11,12 +11,14 @@ local data = require "ddp.data"
 local F = nn.functional
 
 local args = ddp.argparse({
-  model = "mlp", epochs = 3, batch_size = 64, lr = 1e-3, weight_decay = 1e-2,
+  model = "mlp", epochs = 3, batch_size = 64, lr = 0, weight_decay = 1e-2,
   checkpoint = "fashion_mnist.ckpt", resume = false, seed = 0, limit = 0,
 }, arg, {
   program = "ddplua examples/fashion_mnist.lua",
-  help = { model = "mlp or cnn", resume = "continue from --checkpoint", limit = "use only N training images (0: all)" },
+  help = { model = "mlp or cnn", resume = "continue from --checkpoint", limit = "use only N training images (0: all)",
+           lr = "peak learning rate (0: 1e-3 for mlp, 2e-3 for cnn)" },
 })
+if args.lr == 0 then args.lr = args.model == "cnn" and 2e-3 or 1e-3 end
 
 -- -- Models ----------------------------------------------------------------------
 
