@@ -133,8 +133,23 @@ static double act_grad(int op, double x) {
 ACT_LOOP(act_f32, float)
 ACT_LOOP(act_f64, double)
 
+/* relu: g where the result is > 0 (or NaN, as PyTorch's threshold_backward),
+** else 0 -- one pass instead of a mask, a clone and a fill. */
+#define RELU_LOOP(NAME, T)                                                  \
+  static void NAME(char **d, const int64_t *st, int64_t n, void *c) {      \
+    (void)c;                                                               \
+    for (int64_t i = 0; i < n; i++) {                                      \
+      T y = *(const T *)(d[2] + i * st[2]);                                \
+      *(T *)(d[0] + i * st[0]) = y <= 0 ? (T)0 : *(const T *)(d[1] + i * st[1]); \
+    }                                                                      \
+  }
+RELU_LOOP(relu_f32, float)
+RELU_LOOP(relu_f64, double)
+
 static dl_tensor *act_backward(int op, const dl_tensor *g, const dl_tensor *x) {
   int cd = g->dtype == DL_FLOAT64 ? DL_FLOAT64 : DL_FLOAT32;
+  loop_fn fn = op == DL_RELU ? (cd == DL_FLOAT64 ? relu_f64 : relu_f32)
+                             : (cd == DL_FLOAT64 ? act_f64 : act_f32);
   dl_tensor *gc = as_dtype(g, cd), *xc = gc ? as_dtype(x, cd) : NULL;
   dl_tensor *out = xc ? tensor_new(cd, g->shape, g->ndim) : NULL;
   if (out) {
@@ -145,7 +160,7 @@ static dl_tensor *act_backward(int op, const dl_tensor *g, const dl_tensor *x) {
       dl_tensor_release(out);
       out = NULL;
     } else {
-      iter_run(&it, cd == DL_FLOAT64 ? act_f64 : act_f32, &c);
+      iter_run(&it, fn, &c);
     }
   }
   dl_tensor_release(gc);
@@ -180,8 +195,8 @@ static int unary_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
       gin[0] = R(&s, dl_binary(DL_MUL, K(&s, dl_binary(DL_MUL, G, y)),
                                K(&s, dl_binary(DL_SUB, NUM(&s, 1), y))));
       break;
-    case DL_RELU:  /* where the result is positive, as PyTorch */
-      gin[0] = R(&s, dl_masked_fill(G, K(&s, dl_binary(DL_LE, y, NUM(&s, 0))), 0));
+    case DL_RELU:  /* on the result, as PyTorch */
+      gin[0] = R(&s, act_backward(DL_RELU, G, y));
       break;
     case DL_GELU:
     case DL_GELU_TANH:
