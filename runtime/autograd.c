@@ -250,41 +250,50 @@ DL_HIDDEN int ag_attach(dl_tensor *out, ag_node *n) {
   return 0;
 }
 
-static dl_tensor *record(dl_tensor *out, ag_node *n) {
-  if (!n || ag_attach(out, n)) {
+DL_HIDDEN dl_tensor *ag_record(dl_tensor *out, const char *name,
+                               ag_backward_fn fn, dl_tensor *const *ins,
+                               int nin, const dl_tensor *const *save,
+                               int nsave, ag_node **made) {
+  if (made) *made = NULL;
+  if (!out || !dl_dtype_is_float(out->dtype) || !ag_needed(ins, nin)) return out;
+  ag_node *n = ag_node_new(name, fn, ins, nin);
+  int failed = !n || nsave > AG_MAX_SAVED;
+  for (int i = 0; !failed && i < nsave; i++) {
+    if (save[i])
+      failed = ag_save(n, save[i]);
+    else
+      n->saved[n->nsaved++] = NULL;
+  }
+  if (failed) {
+    ag_node_release(n);
     dl_tensor_release(out);
     return NULL;
   }
+  if (ag_attach(out, n)) {  /* releases n */
+    dl_tensor_release(out);
+    return NULL;
+  }
+  if (made) *made = n;
   return out;
 }
 
 DL_HIDDEN dl_tensor *ag_record1(dl_tensor *out, const char *name,
                                 ag_backward_fn fn, const dl_tensor *a,
                                 int save_in, int save_out) {
-  if (!out || !ag_needed1(a) || !dl_dtype_is_float(out->dtype)) return out;
   dl_tensor *ins[1] = {(dl_tensor *)a};
-  ag_node *n = ag_node_new(name, fn, ins, 1);
-  if (n && ((save_in && ag_save(n, a)) || (save_out && ag_save(n, out)))) {
-    ag_node_release(n);
-    n = NULL;
-  }
-  return record(out, n);
+  const dl_tensor *save[2] = {save_in ? a : NULL, save_out ? out : NULL};
+  return ag_record(out, name, fn, ins, 1, save, save_in + save_out ? 2 : 0, NULL);
 }
 
 DL_HIDDEN dl_tensor *ag_record2(dl_tensor *out, const char *name,
                                 ag_backward_fn fn, const dl_tensor *a,
                                 const dl_tensor *b, int op) {
-  if (!out || !ag_needed2(a, b) || !dl_dtype_is_float(out->dtype)) return out;
   dl_tensor *ins[2] = {(dl_tensor *)a, (dl_tensor *)b};
-  ag_node *n = ag_node_new(name, fn, ins, 2);
-  if (n) {
-    n->op = op;
-    if (ag_save(n, a) || ag_save(n, b) || ag_save(n, out)) {
-      ag_node_release(n);
-      n = NULL;
-    }
-  }
-  return record(out, n);
+  const dl_tensor *save[3] = {a, b, out};
+  ag_node *n;
+  out = ag_record(out, name, fn, ins, 2, save, 3, &n);
+  if (n) n->op = op;
+  return out;
 }
 
 /* -- In-place writes ------------------------------------------------------ */

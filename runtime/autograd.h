@@ -66,6 +66,24 @@ DL_HIDDEN int ag_check_inplace(const char *op, dl_tensor *t);
 DL_HIDDEN void tensor_bump_version(dl_tensor *t);
 DL_HIDDEN void autograd_free(dl_tensor *t);
 
+/* Runs stmt with grad mode off: the forward of an op that records itself. */
+#define NOGRAD(stmt)                          \
+  do {                                        \
+    int was_ = dl_set_grad_enabled(0);        \
+    stmt;                                     \
+    dl_set_grad_enabled(was_);                \
+  } while (0)
+
+/* Records an op: when out is float and an input needs a gradient, a node
+** over ins (NULL entries: no edge) with save's tensors saved (NULL entries
+** keep their slot) becomes out's grad_fn; *made (if given) gets it so the
+** caller can set its arguments.  Returns out, or NULL (out released) on
+** failure. */
+DL_HIDDEN dl_tensor *ag_record(dl_tensor *out, const char *name,
+                               ag_backward_fn fn, dl_tensor *const *ins,
+                               int nin, const dl_tensor *const *save,
+                               int nsave, ag_node **made);
+
 /* Shorthands for recording an op with one or two inputs: returns out, or
 ** NULL (releasing out) when recording failed. */
 DL_HIDDEN dl_tensor *ag_record1(dl_tensor *out, const char *name,

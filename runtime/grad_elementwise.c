@@ -241,21 +241,12 @@ static const char *const unary_names[DL_NUNOPS] = {
     [DL_SILU] = "SiluBackward"};
 
 DL_HIDDEN dl_tensor *ag_unary(int op, dl_tensor *out, const dl_tensor *a) {
-  if (!out || !unary_names[op] || !ag_needed1(a) || !dl_dtype_is_float(out->dtype))
-    return out;
+  if (!out || !unary_names[op]) return out;
   dl_tensor *ins[1] = {(dl_tensor *)a};
-  ag_node *n = ag_node_new(unary_names[op], unary_backward, ins, 1);
-  if (n) {
-    n->op = op;
-    if (ag_save(n, a) || ag_save(n, out)) {
-      ag_node_release(n);
-      n = NULL;
-    }
-  }
-  if (!n || ag_attach(out, n)) {
-    dl_tensor_release(out);
-    return NULL;
-  }
+  const dl_tensor *save[2] = {a, out};
+  ag_node *n;
+  out = ag_record(out, unary_names[op], unary_backward, ins, 1, save, 2, &n);
+  if (n) n->op = op;
   return out;
 }
 
@@ -275,18 +266,11 @@ static int clamp_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
 }
 
 DL_HIDDEN dl_tensor *ag_clamp(dl_tensor *out, const dl_tensor *a, double lo, double hi) {
-  if (!out || !ag_needed1(a) || !dl_dtype_is_float(out->dtype)) return out;
   dl_tensor *ins[1] = {(dl_tensor *)a};
-  ag_node *n = ag_node_new("ClampBackward", clamp_backward, ins, 1);
-  if (n && ag_save(n, a)) {
-    ag_node_release(n);
-    n = NULL;
-  }
+  const dl_tensor *save[1] = {a};
+  ag_node *n;
+  out = ag_record(out, "ClampBackward", clamp_backward, ins, 1, save, 1, &n);
   if (n) n->darg[0] = lo, n->darg[1] = hi;
-  if (!n || ag_attach(out, n)) {
-    dl_tensor_release(out);
-    return NULL;
-  }
   return out;
 }
 
@@ -301,18 +285,9 @@ static int where_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
 
 DL_HIDDEN dl_tensor *ag_where(dl_tensor *out, const dl_tensor *cond,
                               const dl_tensor *a, const dl_tensor *b) {
-  if (!out || !ag_needed2(a, b) || !dl_dtype_is_float(out->dtype)) return out;
   dl_tensor *ins[3] = {NULL, (dl_tensor *)a, (dl_tensor *)b};
-  ag_node *n = ag_node_new("WhereBackward", where_backward, ins, 3);
-  if (n && ag_save(n, cond)) {
-    ag_node_release(n);
-    n = NULL;
-  }
-  if (!n || ag_attach(out, n)) {
-    dl_tensor_release(out);
-    return NULL;
-  }
-  return out;
+  const dl_tensor *save[1] = {cond};
+  return ag_record(out, "WhereBackward", where_backward, ins, 3, save, 1, NULL);
 }
 
 /* Casts, clones and contiguous copies pass the gradient straight through

@@ -8,30 +8,12 @@
 #include "autograd.h"
 #include "forward.h"
 
-#define NOGRAD(expr)                          \
-  do {                                        \
-    int was_ = dl_set_grad_enabled(0);        \
-    out = (expr);                             \
-    dl_set_grad_enabled(was_);                \
-  } while (0)
-
 static dl_tensor *record(dl_tensor *out, const char *name, ag_backward_fn fn,
                          dl_tensor *const *ins, int n, int op,
                          const dl_tensor *const *save, int nsave) {
-  if (!out || !dl_dtype_is_float(out->dtype) || !ag_needed(ins, n)) return out;
-  ag_node *nd = ag_node_new(name, fn, ins, n);
-  int failed = !nd;
+  ag_node *nd;
+  out = ag_record(out, name, fn, ins, n, save, nsave, &nd);
   if (nd) nd->op = op;
-  for (int i = 0; !failed && i < nsave; i++) failed = save[i] && ag_save(nd, save[i]);
-  if (failed) {
-    ag_node_release(nd);
-    dl_tensor_release(out);
-    return NULL;
-  }
-  if (ag_attach(out, nd)) {
-    dl_tensor_release(out);
-    return NULL;
-  }
   return out;
 }
 
@@ -88,7 +70,7 @@ static int matmul_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
 #define MATMUL_OP(NAME, FW, LABEL)                                            \
   DL_API dl_tensor *NAME(const dl_tensor *a, const dl_tensor *b) {           \
     dl_tensor *out;                                                          \
-    NOGRAD(FW(a, b));                                                        \
+    NOGRAD(out = FW(a, b));                                                        \
     dl_tensor *ins[2] = {(dl_tensor *)a, (dl_tensor *)b};                    \
     const dl_tensor *save[2] = {a, b};                                       \
     return record(out, LABEL, matmul_backward, ins, 2, 0, save, 2);          \
@@ -100,7 +82,7 @@ MATMUL_OP(dl_dot, fw_dot, "DotBackward")
 
 DL_API dl_tensor *dl_outer(const dl_tensor *a, const dl_tensor *b) {
   dl_tensor *out;
-  NOGRAD(fw_outer(a, b));
+  NOGRAD(out = fw_outer(a, b));
   dl_tensor *ins[2] = {(dl_tensor *)a, (dl_tensor *)b};
   const dl_tensor *save[2] = {a, b};
   return record(out, "OuterBackward", matmul_backward, ins, 2, 2, save, 2);
@@ -109,7 +91,7 @@ DL_API dl_tensor *dl_outer(const dl_tensor *a, const dl_tensor *b) {
 DL_API dl_tensor *dl_addmm(const dl_tensor *c, const dl_tensor *a,
                            const dl_tensor *b, double beta, double alpha) {
   dl_tensor *out;
-  NOGRAD(fw_addmm(c, a, b, beta, alpha));
+  NOGRAD(out = fw_addmm(c, a, b, beta, alpha));
   dl_tensor *ins[3] = {(dl_tensor *)c, (dl_tensor *)a, (dl_tensor *)b};
   const dl_tensor *save[2] = {a, b};
   out = record(out, "AddmmBackward", matmul_backward, ins, 3, 1, save, 2);
@@ -177,14 +159,14 @@ static dl_tensor *record_index(dl_tensor *out, const char *name, int op, int dim
 
 DL_API dl_tensor *dl_index_select(const dl_tensor *t, int dim, const dl_tensor *index) {
   dl_tensor *out;
-  NOGRAD(fw_index_select(t, dim, index));
+  NOGRAD(out = fw_index_select(t, dim, index));
   dl_tensor *ins[1] = {(dl_tensor *)t};
   return record_index(out, "IndexSelectBackward", 0, dim, ins, 1, index);
 }
 
 DL_API dl_tensor *dl_gather(const dl_tensor *t, int dim, const dl_tensor *index) {
   dl_tensor *out;
-  NOGRAD(fw_gather(t, dim, index));
+  NOGRAD(out = fw_gather(t, dim, index));
   dl_tensor *ins[1] = {(dl_tensor *)t};
   return record_index(out, "GatherBackward", 1, dim, ins, 1, index);
 }
@@ -192,7 +174,7 @@ DL_API dl_tensor *dl_gather(const dl_tensor *t, int dim, const dl_tensor *index)
 DL_API dl_tensor *dl_scatter(const dl_tensor *t, int dim, const dl_tensor *index,
                              const dl_tensor *src, int reduce) {
   dl_tensor *out;
-  NOGRAD(fw_scatter(t, dim, index, src, reduce));
+  NOGRAD(out = fw_scatter(t, dim, index, src, reduce));
   dl_tensor *ins[3] = {(dl_tensor *)t, NULL, (dl_tensor *)src};
   return record_index(out, reduce ? "ScatterAddBackward" : "ScatterBackward",
                       reduce ? 3 : 2, dim, ins, 3, index);
@@ -232,7 +214,7 @@ static int mask_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
 
 DL_API dl_tensor *dl_masked_fill(const dl_tensor *t, const dl_tensor *mask, double value) {
   dl_tensor *out;
-  NOGRAD(fw_masked_fill(t, mask, value));
+  NOGRAD(out = fw_masked_fill(t, mask, value));
   dl_tensor *ins[1] = {(dl_tensor *)t};
   const dl_tensor *save[1] = {mask};
   return record(out, "MaskedFillBackward", mask_backward, ins, 1, 0, save, 1);
@@ -245,7 +227,7 @@ DL_API int dl_masked_fill_(dl_tensor *t, const dl_tensor *mask, double value) {
 
 DL_API dl_tensor *dl_masked_select(const dl_tensor *t, const dl_tensor *mask) {
   dl_tensor *out;
-  NOGRAD(fw_masked_select(t, mask));
+  NOGRAD(out = fw_masked_select(t, mask));
   dl_tensor *ins[1] = {(dl_tensor *)t};
   const dl_tensor *save[1] = {mask};
   return record(out, "MaskedSelectBackward", mask_backward, ins, 1, 1, save, 1);
@@ -272,7 +254,7 @@ static int join_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
 
 static dl_tensor *join(int stack, dl_tensor *const *ts, int n, int dim) {
   dl_tensor *out;
-  NOGRAD(stack ? fw_stack(ts, n, dim) : fw_cat(ts, n, dim));
+  NOGRAD(out = stack ? fw_stack(ts, n, dim) : fw_cat(ts, n, dim));
   if (!out || !dl_dtype_is_float(out->dtype) || !ag_needed(ts, n)) return out;
   ag_node *nd = ag_node_new(stack ? "StackBackward" : "CatBackward", join_backward, ts, n);
   if (nd) {

@@ -7,43 +7,6 @@
 
 #include "autograd.h"
 
-#define NOGRAD(stmt)                          \
-  do {                                        \
-    int was_ = dl_set_grad_enabled(0);        \
-    stmt;                                     \
-    dl_set_grad_enabled(was_);                \
-  } while (0)
-
-/* Attaches a node over ins to out when an input needs a gradient; saves
-** the tensors in save (NULL entries keep their slot).  Releases out and
-** returns NULL on failure. */
-static dl_tensor *record(dl_tensor *out, const char *name, ag_backward_fn fn,
-                         dl_tensor *const *ins, int nin,
-                         const dl_tensor *const *save, int nsave, ag_node **made) {
-  if (made) *made = NULL;
-  if (!out || !ag_needed(ins, nin)) return out;
-  ag_node *n = ag_node_new(name, fn, ins, nin);
-  int failed = !n;
-  for (int i = 0; !failed && i < nsave; i++) {
-    if (save[i]) {
-      failed = ag_save(n, save[i]);
-    } else {
-      n->saved[n->nsaved++] = NULL;  /* keeps positions fixed */
-    }
-  }
-  if (failed) {
-    ag_node_release(n);
-    dl_tensor_release(out);
-    return NULL;
-  }
-  if (ag_attach(out, n)) {
-    dl_tensor_release(out);
-    return NULL;
-  }
-  if (made) *made = n;
-  return out;
-}
-
 static void pair_store(int64_t *dst, const int64_t *p, int64_t dflt0, int64_t dflt1) {
   dst[0] = p ? p[0] : dflt0;
   dst[1] = p ? p[1] : dflt1;
@@ -67,7 +30,7 @@ DL_API dl_tensor *dl_f_conv2d(const dl_tensor *x, const dl_tensor *w,
   dl_tensor *ins[3] = {(dl_tensor *)x, (dl_tensor *)w, (dl_tensor *)b};
   const dl_tensor *save[2] = {x, w};
   ag_node *n;
-  out = record(out, "ConvolutionBackward", conv_backward, ins, 3, save, 2, &n);
+  out = ag_record(out, "ConvolutionBackward", conv_backward, ins, 3, save, 2, &n);
   if (n) {
     pair_store(n->iarg, stride, 1, 1);
     pair_store(n->iarg + 2, padding, 0, 0);
@@ -93,7 +56,7 @@ DL_API int dl_f_max_pool2d(const dl_tensor *x, const int64_t *kernel,
   if (rc) return rc;
   dl_tensor *ins[1] = {(dl_tensor *)x};
   const dl_tensor *save[2] = {x, *indices};
-  *out = record(*out, "MaxPool2DWithIndicesBackward", maxpool_backward, ins, 1, save, 2, NULL);
+  *out = ag_record(*out, "MaxPool2DWithIndicesBackward", maxpool_backward, ins, 1, save, 2, NULL);
   if (!*out) {
     dl_tensor_release(*indices);
     *indices = NULL;
@@ -119,7 +82,7 @@ DL_API dl_tensor *dl_f_avg_pool2d(const dl_tensor *x, const int64_t *kernel,
   dl_tensor *ins[1] = {(dl_tensor *)x};
   const dl_tensor *save[1] = {x};
   ag_node *n;
-  out = record(out, "AvgPool2DBackward", avgpool_backward, ins, 1, save, 1, &n);
+  out = ag_record(out, "AvgPool2DBackward", avgpool_backward, ins, 1, save, 1, &n);
   if (n) {
     pair_store(n->iarg, kernel, 1, 1);
     pair_store(n->iarg + 2, stride ? stride : kernel, 1, 1);
@@ -146,7 +109,7 @@ DL_API dl_tensor *dl_f_embedding(const dl_tensor *weight, const dl_tensor *indic
   dl_tensor *ins[1] = {(dl_tensor *)weight};
   const dl_tensor *save[1] = {indices};
   ag_node *n;
-  out = record(out, "EmbeddingBackward", embedding_backward, ins, 1, save, 1, &n);
+  out = ag_record(out, "EmbeddingBackward", embedding_backward, ins, 1, save, 1, &n);
   if (n) n->iarg[0] = padding_idx, n->iarg[1] = scale_grad_by_freq;
   return out;
 }
@@ -171,7 +134,7 @@ DL_API dl_tensor *dl_f_layer_norm(const dl_tensor *x, const int64_t *normalized_
   dl_tensor *ins[3] = {(dl_tensor *)x, (dl_tensor *)w, (dl_tensor *)b};
   const dl_tensor *save[4] = {x, w, mean, rstd};
   ag_node *n;
-  out = record(out, "NativeLayerNormBackward", layer_norm_backward, ins, 3, save, 4, &n);
+  out = ag_record(out, "NativeLayerNormBackward", layer_norm_backward, ins, 3, save, 4, &n);
   if (n) {
     n->iarg[0] = nnorm;
     memcpy(n->iarg + 1, normalized_shape, sizeof(int64_t) * (size_t)nnorm);
@@ -204,7 +167,7 @@ DL_API dl_tensor *dl_f_batch_norm(const dl_tensor *x, const dl_tensor *w,
   dl_tensor *ins[3] = {(dl_tensor *)x, (dl_tensor *)w, (dl_tensor *)b};
   const dl_tensor *save[4] = {x, w, mean, invstd};
   ag_node *n;
-  out = record(out, "NativeBatchNormBackward", batch_norm_backward, ins, 3, save, 4, &n);
+  out = ag_record(out, "NativeBatchNormBackward", batch_norm_backward, ins, 3, save, 4, &n);
   if (n) n->iarg[0] = training;
   dl_tensor_release(mean);
   dl_tensor_release(invstd);
@@ -226,7 +189,7 @@ DL_API dl_tensor *dl_f_dropout(const dl_tensor *x, double p, int training) {
   dl_tensor *ins[1] = {(dl_tensor *)x};
   const dl_tensor *save[1] = {mask};
   ag_node *n;
-  out = record(out, "NativeDropoutBackward", dropout_backward, ins, 1, save, 1, &n);
+  out = ag_record(out, "NativeDropoutBackward", dropout_backward, ins, 1, save, 1, &n);
   if (n) n->darg[0] = p;
   dl_tensor_release(mask);
   return out;
@@ -256,7 +219,7 @@ static dl_tensor *class_loss(int nll, const dl_tensor *x, const dl_tensor *targe
   dl_tensor *ins[1] = {(dl_tensor *)x};
   const dl_tensor *save[3] = {x, target, weight};
   ag_node *n;
-  out = record(out, nll ? "NllLossBackward" : "CrossEntropyLossBackward", ce_backward, ins, 1,
+  out = ag_record(out, nll ? "NllLossBackward" : "CrossEntropyLossBackward", ce_backward, ins, 1,
                save, 3, &n);
   if (n) {
     n->op = nll;
@@ -294,7 +257,7 @@ DL_API dl_tensor *dl_f_mse_loss(const dl_tensor *input, const dl_tensor *target,
   dl_tensor *ins[2] = {(dl_tensor *)input, (dl_tensor *)target};
   const dl_tensor *save[2] = {input, target};
   ag_node *n;
-  out = record(out, "MseLossBackward", mse_backward, ins, 2, save, 2, &n);
+  out = ag_record(out, "MseLossBackward", mse_backward, ins, 2, save, 2, &n);
   if (n) n->iarg[0] = reduction;
   return out;
 }
@@ -340,5 +303,5 @@ DL_API dl_tensor *dl_f_linear(const dl_tensor *x, const dl_tensor *w, const dl_t
   dl_tensor_release(wt);
   dl_tensor *ins[3] = {(dl_tensor *)x, (dl_tensor *)w, (dl_tensor *)b};
   const dl_tensor *save[2] = {x, w};
-  return record(out, "LinearBackward", linear_backward, ins, 3, save, 2, NULL);
+  return ag_record(out, "LinearBackward", linear_backward, ins, 3, save, 2, NULL);
 }

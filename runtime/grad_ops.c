@@ -9,37 +9,6 @@
 #include "autograd.h"
 #include "forward.h"
 
-#define NOGRAD(expr)                          \
-  do {                                        \
-    int was_ = dl_set_grad_enabled(0);        \
-    out = (expr);                             \
-    dl_set_grad_enabled(was_);                \
-  } while (0)
-
-/* A node over ins when the result is float and an input needs a gradient. */
-static ag_node *node_for(const dl_tensor *out, const char *name, ag_backward_fn fn,
-                         dl_tensor *const *ins, int n) {
-  if (!out || !dl_dtype_is_float(out->dtype) || !ag_needed(ins, n)) return NULL;
-  return ag_node_new(name, fn, ins, n);
-}
-
-static dl_tensor *finish(dl_tensor *out, ag_node *n, int failed) {
-  if (failed) {
-    ag_node_release(n);
-    dl_tensor_release(out);
-    return NULL;
-  }
-  if (!out || !n) {
-    ag_node_release(n);
-    return out;
-  }
-  if (ag_attach(out, n)) {
-    dl_tensor_release(out);
-    return NULL;
-  }
-  return out;
-}
-
 /* g of a reduction, with the reduced dims put back (size 1). */
 static dl_tensor *unsqueeze_reduced(const dl_tensor *g, const ag_node *n) {
   int keep = (int)n->iarg[0], nd = (int)n->iarg[1], ndim = n->in_ndim[0];
@@ -141,11 +110,12 @@ static const char *const reduce_names[DL_NREDOPS] = {
 DL_API dl_tensor *dl_reduce(int op, const dl_tensor *t, const int *dims,
                             int ndims, int keepdim, double param) {
   dl_tensor *out;
-  NOGRAD(fw_reduce(op, t, dims, ndims, keepdim, param));
+  NOGRAD(out = fw_reduce(op, t, dims, ndims, keepdim, param));
   if (!out || op < 0 || op >= DL_NREDOPS || !reduce_names[op]) return out;
   dl_tensor *ins[1] = {(dl_tensor *)t};
-  ag_node *n = node_for(out, reduce_names[op], reduce_backward, ins, 1);
-  int failed = 0;
+  const dl_tensor *save[2] = {t, out};
+  ag_node *n;
+  out = ag_record(out, reduce_names[op], reduce_backward, ins, 1, save, 2, &n);
   if (n) {
     n->op = op;
     n->darg[0] = param;
@@ -153,9 +123,8 @@ DL_API dl_tensor *dl_reduce(int op, const dl_tensor *t, const int *dims,
     n->iarg[1] = dims ? ndims : 0;
     for (int i = 0; dims && i < ndims; i++)  /* the forward checked them */
       n->iarg[2 + i] = dims[i] < 0 ? dims[i] + t->ndim : dims[i];
-    failed = ag_save(n, t) || ag_save(n, out);
   }
-  return finish(out, n, failed);
+  return out;
 }
 
 /* max/min along a dim: the gradient goes to the index each value came from. */
@@ -175,16 +144,16 @@ static int index_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
 static int record_indexed(const char *name, const dl_tensor *t, int dim, int keep,
                           int add, dl_tensor **values, dl_tensor *indices) {
   dl_tensor *ins[1] = {(dl_tensor *)t};
-  ag_node *n = node_for(*values, name, index_backward, ins, 1);
-  if (!n) return 0;
-  n->iarg[0] = dim < 0 ? dim + (t->ndim ? t->ndim : 1) : dim;
-  n->iarg[1] = keep;
-  n->op = add;
-  if (ag_save(n, indices)) {
-    ag_node_release(n);
-    return -1;
+  const dl_tensor *save[1] = {indices};
+  ag_node *n;
+  *values = ag_record(*values, name, index_backward, ins, 1, save, 1, &n);
+  if (!*values) return -1;
+  if (n) {
+    n->iarg[0] = dim < 0 ? dim + (t->ndim ? t->ndim : 1) : dim;
+    n->iarg[1] = keep;
+    n->op = add;
   }
-  return ag_attach(*values, n);
+  return 0;
 }
 
 #define INDEXED_OP(NAME, FW, LABEL, KEEP, ARGS, CALLARGS)                    \
@@ -216,7 +185,7 @@ INDEXED_OP(dl_topk, fw_topk, "TopkBackward", 1,
 #define PLAIN_OP(DECL, CALL)                                                 \
   DL_API dl_tensor *DECL {                                                  \
     dl_tensor *out;                                                         \
-    NOGRAD(CALL);                                                           \
+    NOGRAD(out = CALL);                                                           \
     return out;                                                             \
   }
 PLAIN_OP(dl_argmax(const dl_tensor *t, int dim, int keepdim), fw_argmax(t, dim, keepdim))
@@ -261,16 +230,16 @@ static dl_tensor *dim_op(int kind, const char *name, const dl_tensor *t, int dim
   static dl_tensor *(*const fw[4])(const dl_tensor *, int) = {
       fw_cumsum, fw_cumprod, fw_softmax, fw_log_softmax};
   dl_tensor *out;
-  NOGRAD(fw[kind](t, dim));
+  NOGRAD(out = fw[kind](t, dim));
   dl_tensor *ins[1] = {(dl_tensor *)t};
-  ag_node *n = node_for(out, name, dimop_backward, ins, 1);
-  int failed = 0;
+  const dl_tensor *save[2] = {t, out};
+  ag_node *n;
+  out = ag_record(out, name, dimop_backward, ins, 1, save, 2, &n);
   if (n) {
     n->op = kind;
     n->iarg[0] = dim < 0 ? dim + (t->ndim ? t->ndim : 1) : dim;
-    failed = ag_save(n, t) || ag_save(n, out);
   }
-  return finish(out, n, failed);
+  return out;
 }
 
 DL_API dl_tensor *dl_cumsum(const dl_tensor *t, int dim) { return dim_op(0, "CumsumBackward", t, dim); }
@@ -287,11 +256,12 @@ static int tri_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
 
 static dl_tensor *tri(int upper, const dl_tensor *t, int64_t k) {
   dl_tensor *out;
-  NOGRAD(upper ? fw_triu(t, k) : fw_tril(t, k));
+  NOGRAD(out = upper ? fw_triu(t, k) : fw_tril(t, k));
   dl_tensor *ins[1] = {(dl_tensor *)t};
-  ag_node *n = node_for(out, upper ? "TriuBackward" : "TrilBackward", tri_backward, ins, 1);
+  ag_node *n;
+  out = ag_record(out, upper ? "TriuBackward" : "TrilBackward", tri_backward, ins, 1, NULL, 0, &n);
   if (n) n->op = upper, n->iarg[0] = k;
-  return finish(out, n, 0);
+  return out;
 }
 DL_API dl_tensor *dl_tril(const dl_tensor *t, int64_t k) { return tri(0, t, k); }
 DL_API dl_tensor *dl_triu(const dl_tensor *t, int64_t k) { return tri(1, t, k); }

@@ -7,33 +7,12 @@
 #include "autograd.h"
 #include "forward.h"
 
-/* Records node n (built over input a) on out, or returns out unchanged
-** when nothing needs a gradient. */
-static dl_tensor *finish(dl_tensor *out, ag_node *n) {
-  if (!out) {
-    ag_node_release(n);
-    return NULL;
-  }
-  if (!n) return out;
-  if (ag_attach(out, n)) {
-    dl_tensor_release(out);
-    return NULL;
-  }
-  return out;
-}
-
-static ag_node *node1(const dl_tensor *a, const char *name, ag_backward_fn fn) {
-  if (!ag_needed1(a) || !dl_dtype_is_float(a->dtype)) return NULL;
+/* A view of a: the node has a as its one input and saves nothing. */
+static dl_tensor *view_record(dl_tensor *out, const dl_tensor *a, const char *name,
+                              ag_backward_fn fn, ag_node **made) {
   dl_tensor *ins[1] = {(dl_tensor *)a};
-  return ag_node_new(name, fn, ins, 1);
+  return ag_record(out, name, fn, ins, 1, NULL, 0, made);
 }
-
-#define NOGRAD(expr)                          \
-  do {                                        \
-    int was_ = dl_set_grad_enabled(0);        \
-    out = (expr);                             \
-    dl_set_grad_enabled(was_);                \
-  } while (0)
 
 /* -- Reshapes: the gradient is reshaped back ------------------------------- */
 
@@ -45,8 +24,8 @@ static int reshape_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
 #define RESHAPE_OP(DECL, CALL, NAME)                                         \
   DL_API dl_tensor *DECL {                                                  \
     dl_tensor *out;                                                         \
-    NOGRAD(CALL);                                                           \
-    return finish(out, out ? node1(t, NAME, reshape_backward) : NULL);      \
+    NOGRAD(out = CALL);                                                           \
+    return view_record(out, t, NAME, reshape_backward, NULL);               \
   }
 RESHAPE_OP(dl_view(const dl_tensor *t, const int64_t *shape, int ndim),
            fw_view(t, shape, ndim), "ViewBackward")
@@ -70,8 +49,8 @@ static int expand_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
 
 DL_API dl_tensor *dl_expand(const dl_tensor *t, const int64_t *shape, int ndim) {
   dl_tensor *out;
-  NOGRAD(fw_expand(t, shape, ndim));
-  return finish(out, out ? node1(t, "ExpandBackward", expand_backward) : NULL);
+  NOGRAD(out = fw_expand(t, shape, ndim));
+  return view_record(out, t, "ExpandBackward", expand_backward, NULL);
 }
 
 /* -- Transpose and permute -------------------------------------------------- */
@@ -83,10 +62,11 @@ static int transpose_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
 
 DL_API dl_tensor *dl_transpose(const dl_tensor *t, int d0, int d1) {
   dl_tensor *out;
-  NOGRAD(fw_transpose(t, d0, d1));
-  ag_node *n = out ? node1(t, "TransposeBackward", transpose_backward) : NULL;
+  NOGRAD(out = fw_transpose(t, d0, d1));
+  ag_node *n;
+  out = view_record(out, t, "TransposeBackward", transpose_backward, &n);
   if (n) n->iarg[0] = d0, n->iarg[1] = d1;
-  return finish(out, n);
+  return out;
 }
 
 static int permute_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
@@ -98,11 +78,12 @@ static int permute_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
 
 DL_API dl_tensor *dl_permute(const dl_tensor *t, const int *perm, int ndim) {
   dl_tensor *out;
-  NOGRAD(fw_permute(t, perm, ndim));
-  ag_node *n = out ? node1(t, "PermuteBackward", permute_backward) : NULL;
+  NOGRAD(out = fw_permute(t, perm, ndim));
+  ag_node *n;
+  out = view_record(out, t, "PermuteBackward", permute_backward, &n);
   for (int i = 0; n && i < ndim; i++)  /* normalised: the forward checked them */
     n->iarg[i] = perm[i] < 0 ? perm[i] + ndim : perm[i];
-  return finish(out, n);
+  return out;
 }
 
 /* -- Narrow and select: the gradient lands in a zero tensor ------------------ */
@@ -120,28 +101,30 @@ static int slice_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
 DL_API dl_tensor *dl_narrow(const dl_tensor *t, int dim, int64_t start,
                             int64_t length) {
   dl_tensor *out;
-  NOGRAD(fw_narrow(t, dim, start, length));
-  ag_node *n = out ? node1(t, "NarrowBackward", slice_backward) : NULL;
+  NOGRAD(out = fw_narrow(t, dim, start, length));
+  ag_node *n;
+  out = view_record(out, t, "NarrowBackward", slice_backward, &n);
   if (n) {  /* normalised as the forward did, which checked them */
     int d = dim < 0 ? dim + t->ndim : dim;
     n->iarg[0] = d;
     n->iarg[1] = start < 0 ? start + t->shape[d] : start;
     n->iarg[2] = length;
   }
-  return finish(out, n);
+  return out;
 }
 
 DL_API dl_tensor *dl_select(const dl_tensor *t, int dim, int64_t index) {
   dl_tensor *out;
-  NOGRAD(fw_select(t, dim, index));
-  ag_node *n = out ? node1(t, "SelectBackward", slice_backward) : NULL;
+  NOGRAD(out = fw_select(t, dim, index));
+  ag_node *n;
+  out = view_record(out, t, "SelectBackward", slice_backward, &n);
   if (n) {
     int d = dim < 0 ? dim + t->ndim : dim;
     n->op = 1;
     n->iarg[0] = d;
     n->iarg[1] = index < 0 ? index + t->shape[d] : index;
   }
-  return finish(out, n);
+  return out;
 }
 
 DL_API dl_tensor *dl_as_strided(const dl_tensor *t, const int64_t *shape,
