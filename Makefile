@@ -15,7 +15,8 @@ CFLAGS   ?= -O2
 CFLAGS   += -std=c11 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
             -D_GNU_SOURCE -Iruntime/include -Iruntime $(PKG_CFLAGS)
 # Kernel files: -O3 lets GCC vectorise loops with runtime alias checks, and
-# fused multiply-adds (in the x86-64-v3 clones) speed up polynomials.
+# fused multiply-adds (in the x86-64-v3 clones) speed up polynomials, and
+# without errno, sqrt vectorises (nothing reads errno after a kernel).
 KERNELS  := elementwise reduce scan optim nn_conv nn_pool nn_norm nn_embed nn_loss
 LDLIBS   := -lopenblas -lz -lm -lpthread -ldl
 
@@ -47,7 +48,7 @@ deps:
 	@bash scripts/install-deps.sh
 
 $(BUILD)/obj/%.o:  runtime/%.c runtime/internal.h runtime/errmsg.h runtime/simd.h runtime/include/ddplua.h Makefile | $(BUILD)/obj
-	$(CC) $(CFLAGS) $(if $(filter $*,$(KERNELS)),-O3 -ffp-contract=fast) -c $< -o $@
+	$(CC) $(CFLAGS) $(if $(filter $*,$(KERNELS)),-O3 -ffp-contract=fast -fno-math-errno) -c $< -o $@
 
 $(filter $(BUILD)/obj/nn_%,$(LIB_OBJ)): runtime/nn.h
 
