@@ -67,6 +67,7 @@ $(CLI): $(CLI_OBJ) $(LIB)
 
 $(CLI_OBJ): runtime/cli.h
 $(BUILD)/obj/safetensors.o $(BUILD)/obj/safetensors_save.o: runtime/safetensors.h
+$(BUILD)/obj/store.o: runtime/store.h
 
 $(CDEF): runtime/include/ddplua.h scripts/gen_cdef.sh
 	@mkdir -p $(dir $@)
@@ -81,8 +82,9 @@ run: deps all
 test: deps all
 	@bash scripts/run-tests.sh
 
-# `make fuzz`: the safetensors reader under libFuzzer, ASan and UBSan for
-# FUZZ_SECONDS, seeded with the golden files (clang is installed if missing).
+# `make fuzz`: the safetensors reader, then the store's frame parser, under
+# libFuzzer, ASan and UBSan for FUZZ_SECONDS each, seeded with the golden
+# files and the store's dictionary (clang is installed if missing).
 # The runtime is rebuilt with clang and the sanitizers under build/fuzz.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
@@ -92,6 +94,7 @@ FUZZ_CFLAGS  := -std=c11 -g -O1 -Wall -Wextra -fvisibility=hidden -D_GNU_SOURCE 
                 -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_OBJ     := $(LIB_SRC:runtime/%.c=$(FUZZ_DIR)/obj/%.o)
 FUZZ_BIN     := $(FUZZ_DIR)/fuzz_safetensors
+FUZZ_STORE   := $(FUZZ_DIR)/fuzz_store
 
 fuzz: fuzz-build
 	@mkdir -p $(FUZZ_DIR)/corpus
@@ -99,16 +102,23 @@ fuzz: fuzz-build
 	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -timeout=10 \
 	  -dict=tests/fuzz/safetensors.dict -artifact_prefix=$(FUZZ_DIR)/ -print_final_stats=1 \
 	  $(FUZZ_DIR)/corpus
+	@mkdir -p $(FUZZ_DIR)/corpus_store
+	$(FUZZ_STORE) -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 \
+	  -dict=tests/fuzz/store.dict -artifact_prefix=$(FUZZ_DIR)/store- -print_final_stats=1 \
+	  $(FUZZ_DIR)/corpus_store
 
 fuzz-build:
 	@command -v $(FUZZ_CC) >/dev/null 2>&1 || bash scripts/install-deps.sh clang
-	@$(MAKE) --no-print-directory $(FUZZ_BIN)
+	@$(MAKE) --no-print-directory $(FUZZ_BIN) $(FUZZ_STORE)
 
-$(FUZZ_DIR)/obj/%.o: runtime/%.c runtime/internal.h runtime/errmsg.h runtime/simd.h runtime/safetensors.h runtime/include/ddplua.h Makefile
+$(FUZZ_DIR)/obj/%.o: runtime/%.c runtime/internal.h runtime/errmsg.h runtime/simd.h runtime/safetensors.h runtime/store.h runtime/include/ddplua.h Makefile
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
 $(FUZZ_BIN): tests/fuzz/fuzz_safetensors.c $(FUZZ_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+
+$(FUZZ_STORE): tests/fuzz/fuzz_store.c $(FUZZ_OBJ)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
 
 bench: deps all

@@ -145,3 +145,12 @@ ERRDEF(ST_HDR_SIZE, DL_EINVAL, "%s: %s: the header would take %lld bytes, more t
 /* Optimizers */
 ERRDEF(OPT_STATE, DL_ESHAPE, "%s: %s is %s %s but the parameter is %s %s (state tensors must match the parameter and be contiguous)")
 ERRDEF(OPT_CONTIG, DL_EINVAL, "%s: parameter of shape %s is not contiguous; optimizers update parameters in place")
+
+/* Rendezvous store: "store.op: problem" */
+ERRDEF(STORE_OS, DL_EIO, "%s: %s: %s")
+ERRDEF(STORE_TIMEOUT, DL_ESTATE, "%s: timed out after %.1f s waiting for key \"%.*s\"")
+ERRDEF(STORE_CONNECT, DL_EIO, "%s: could not connect to %s:%d within %.1f s: %s")
+ERRDEF(STORE_REFUSED, DL_ESTATE, "%s: the server at %s:%d closed the connection during the handshake (wrong token?)")
+ERRDEF(STORE_LOST, DL_EIO, "%s: lost the connection to the store at %s:%d (%s)")
+ERRDEF(STORE_REPLY, DL_ESTATE, "%s: %.*s")
+ERRDEF(STORE_LIMIT, DL_EINVAL, "%s: %s of %lld bytes exceeds the limit of %d bytes")

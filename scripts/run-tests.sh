@@ -69,6 +69,14 @@ if command -v clang >/dev/null && [ "${FUZZ_SMOKE:-1}" != 0 ]; then
     else
       echo "FAIL fuzz safetensors:"; grep -vE '^#[0-9]' "$out/fuzz.log" | tail -n 40; count 0 1 0
     fi
+    rm -rf "$BUILD/fuzz/smoke_store" && mkdir -p "$BUILD/fuzz/smoke_store"
+    if "$BUILD/fuzz/fuzz_store" -max_total_time=5 -max_len=4096 -timeout=10 \
+         -dict=tests/fuzz/store.dict -artifact_prefix="$BUILD/fuzz/store-" \
+         "$BUILD/fuzz/smoke_store" >"$out/fuzz_store.log" 2>&1; then
+      echo "fuzz store (5 s): $(grep -oE 'Done [0-9]+ runs' "$out/fuzz_store.log"), nothing found"; count 1 0 0
+    else
+      echo "FAIL fuzz store:"; grep -vE '^#[0-9]' "$out/fuzz_store.log" | tail -n 40; count 0 1 0
+    fi
   else
     echo "SKIP: fuzz smoke run (the sanitizer build failed, see $out/fuzz.build)"; count 0 0 1
   fi

@@ -403,7 +403,8 @@ local _ = ops
 
 -- Submodules that require ddp themselves load on first use (ddp.data);
 -- require "ddp.data" gives the same table.
-local submodules = { data = "ddp.data", nn = "ddp.nn", optim = "ddp.optim", argparse = "ddp.argparse" }
+local submodules = { data = "ddp.data", nn = "ddp.nn", optim = "ddp.optim", argparse = "ddp.argparse",
+                     store = "ddp.store" }
 setmetatable(ddp, {
   __index = function(t, k)
     local name = submodules[k]

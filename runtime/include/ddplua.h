@@ -542,6 +542,56 @@ DL_API int dl_adam_step(dl_tensor *p, const dl_tensor *grad,
                         double beta1, double beta2, double eps,
                         double weight_decay, int decoupled, int maximize);
 
+/* -- Rendezvous store -------------------------------------------------- */
+
+/* A TCP key-value store as PyTorch's TCPStore, for rendezvous: a server
+** (its event loop on its own thread) and blocking clients.  Keys are
+** strings (at most 64 KiB), values bytes (at most 256 MiB).  A connection
+** must present the server's token first, or it is closed.  Every call
+** waits at most the handle's timeout (300 s unless set); a timeout is a
+** DL_ESTATE error naming the operation and the key.  A handle serves one
+** request at a time; use one per thread for concurrency. */
+typedef struct dl_store dl_store;
+/* Listens on host ("127.0.0.1" when NULL or empty) and port (0: a free
+** port, see dl_store_port).  token NULL or "" accepts any client.  The
+** handle is also a client of its own server.  NULL with DL_EIO when the
+** address cannot be bound. */
+DL_API dl_store *dl_store_server(const char *host, int port, const char *token);
+/* Connects, retrying until timeout_s (the server may start later); the
+** timeout becomes the handle's.  NULL with DL_EIO when nothing answered,
+** DL_ESTATE when the server refused the token. */
+DL_API dl_store *dl_store_connect(const char *host, int port, const char *token,
+                                  double timeout_s);
+DL_API int dl_store_port(const dl_store *s);
+DL_API int dl_store_set_timeout(dl_store *s, double timeout_s);
+DL_API double dl_store_timeout(const dl_store *s);
+/* A server handle stops its thread and closes every connection. */
+DL_API void dl_store_close(dl_store *s);
+DL_API int dl_store_set(dl_store *s, const char *key, const void *value, int64_t len);
+/* Waits until key exists (timeout_s <= 0: the handle's timeout) and returns
+** its value, NUL-terminated, length in *len; free it with dl_store_free. */
+DL_API void *dl_store_get(dl_store *s, const char *key, double timeout_s, int64_t *len);
+DL_API void dl_store_free(void *p);
+/* Adds delta to the counter key (decimal text; missing counts as 0) and
+** stores the new value in *out (may be NULL).  Atomic across clients. */
+DL_API int dl_store_add(dl_store *s, const char *key, int64_t delta, int64_t *out);
+/* Sets key to desired when it holds expected (or is missing and expected
+** is empty); returns the value now stored (empty when missing), as get. */
+DL_API void *dl_store_compare_set(dl_store *s, const char *key, const void *expected,
+                                  int64_t elen, const void *desired, int64_t dlen,
+                                  int64_t *len);
+/* Waits until all n keys exist, within timeout_s in all (<= 0: the
+** handle's timeout). */
+DL_API int dl_store_wait(dl_store *s, const char *const *keys, int n, double timeout_s);
+/* 1 when all n keys exist now, 0 when not, without waiting. */
+DL_API int dl_store_check(dl_store *s, const char *const *keys, int n);
+/* 1 when key existed and was deleted, 0 when it did not exist. */
+DL_API int dl_store_delete(dl_store *s, const char *key);
+DL_API int64_t dl_store_num_keys(dl_store *s);
+/* Returns when world_size callers have reached the barrier called name;
+** reusable (each round of world_size arrivals is one generation). */
+DL_API int dl_store_barrier(dl_store *s, const char *name, int world_size, double timeout_s);
+
 /* -- Autograd ------------------------------------------------------------- */
 
 /* Ops record a graph while grad mode is on and an input requires grad;
