@@ -20,9 +20,9 @@ CFLAGS   += -std=c11 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 KERNELS  := elementwise reduce scan optim nn_conv nn_pool nn_norm nn_embed nn_loss
 LDLIBS   := -lopenblas -lz -lm -lpthread -ldl
 
-LIB_SRC  := $(filter-out runtime/main.c runtime/repl.c,$(wildcard runtime/*.c))
+LIB_SRC  := $(filter-out runtime/main.c runtime/repl.c runtime/launcher.c,$(wildcard runtime/*.c))
 LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(BUILD)/obj/%.o)
-CLI_OBJ  := $(BUILD)/obj/main.o $(BUILD)/obj/repl.o
+CLI_OBJ  := $(BUILD)/obj/main.o $(BUILD)/obj/repl.o $(BUILD)/obj/launcher.o
 LIB      := $(BUILD)/libddplua.so
 CLI      := $(BUILD)/ddplua
 CDEF     := $(BUILD)/lua/ddp/cdef.lua

@@ -1,4 +1,4 @@
-/* cli.h -- what the ddplua program's two files (main.c, repl.c) share. */
+/* cli.h -- what the ddplua program's files (main.c, repl.c, launcher.c) share. */
 #ifndef DDPLUA_CLI_H
 #define DDPLUA_CLI_H
 
@@ -18,5 +18,24 @@ void cli_message(const char *msg);
 
 /* Runs the interactive prompt until end of input; returns the exit status. */
 int repl_run(lua_State *L);
+
+/* The launcher's options, as typed (launcher.c checks them); NULL or 0 when
+** not given.  main.c fills it from the options before the script. */
+typedef struct launch_opts {
+  const char *nproc;       /* a count or "auto" */
+  const char *nnodes;
+  const char *node_rank;
+  const char *master_addr;
+  const char *master_port;
+  const char *log_dir;
+  const char *grace;        /* seconds between SIGTERM and SIGKILL */
+  const char *max_restarts;
+  int no_prefix, quiet_ranks, bind_cores;
+} launch_opts;
+
+/* Runs `argv` (argv[0] the program as typed, then the Lua options, the
+** script and its arguments; NULL-terminated) as the job's local workers and
+** waits for them; returns the exit status for the program. */
+int launcher_run(const launch_opts *o, char **argv);
 
 #endif

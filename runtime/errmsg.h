@@ -154,3 +154,7 @@ ERRDEF(STORE_REFUSED, DL_ESTATE, "%s: the server at %s:%d closed the connection 
 ERRDEF(STORE_LOST, DL_EIO, "%s: lost the connection to the store at %s:%d (%s)")
 ERRDEF(STORE_REPLY, DL_ESTATE, "%s: %.*s")
 ERRDEF(STORE_LIMIT, DL_EINVAL, "%s: %s of %lld bytes exceeds the limit of %d bytes")
+
+/* Launcher helpers: SLURM node lists */
+ERRDEF(NODELIST, DL_EINVAL, "%s: bad node list \"%s\": %s")
+ERRDEF(NODELIST_INDEX, DL_EINVAL, "%s: host index %d out of range (the node list names %d hosts)")

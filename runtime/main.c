@@ -18,15 +18,27 @@
 
 /* -- Options ------------------------------------------------------------- */
 
-/* One row per option, so that adding one (the coming `--nproc N` launcher)
-** is a row here, a field in cli_args and a case in cli_parse. */
+/* One row per option, so that adding one is a row here, a field in
+** cli_args and a case in cli_parse.  The launcher's own rows (OPT_NPROC and
+** after) are not passed on to the workers. */
 enum {
   OPT_EXEC,
   OPT_LIB,
   OPT_INTERACTIVE,
   OPT_VERSION,
   OPT_NOENV,
-  OPT_HELP
+  OPT_HELP,
+  OPT_NPROC,
+  OPT_NNODES,
+  OPT_NODE_RANK,
+  OPT_MASTER_ADDR,
+  OPT_MASTER_PORT,
+  OPT_LOG_DIR,
+  OPT_NO_PREFIX,
+  OPT_QUIET_RANKS,
+  OPT_GRACE,
+  OPT_MAX_RESTARTS,
+  OPT_BIND_CORES
 };
 
 typedef struct cli_option {
@@ -44,6 +56,17 @@ static const cli_option cli_options[] = {
   {"-E", NULL, OPT_NOENV, "ignore environment variables (LUA_PATH, ...)"},
   {"-h", NULL, OPT_HELP, "show this help and exit"},
   {"--help", NULL, OPT_HELP, "show this help and exit"},
+  {"--nproc", "N", OPT_NPROC, "run N workers of the script (auto: one per GPU)"},
+  {"--nnodes", "M", OPT_NNODES, "the job spans M nodes (default 1, or SLURM's)"},
+  {"--node-rank", "K", OPT_NODE_RANK, "this node's rank (default 0, or SLURM's)"},
+  {"--master-addr", "HOST", OPT_MASTER_ADDR, "host of node 0, serving the store"},
+  {"--master-port", "P", OPT_MASTER_PORT, "the store's port (default: a free one)"},
+  {"--log-dir", "DIR", OPT_LOG_DIR, "also write each rank's output to DIR/rank<r>.log"},
+  {"--no-prefix", NULL, OPT_NO_PREFIX, "do not prefix output lines with [rank]"},
+  {"--quiet-ranks", NULL, OPT_QUIET_RANKS, "show only rank 0's output"},
+  {"--grace", "S", OPT_GRACE, "seconds from SIGTERM to SIGKILL (default 5)"},
+  {"--max-restarts", "K", OPT_MAX_RESTARTS, "restart the workers up to K times"},
+  {"--bind-cores", NULL, OPT_BIND_CORES, "pin each worker to its share of the CPUs"},
 };
 
 #define CLI_NOPTIONS (sizeof(cli_options) / sizeof(cli_options[0]))
@@ -66,6 +89,10 @@ typedef struct cli_args {
   int noenv;       /* -E */
   int help;        /* -h, --help */
   int status;      /* the exit status pmain leaves */
+  int launch;      /* --nproc or --nnodes: run the launcher */
+  launch_opts lo;
+  char **wargv;    /* the workers' argv: all but the launcher's options */
+  int nwargv;
 } cli_args;
 
 void cli_message(const char *msg) {
@@ -82,10 +109,12 @@ static void cli_usage(FILE *out) {
     char left[32];
     snprintf(left, sizeof(left), "%s%s%s", o->name, o->argname ? " " : "",
              o->argname ? o->argname : "");
-    fprintf(out, "  %-10s %s\n", left, o->help);
+    if (o->id == OPT_NPROC)
+      fprintf(out, "Launcher options (ddplua --nproc N script.lua: N workers):\n");
+    fprintf(out, "  %-18s %s\n", left, o->help);
   }
-  fprintf(out, "  %-10s %s\n", "--", "stop handling options");
-  fprintf(out, "  %-10s %s\n", "-", "execute stdin and stop handling options");
+  fprintf(out, "  %-18s %s\n", "--", "stop handling options");
+  fprintf(out, "  %-18s %s\n", "-", "execute stdin and stop handling options");
   fprintf(out, "Options after the script belong to the script.\n");
   fflush(out);
 }
@@ -132,6 +161,7 @@ static int cli_parse(cli_args *a) {
       cli_message(msg);
       return -1;
     }
+    int first = i;
     if (o->argname && value == NULL) {
       if (i + 1 >= a->argc) {
         char msg[256];
@@ -141,6 +171,8 @@ static int cli_parse(cli_args *a) {
       }
       value = a->argv[++i];
     }
+    if (o->id < OPT_NPROC) /* the workers run with the Lua options */
+      for (int k = first; k <= i; k++) a->wargv[a->nwargv++] = a->argv[k];
     switch (o->id) {
     case OPT_EXEC:
     case OPT_LIB:
@@ -153,9 +185,25 @@ static int cli_parse(cli_args *a) {
     case OPT_VERSION: a->version = 1; break;
     case OPT_NOENV: a->noenv = 1; break;
     case OPT_HELP: a->help = 1; break;
+    case OPT_NPROC: a->lo.nproc = value; a->launch = 1; break;
+    case OPT_NNODES: a->lo.nnodes = value; a->launch = 1; break;
+    case OPT_NODE_RANK: a->lo.node_rank = value; break;
+    case OPT_MASTER_ADDR: a->lo.master_addr = value; break;
+    case OPT_MASTER_PORT: a->lo.master_port = value; break;
+    case OPT_LOG_DIR: a->lo.log_dir = value; break;
+    case OPT_NO_PREFIX: a->lo.no_prefix = 1; break;
+    case OPT_QUIET_RANKS: a->lo.quiet_ranks = 1; break;
+    case OPT_GRACE: a->lo.grace = value; break;
+    case OPT_MAX_RESTARTS: a->lo.max_restarts = value; break;
+    case OPT_BIND_CORES: a->lo.bind_cores = 1; break;
     }
   }
   a->script = i < a->argc ? i : 0;
+  if (a->script && strcmp(a->argv[i - 1], "--") == 0)
+    a->wargv[a->nwargv++] = "--"; /* "-" after "--" stays a file name */
+  for (; i < a->argc; i++)
+    a->wargv[a->nwargv++] = a->argv[i];
+  a->wargv[a->nwargv] = NULL;
   return 0;
 }
 
@@ -456,19 +504,41 @@ int main(int argc, char **argv) {
   a.argc = argc;
   a.argv = argv;
   a.actions = calloc((size_t)argc + 1, sizeof(*a.actions));
-  if (a.actions == NULL) {
+  a.wargv = calloc((size_t)argc + 2, sizeof(*a.wargv));
+  if (a.actions == NULL || a.wargv == NULL) {
     cli_message("not enough memory");
     return 1;
   }
+  a.wargv[a.nwargv++] = argv[0];
   if (cli_parse(&a) != 0) {
     cli_usage(stderr);
     free(a.actions);
+    free(a.wargv);
     return 1;
   }
   if (a.help) {
     cli_usage(stdout);
     free(a.actions);
+    free(a.wargv);
     return 0;
+  }
+  if (!a.launch && (a.lo.node_rank || a.lo.master_addr || a.lo.master_port ||
+                    a.lo.log_dir || a.lo.no_prefix || a.lo.quiet_ranks ||
+                    a.lo.grace || a.lo.max_restarts || a.lo.bind_cores)) {
+    cli_message("launcher options need --nproc N (or --nnodes M)");
+    free(a.actions);
+    free(a.wargv);
+    return 1;
+  }
+  if (a.launch) {
+    int status = 1;
+    if (a.script == 0)
+      cli_message("--nproc needs a script to run (ddplua --nproc N script.lua [args])");
+    else
+      status = launcher_run(&a.lo, a.wargv);
+    free(a.actions);
+    free(a.wargv);
+    return status;
   }
   lua_State *L = luaL_newstate();
   if (L == NULL) {
@@ -480,5 +550,6 @@ int main(int argc, char **argv) {
   cli_report(L, status);
   lua_close(L);
   free(a.actions);
+  free(a.wargv);
   return status != 0 ? 1 : a.status;
 }

@@ -592,6 +592,17 @@ DL_API int64_t dl_store_num_keys(dl_store *s);
 ** reusable (each round of world_size arrivals is one generation). */
 DL_API int dl_store_barrier(dl_store *s, const char *name, int world_size, double timeout_s);
 
+/* -- Node lists ---------------------------------------------------------- */
+
+/* SLURM's compressed host lists, as in SLURM_JOB_NODELIST:
+** "gpu[001-004,010],cpu7" names gpu001..gpu004, gpu010 and cpu7 (zero
+** padding kept).  The number of hosts, or DL_EINVAL on a malformed list. */
+DL_API int dl_nodelist_count(const char *list);
+/* Writes host number index (0-based) of list to out (cap bytes, NUL
+** included); DL_EINVAL when the list is malformed, index is out of range
+** or the name does not fit. */
+DL_API int dl_nodelist_host(char *out, int cap, const char *list, int index);
+
 /* -- Autograd ------------------------------------------------------------- */
 
 /* Ops record a graph while grad mode is on and an input requires grad;
