@@ -401,10 +401,36 @@ ffi.metatype("dl_tensor", mt)
 ddp.Tensor = T
 local _ = ops
 
+-- The process group (ddp.dist, which needs ddp.store, which needs ddp):
+-- ddp.init, ddp.rank, ddp.barrier, ... load it on their first call.
+for _, name in ipairs { "init", "shutdown", "is_initialized", "backend", "rank", "world_size",
+                        "local_rank", "local_world_size", "node_rank", "is_main",
+                        "print", "barrier", "broadcast_object", "all_gather_object" } do
+  ddp[name] = function(...)
+    local f = require("ddp.dist")[name]
+    ddp[name] = f
+    return f(...)
+  end
+end
+-- ddp.log and ddp.device are tensor functions too (torch.log, t:device()):
+-- a tensor argument keeps that meaning; ddp.log("step", i) prints on every
+-- rank and ddp.device() names this worker's device.
+do
+  local tensor_log, tensor_device = T.log, T.device
+  function ddp.log(...)
+    if select("#", ...) == 1 and core.is_tensor((...)) then return tensor_log((...)) end
+    return require("ddp.dist").log(...)
+  end
+  function ddp.device(...)
+    if select("#", ...) > 0 then return tensor_device(core.tensor_arg((...), "device", "input")) end
+    return require("ddp.dist").device()
+  end
+end
+
 -- Submodules that require ddp themselves load on first use (ddp.data);
 -- require "ddp.data" gives the same table.
 local submodules = { data = "ddp.data", nn = "ddp.nn", optim = "ddp.optim", argparse = "ddp.argparse",
-                     store = "ddp.store" }
+                     store = "ddp.store", dist = "ddp.dist" }
 setmetatable(ddp, {
   __index = function(t, k)
     local name = submodules[k]

@@ -1,0 +1,418 @@
+-- ddp.dist: the process group -- who am I, how many are we, and the
+-- collectives that need no tensor backend (barrier, objects), all through
+-- the launcher's rendezvous store.  Its functions are also on ddp itself
+-- (ddp.init, ddp.rank, ddp.barrier, ...).
+--
+-- A script not started by the launcher (no WORLD_SIZE/RANK) is a world of
+-- one and never touches a store, so the same script runs alone and under
+-- `ddplua --nproc N`.  A world of one under the launcher needs no store
+-- either.
+--
+-- Store keys: "ddp/init/<rank>" (check-in), and "ddp/<seq>/..." for every
+-- later call, seq counting the calls, which every rank makes in the same
+-- order (as with PyTorch's collectives).
+local core = require "ddp.core"
+local store = require "ddp.store"
+local raise, show = core.raise, core.show
+local type, tostring, tonumber, pairs, pcall = type, tostring, tonumber, pairs, pcall
+local concat, floor, huge = table.concat, math.floor, math.huge
+
+core.add_lib_file(debug.getinfo(1, "S").source)
+
+local M = {}
+
+-- -- The environment ----------------------------------------------------------
+
+local env_cache
+
+local function int_env(name, dflt, min)
+  local s = os.getenv(name)
+  if s == nil or s == "" then return dflt end
+  local n = tonumber(s)
+  if not core.is_integer(n) or n < min then
+    raise(("ddp: environment variable %s=%q is not an integer >= %d"):format(name, s, min))
+  end
+  return n
+end
+
+-- Reads (once) and checks the launcher's variables.
+local function env()
+  if env_cache then return env_cache end
+  local ws_s, rank_s = os.getenv("WORLD_SIZE"), os.getenv("RANK")
+  local e
+  if (ws_s == nil or ws_s == "") and (rank_s == nil or rank_s == "") then
+    e = { rank = 0, world_size = 1, local_rank = 0, local_world_size = 1, node_rank = 0, launched = false }
+  else
+    if ws_s == nil or ws_s == "" or rank_s == nil or rank_s == "" then
+      raise(("ddp: RANK and WORLD_SIZE must be set together (RANK=%s, WORLD_SIZE=%s); "
+             .. "start the script with `ddplua --nproc N script.lua`, or unset both for a world of one")
+            :format(show(rank_s), show(ws_s)))
+    end
+    local ws = int_env("WORLD_SIZE", nil, 1)
+    local rank = int_env("RANK", nil, 0)
+    if rank >= ws then
+      raise(("ddp: RANK=%d is out of range for WORLD_SIZE=%d (ranks are 0..%d)"):format(rank, ws, ws - 1))
+    end
+    local lws = int_env("LOCAL_WORLD_SIZE", ws, 1)
+    local lr = int_env("LOCAL_RANK", rank % lws, 0)
+    if lr >= lws then
+      raise(("ddp: LOCAL_RANK=%d is out of range for LOCAL_WORLD_SIZE=%d"):format(lr, lws))
+    end
+    if lws > ws then
+      raise(("ddp: LOCAL_WORLD_SIZE=%d is larger than WORLD_SIZE=%d"):format(lws, ws))
+    end
+    e = { rank = rank, world_size = ws, local_rank = lr, local_world_size = lws,
+          node_rank = int_env("NODE_RANK", int_env("GROUP_RANK", 0, 0), 0), launched = true }
+  end
+  env_cache = e
+  return e
+end
+
+function M.rank() return env().rank end
+function M.world_size() return env().world_size end
+function M.local_rank() return env().local_rank end
+function M.local_world_size() return env().local_world_size end
+function M.node_rank() return env().node_rank end
+function M.is_main() return env().rank == 0 end
+
+-- "cuda:<local_rank>" where CUDA is available, else "cpu".
+function M.device()
+  local ddp = require "ddp"
+  if ddp.cuda.is_available() then return "cuda:" .. env().local_rank end
+  return "cpu"
+end
+
+-- ddp.print(...): as print, on rank 0 only.
+function M.print(...)
+  if env().rank == 0 then print(...) end
+end
+
+-- ddp.log(...): as print, on every rank.  The launcher already prefixes each
+-- worker's lines with "[rank] " (unless --no-prefix), so nothing is added.
+function M.log(...)
+  print(...)
+end
+
+-- -- Init and shutdown ------------------------------------------------------
+
+local backends = { auto = true, cpu = true, shm = true, gloo = true, nccl = true }
+local state = nil   -- {store=, timeout=, backend=} once initialized
+local seq = 0       -- calls through the store since init
+
+local function timeout_arg(op, t)
+  if t ~= nil then
+    if type(t) ~= "number" or not (t > 0) or t == huge then
+      raise(op .. ": timeout must be a positive number of seconds, got " .. show(t))
+    end
+    return t
+  end
+  local s = os.getenv("DDP_TIMEOUT")
+  if s == nil or s == "" then return 600 end
+  local n = tonumber(s)
+  if not n or not (n > 0) or n == huge then
+    raise(op .. ": DDP_TIMEOUT=" .. ("%q"):format(s) .. " is not a positive number of seconds")
+  end
+  return n
+end
+
+local function fmt_s(t)
+  if t == floor(t) then return ("%d s"):format(t) end
+  return ("%g s"):format(t)
+end
+
+-- Ranks whose key is missing, as "rank 2" / "ranks 2, 3".
+local function missing_ranks(s, keys)
+  local missing = {}
+  for r = 0, #keys - 1 do
+    local ok, present = pcall(s.check, s, { keys[r + 1] })
+    if ok and not present then missing[#missing + 1] = r end
+  end
+  if #missing == 0 then return nil end
+  return (#missing == 1 and "rank " or "ranks ") .. concat(missing, ", ")
+end
+
+-- Waits for every rank's key; on a timeout, names the ranks that never
+-- set theirs.
+local function wait_all(op, keys, what)
+  local s, t = state.store, state.timeout
+  local ok, err = pcall(s.wait, s, keys, t)
+  if ok then return end
+  local who = missing_ranks(s, keys)
+  if who then
+    raise(("%s: timed out after %s; %s of %d did not %s"):format(op, fmt_s(t), who, #keys, what))
+  end
+  raise(op .. ": " .. tostring(err):gsub("^[^:]*:%d+: ", ""))
+end
+
+local sentinel  -- closes the store when the Lua state is closed
+
+-- ddp.init([{backend=, timeout=}]): joins the process group.
+function M.init(opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    raise("ddp.init: options must be a table such as {backend = \"auto\"}, got " .. show(opts))
+  end
+  opts = opts or {}
+  local backend = opts.backend
+  if backend ~= nil and (type(backend) ~= "string" or not backends[backend]) then
+    raise("ddp.init: unknown backend " .. show(backend) .. "; expected \"auto\", \"cpu\", \"shm\", \"gloo\" or \"nccl\"")
+  end
+  if state then return end
+  local timeout = timeout_arg("ddp.init", opts.timeout)
+  local e = env()
+  local st = { store = nil, timeout = timeout, backend = backend or "auto" }
+  if e.world_size > 1 then
+    local host = os.getenv("MASTER_ADDR")
+    if host == nil or host == "" then host = "127.0.0.1" end
+    local port = int_env("MASTER_PORT", nil, 1)
+    if port == nil or port > 65535 then
+      raise("ddp.init: MASTER_PORT must be set to the store's port (1..65535), got " .. show(os.getenv("MASTER_PORT")))
+    end
+    local token = os.getenv("DDP_STORE_TOKEN")
+    if token == "" then token = nil end
+    local ok, s = pcall(store.connect, host, port, { token = token, timeout = timeout })
+    if not ok then
+      raise(("ddp.init: cannot reach the store at %s:%d: %s"):format(host, port, tostring(s):gsub("^[^:]*:%d+: ", "")))
+    end
+    st.store = s
+    state = st
+    local keys = {}
+    for r = 0, e.world_size - 1 do keys[r + 1] = "ddp/init/" .. r end
+    local ok2, err = pcall(function()
+      s:set(keys[e.rank + 1], "1")
+      wait_all("ddp.init", keys, "arrive")
+    end)
+    if not ok2 then
+      state = nil
+      s:close()
+      error(err, 0)
+    end
+    if not sentinel then
+      sentinel = newproxy(true)
+      getmetatable(sentinel).__gc = function() if state and state.store then state.store:close() end end
+    end
+  end
+  state = st
+  seq = 0
+end
+
+function M.is_initialized() return state ~= nil end
+
+-- The store connection (nil before init or in a world of one).
+function M._store() return state and state.store end
+
+-- The backend init recorded ("auto" unless given), nil before init.
+function M.backend() return state and state.backend end
+
+-- ddp.shutdown(): leaves the process group; safe to repeat.  The store
+-- connection is also closed when the program ends.
+function M.shutdown()
+  if not state then return end
+  local s = state.store
+  state = nil
+  if s then s:close() end
+end
+
+local function need_init(op)
+  if not state then
+    raise(op .. ": call ddp.init() first")
+  end
+  return state
+end
+
+-- -- Barrier ----------------------------------------------------------------
+
+local function check_name(op, name)
+  if name ~= nil and type(name) ~= "string" then
+    raise(op .. ": name must be a string, got " .. show(name))
+  end
+  return name or "barrier"
+end
+
+-- Each rank sets its key under the call's number; a rank deletes its key of
+-- the previous barrier once every rank reached this one (so all have left
+-- that one).
+local last_barrier_key
+
+-- ddp.barrier([name]): returns once every rank called it.
+function M.barrier(name)
+  name = check_name("ddp.barrier", name)
+  local st = need_init("ddp.barrier")
+  if not st.store then return end
+  seq = seq + 1
+  local e = env()
+  local keys = {}
+  for r = 0, e.world_size - 1 do keys[r + 1] = ("ddp/%d/b/%s/%d"):format(seq, name, r) end
+  st.store:set(keys[e.rank + 1], "1")
+  wait_all(("ddp.barrier(%q)"):format(name), keys, "arrive")
+  if last_barrier_key then st.store:delete(last_barrier_key) end
+  last_barrier_key = keys[e.rank + 1]
+end
+
+-- -- Objects ----------------------------------------------------------------
+
+local MAX_DEPTH = 200
+
+local function key_path(path, k)
+  if type(k) == "string" and k:match("^[%a_][%w_]*$") then return path .. "." .. k end
+  if type(k) == "string" then return path .. ("[%q]"):format(k) end
+  return path .. "[" .. tostring(k) .. "]"
+end
+
+local function num(n)
+  if n ~= n then return "dnan;" end
+  if n == huge then return "dinf;" end
+  if n == -huge then return "d-inf;" end
+  return "d" .. ("%.17g"):format(n) .. ";"
+end
+
+-- Numbers "d<%.17g>;", strings "s<len>:<bytes>", "t"/"f", nil "n", tables
+-- "{" key value ... "}".
+local function serialize(op, v)
+  local out, on_path = {}, {}
+  local function put(x, path, depth)
+    local tx = type(x)
+    if tx == "number" then out[#out + 1] = num(x)
+    elseif tx == "string" then out[#out + 1] = "s" .. #x .. ":" .. x
+    elseif tx == "boolean" then out[#out + 1] = x and "t" or "f"
+    elseif tx == "nil" then out[#out + 1] = "n"
+    elseif tx == "table" then
+      if on_path[x] then raise(("%s: %s refers back to a table that contains it (a cycle)"):format(op, path)) end
+      if getmetatable(x) ~= nil then
+        raise(("%s: %s is a table with a metatable; only plain tables can be sent"):format(op, path))
+      end
+      if depth >= MAX_DEPTH then raise(("%s: %s is nested more than %d levels deep"):format(op, path, MAX_DEPTH)) end
+      on_path[x] = true
+      out[#out + 1] = "{"
+      for k, val in pairs(x) do
+        local tk = type(k)
+        if tk == "string" then out[#out + 1] = "s" .. #k .. ":" .. k
+        elseif tk == "number" then out[#out + 1] = num(k)
+        else
+          raise(("%s: %s has a %s key; only string and number keys can be sent")
+                :format(op, path, core.describe(k)))
+        end
+        put(val, key_path(path, k), depth + 1)
+      end
+      out[#out + 1] = "}"
+      on_path[x] = nil
+    else
+      raise(("%s: %s is a %s; only numbers, strings, booleans and plain tables can be sent")
+            :format(op, path, core.describe(x)))
+    end
+  end
+  put(v, "value", 0)
+  return concat(out)
+end
+
+-- Parses what serialize wrote; never load().
+local function deserialize(op, s)
+  local pos = 1
+  local function bad(why)
+    raise(("%s: malformed object data at byte %d (%s)"):format(op, pos, why))
+  end
+  local parse
+  local function number()
+    local e = s:find(";", pos + 1, true)
+    if not e then bad("unterminated number") end
+    local t = s:sub(pos + 1, e - 1)
+    pos = e + 1
+    if t == "nan" then return 0 / 0 elseif t == "inf" then return huge elseif t == "-inf" then return -huge end
+    local n = tonumber(t)
+    if not n then bad("bad number") end
+    return n
+  end
+  local function str()
+    local c = s:find(":", pos + 1, true)
+    local len = c and tonumber(s:sub(pos + 1, c - 1))
+    if not len or len < 0 or len ~= floor(len) or c + len > #s then bad("bad string") end
+    local v = s:sub(c + 1, c + len)
+    pos = c + len + 1
+    return v
+  end
+  parse = function(depth)
+    local ch = s:sub(pos, pos)
+    if ch == "d" then return number()
+    elseif ch == "s" then return str()
+    elseif ch == "t" then pos = pos + 1 return true
+    elseif ch == "f" then pos = pos + 1 return false
+    elseif ch == "n" then pos = pos + 1 return nil
+    elseif ch == "{" then
+      if depth >= MAX_DEPTH then bad("nested too deep") end
+      pos = pos + 1
+      local t = {}
+      while true do
+        local c = s:sub(pos, pos)
+        if c == "}" then pos = pos + 1 return t end
+        local k
+        if c == "s" then k = str() elseif c == "d" then k = number() else bad("bad key") end
+        if k ~= k then bad("nan key") end
+        t[k] = parse(depth + 1)
+      end
+    end
+    bad(ch == "" and "truncated" or "unknown tag")
+  end
+  local v = parse(0)
+  if pos ~= #s + 1 then bad("trailing bytes") end
+  return v
+end
+M._serialize, M._deserialize = serialize, deserialize
+
+local function get(op, st, key, src)
+  local ok, v = pcall(st.store.get, st.store, key, st.timeout)
+  if not ok then
+    raise(("%s: timed out after %s waiting for rank %d"):format(op, fmt_s(st.timeout), src))
+  end
+  return v
+end
+
+-- ddp.broadcast_object(v, src): src's v on every rank (a copy).
+function M.broadcast_object(v, src)
+  local op = "ddp.broadcast_object"
+  local e = env()
+  if src == nil then src = 0 end
+  if not core.is_integer(src) or src < 0 or src >= e.world_size then
+    raise(("%s: src must be a rank in 0..%d, got %s"):format(op, e.world_size - 1, show(src)))
+  end
+  local st = need_init(op)
+  if not st.store then return deserialize(op, serialize(op, v)) end
+  seq = seq + 1
+  local key = ("ddp/%d/bcast"):format(seq)
+  if e.rank == src then
+    local data = serialize(op, v)
+    st.store:set(key, data)
+    return deserialize(op, data)
+  end
+  local data = get(op, st, key, src)
+  -- the last rank to read it deletes it
+  if st.store:add(key .. "/read", 1) == e.world_size - 1 then
+    st.store:delete(key)
+    st.store:delete(key .. "/read")
+  end
+  return deserialize(op, data)
+end
+
+-- ddp.all_gather_object(v): every rank's v, rank r's at [r + 1].
+function M.all_gather_object(v)
+  local op = "ddp.all_gather_object"
+  local st = need_init(op)
+  local data = serialize(op, v)
+  if not st.store then return { deserialize(op, data) } end
+  local e = env()
+  seq = seq + 1
+  local keys = {}
+  for r = 0, e.world_size - 1 do keys[r + 1] = ("ddp/%d/ag/%d"):format(seq, r) end
+  st.store:set(keys[e.rank + 1], data)
+  wait_all(op, keys, "arrive")
+  local res = {}
+  for r = 0, e.world_size - 1 do
+    res[r + 1] = deserialize(op, r == e.rank and data or st.store:get(keys[r + 1], st.timeout))
+  end
+  local done = ("ddp/%d/ag/done"):format(seq)
+  if st.store:add(done, 1) == e.world_size then
+    for r = 1, #keys do st.store:delete(keys[r]) end
+    st.store:delete(done)
+  end
+  return res
+end
+
+return M

@@ -1,0 +1,224 @@
+-- The process group (ddp.dist, on ddp itself): a world of one without the
+-- launcher, then `ddplua --nproc 3`: ranks, printing, barriers, objects,
+-- an init timeout naming the late rank, a bad environment.  Every run is
+-- bounded by `timeout`, and every test ends by checking that no process of
+-- its scripts is left.
+local dist = require "ddp.dist"
+
+local root = assert(io.popen("pwd")):read("*l")
+local ddplua = os.getenv("DDPLUA") or "build/ddplua"
+if ddplua:sub(1, 1) ~= "/" then ddplua = root .. "/" .. ddplua end
+
+local function q(s)
+  return "'" .. (tostring(s):gsub("'", [['\'']])) .. "'"
+end
+
+local temps, scripts = {}, {}
+
+local function tempname()
+  local name = os.tmpname()
+  temps[#temps + 1] = name
+  return name
+end
+
+local function slurp(name)
+  local f = io.open(name)
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+local function sh(cmd)
+  local p = assert(io.popen(cmd))
+  local s = p:read("*a")
+  p:close()
+  return s
+end
+
+local PRELUDE = [[
+local ffi = require "ffi"
+pcall(ffi.cdef, "int poll(void *fds, unsigned long n, int timeout);")
+local function sleep(s) ffi.C.poll(nil, 0, math.floor(s * 1000)) end
+local ddp = require "ddp"
+]]
+
+local function script(body)
+  local name = tempname() .. "_dist.lua"
+  temps[#temps + 1] = name
+  local f = assert(io.open(name, "w"))
+  f:write(PRELUDE, body)
+  f:close()
+  scripts[#scripts + 1] = name
+  return name
+end
+
+-- Runs `ddplua <args>` under `timeout 60` without the launcher's variables
+-- of any outer job; env: extra assignments.  Returns stdout, stderr, code.
+local CLEAN = "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u NODE_RANK -u GROUP_RANK "
+  .. "-u MASTER_ADDR -u MASTER_PORT -u DDP_STORE_TOKEN -u DDP_TIMEOUT "
+local function run(args, env)
+  local out, err = tempname(), tempname()
+  local rc = sh(CLEAN .. (env or "") .. " timeout 60 " .. q(ddplua) .. " " .. args
+    .. " </dev/null >" .. q(out) .. " 2>" .. q(err) .. "; echo $?")
+  return slurp(out), slurp(err), tonumber(rc:match("(%d+)%s*$"))
+end
+
+local function count(s, pat)
+  local n = 0
+  for _ in s:gmatch(pat) do n = n + 1 end
+  return n
+end
+
+describe("ddp process group", function()
+  after_each(function()
+    for _, s in ipairs(scripts) do
+      local pat = q("[" .. s:sub(1, 1) .. "]" .. s:sub(2))
+      local left
+      for _ = 1, 30 do
+        left = sh("pgrep -f " .. pat .. " || true")
+        if left == "" then break end
+        os.execute("sleep 0.1")
+      end
+      if left ~= "" then
+        os.execute("pkill -KILL -f " .. pat)
+        error("stray processes of " .. s .. ": " .. left)
+      end
+    end
+    scripts = {}
+  end)
+  teardown(function()
+    for _, name in ipairs(temps) do os.execute("rm -f " .. q(name)) end
+  end)
+
+  it("is a world of one without the launcher, with no store", function()
+    local s = script([[
+print("BEFORE", ddp.rank(), ddp.world_size(), ddp.local_rank(), ddp.local_world_size(),
+      ddp.node_rank(), ddp.is_main(), ddp.is_initialized())
+assert(ddp.device() == (ddp.cuda.is_available() and "cuda:0" or "cpu"))
+ddp.init({ backend = "gloo" })
+ddp.init()
+print("INIT", ddp.is_initialized(), ddp.backend(), require("ddp.dist")._store())
+for _ = 1, 3 do ddp.barrier() end
+ddp.barrier("named")
+ddp.print("P", 1, nil, true)
+ddp.log("L", 2)
+local b = ddp.broadcast_object({ a = { 1, 2, { x = "y" } }, s = "a\0b", [2.5] = false }, 0)
+print("B", b.a[3].x, #b.s, b[2.5])
+local g = ddp.all_gather_object({ rank = ddp.rank(), name = "solo" })
+print("G", #g, g[1].rank, g[1].name)
+-- ddp.log and ddp.device keep their tensor meaning for a tensor
+print("T", ddp.log(ddp.ones(2)):sum():item(), ddp.device(ddp.zeros(1)))
+ddp.shutdown()
+ddp.shutdown()
+print("DOWN", ddp.is_initialized())
+]])
+    local out, err, rc = run(q(s))
+    assert.equals(0, rc, err)
+    assert.truthy(out:find("BEFORE\t0\t1\t0\t1\t0\ttrue\tfalse\n", 1, true), out)
+    assert.truthy(out:find("INIT\ttrue\tgloo\tnil\n", 1, true), out)
+    assert.truthy(out:find("P\t1\tnil\ttrue\n", 1, true), out)
+    assert.truthy(out:find("L\t2\n", 1, true), out)
+    assert.truthy(out:find("B\ty\t3\tfalse\n", 1, true), out)
+    assert.truthy(out:find("G\t1\t0\tsolo\n", 1, true), out)
+    assert.truthy(out:find("T\t0\tcpu\n", 1, true), out)
+    assert.truthy(out:find("DOWN\tfalse\n", 1, true), out)
+  end)
+
+  it("refuses unsupported values, naming the path, and unknown backends", function()
+    local function err_of(f, ...)
+      local ok, e = pcall(f, ...)
+      assert.is_false(ok)
+      return e
+    end
+    local ser = dist._serialize
+    assert.truthy(err_of(ser, "op", { a = { f = print } }):find("op: value.a.f is a function", 1, true))
+    local t = {}
+    t.self = { t }
+    assert.truthy(err_of(ser, "op", t):find("value.self[1] refers back to a table that contains it", 1, true))
+    assert.truthy(err_of(ser, "op", { ["a b"] = { require("ddp").zeros(1) } })
+      :find('value["a b"][1] is a tensor', 1, true))
+    assert.truthy(err_of(ser, "op", { [true] = 1 }):find("value has a boolean key", 1, true))
+    assert.truthy(err_of(ser, "op", setmetatable({}, {})):find("with a metatable", 1, true))
+    assert.truthy(err_of(dist.init, { backend = "mpi" }):find('unknown backend "mpi"', 1, true))
+    -- shared subtables are copied; odd numbers survive; the parser refuses junk
+    local shared = { 1 }
+    local back = dist._deserialize("op", ser("op", { shared, shared, 0 / 0, 1 / 0, -1 / 0, 0.1, 2 ^ 53, "x\0y" }))
+    assert.same({ 1 }, back[1])
+    assert.same({ 1 }, back[2])
+    assert.is_true(back[3] ~= back[3])
+    assert.same({ 1 / 0, -1 / 0, 0.1, 2 ^ 53, "x\0y" }, { back[4], back[5], back[6], back[7], back[8] })
+    for _, junk in ipairs { "", "s5:ab", "{d1;", "t t", "x", "{t1}", "d1e;", "s-1:", "return 1" } do
+      assert.truthy(err_of(dist._deserialize, "op", junk):find("op: malformed object data", 1, true), junk)
+    end
+  end)
+
+  it("gives 3 workers their ranks, barriers and objects through the store", function()
+    local s = script([[
+ddp.init()
+print("R", ddp.rank(), ddp.world_size(), ddp.local_rank(), ddp.local_world_size(), ddp.node_rank(),
+      ddp.is_main(), ddp.is_initialized())
+ddp.print("once")
+ddp.log("every")
+for i = 1, 20 do
+  if ddp.rank() == i % 3 then sleep(0.01) end
+  ddp.barrier()
+end
+local store, n1 = require("ddp.dist")._store()
+for round = 1, 10 do
+  local b = ddp.broadcast_object(ddp.rank() == 1 and { cfg = { lr = 0.5, layers = { 3, 4, { n = "x" } } }, round = round }
+                                 or "ignored", 1)
+  assert(b.cfg.lr == 0.5 and b.cfg.layers[2] == 4 and b.cfg.layers[3].n == "x" and b.round == round)
+  local g = ddp.all_gather_object({ rank = ddp.rank(), name = "w" .. ddp.rank() })
+  assert(#g == 3)
+  for r = 0, 2 do assert(g[r + 1].rank == r and g[r + 1].name == "w" .. r, "rank order") end
+  ddp.barrier("round")
+  if round == 1 then n1 = store:num_keys() end
+end
+-- keys are deleted as the calls finish: no growth with the rounds
+assert(store:num_keys() <= n1 + 3, "keys left: " .. store:num_keys() .. " vs " .. n1)
+print("DONE", ddp.rank())
+ddp.shutdown()
+]])
+    local out, err, rc = run("--nproc 3 " .. q(s))
+    assert.equals(0, rc, err)
+    for r = 0, 2 do
+      assert.truthy(out:find(("[%d] R\t%d\t3\t%d\t3\t0\t%s\ttrue\n"):format(r, r, r, tostring(r == 0)), 1, true), out)
+      assert.truthy(out:find(("[%d] every\n"):format(r), 1, true), out)
+      assert.truthy(out:find(("[%d] DONE\t%d\n"):format(r, r), 1, true), out)
+    end
+    assert.equals(1, count(out, "once"))
+    assert.truthy(out:find("[0] once\n", 1, true), out)
+  end)
+
+  it("names the rank that never reached init when it times out", function()
+    local s = script([[
+if ddp.rank() == 2 then sleep(20) end
+ddp.init()
+print("passed init")
+]])
+    local t0 = os.time()
+    local out, err, rc = run("--nproc 3 " .. q(s), "DDP_TIMEOUT=2")
+    assert.is_true(os.time() - t0 < 15)
+    assert.are_not.equal(0, rc)
+    assert.falsy(out:find("passed init", 1, true), out)
+    assert.truthy(err:find("ddp.init: timed out after 2 s; rank 2 of 3 did not arrive", 1, true), err)
+  end)
+
+  it("says what is wrong with a bad environment", function()
+    local s = script([[print(ddp.rank())]])
+    local _, err, rc = run(q(s), "RANK=3 WORLD_SIZE=2")
+    assert.are_not.equal(0, rc)
+    assert.truthy(err:find("RANK=3 is out of range for WORLD_SIZE=2", 1, true), err)
+    _, err, rc = run(q(s), "RANK=0")
+    assert.are_not.equal(0, rc)
+    assert.truthy(err:find("RANK and WORLD_SIZE must be set together", 1, true), err)
+    _, err, rc = run(q(s), "RANK=0 WORLD_SIZE=two")
+    assert.are_not.equal(0, rc)
+    assert.truthy(err:find('WORLD_SIZE="two" is not an integer', 1, true), err)
+    local s2 = script([[ddp.init()]])
+    _, err, rc = run("--nproc 2 " .. q(s2), "DDP_TIMEOUT=soon")
+    assert.are_not.equal(0, rc)
+    assert.truthy(err:find('ddp.init: DDP_TIMEOUT="soon" is not a positive number', 1, true), err)
+  end)
+end)
