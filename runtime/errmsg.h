@@ -158,3 +158,15 @@ ERRDEF(STORE_LIMIT, DL_EINVAL, "%s: %s of %lld bytes exceeds the limit of %d byt
 /* Launcher helpers: SLURM node lists */
 ERRDEF(NODELIST, DL_EINVAL, "%s: bad node list \"%s\": %s")
 ERRDEF(NODELIST_INDEX, DL_EINVAL, "%s: host index %d out of range (the node list names %d hosts)")
+
+/* Process groups and collectives: "op #seq: problem" */
+ERRDEF(PG_OS, DL_EIO, "%s: %s: %s")
+ERRDEF(PG_TIMEOUT, DL_ESTATE, "%s #%lld: timed out after %g s waiting for %s")
+ERRDEF(PG_BROKEN, DL_ESTATE, "%s: the process group is unusable after an earlier error (%s)")
+ERRDEF(PG_ARENA, DL_EIO, "%s: shared arena %s does not match (%s); are all ranks on one node running the same build?")
+ERRDEF(PG_MISMATCH, DL_ESTATE, "%s #%lld: mismatched collectives: %s")
+ERRDEF(PG_OP, DL_EINVAL, "%s: unknown reduce op %d (expected sum, avg, max, min or prod)")
+ERRDEF(PG_AVG, DL_EDTYPE, "%s: avg needs a floating dtype, got %s (use sum and divide)")
+ERRDEF(PG_SRC, DL_EINDEX, "%s: src must be a rank in 0..%d, got %d")
+ERRDEF(PG_DIVIDE, DL_ESHAPE, "%s: dim 0 of shape %s is not divisible by the world size %d")
+ERRDEF(PG_SCALAR, DL_ESHAPE, "%s: needs a tensor with at least one dim, got a 0-dim tensor")

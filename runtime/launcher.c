@@ -1,5 +1,6 @@
 /* launcher.c -- `ddplua --nproc N script.lua`: starts and watches a job's local workers, after torchrun. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -626,6 +628,30 @@ static int open_store(job *j) {
   return 0;
 }
 
+/* Removes the shared-memory arenas of this job's process groups
+** ("/ddplua-<job_id>-<n>", see shm.c).  Rank 0 unlinks each once every
+** rank mapped it, but a rank that dies in between leaves it: with every
+** worker gone, nothing can use it any more. */
+static void remove_arenas(const job *j) {
+  char prefix[64];
+  int n = snprintf(prefix, sizeof prefix, "ddplua-%s-", j->job_id);
+  for (char *c = prefix + 7; *c && c < prefix + n - 1; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+          *c == '-' || *c == '_' || *c == '.')) *c = '_';
+  DIR *d = opendir("/dev/shm");
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (strncmp(e->d_name, prefix, (size_t)n) != 0) continue;
+    const char *k = e->d_name + n;  /* only "<prefix><digits>": not another job's */
+    if (!*k || strspn(k, "0123456789") != strlen(k)) continue;
+    char name[300];
+    snprintf(name, sizeof name, "/%s", e->d_name);
+    shm_unlink(name);
+  }
+  closedir(d);
+}
+
 static int open_logs(job *j) {
   if (!j->log_dir) return 0;
   if (mkdir(j->log_dir, 0777) != 0 && errno != EEXIST) {
@@ -716,6 +742,7 @@ int launcher_run(const launch_opts *o, char **argv) {
     if (open_store(&j) != 0) goto done;
     int ix = -1;
     int r = run_group(&j, &ix);
+    remove_arenas(&j);
     if (j.store) {
       dl_store_close(j.store);
       j.store = NULL;

@@ -1,5 +1,6 @@
--- ddp.dist: the process group -- who am I, how many are we, and the
--- collectives that need no tensor backend (barrier, objects), all through
+-- ddp.dist: the process group -- who am I, how many are we, the tensor
+-- collectives (all_reduce, broadcast, all_gather, reduce_scatter, and
+-- barrier: runtime pg.c/shm.c, one node for now) and the objects through
 -- the launcher's rendezvous store.  Its functions are also on ddp itself
 -- (ddp.init, ddp.rank, ddp.barrier, ...).
 --
@@ -95,8 +96,10 @@ end
 
 -- -- Init and shutdown ------------------------------------------------------
 
+local C, ffi = core.C, core.ffi
+
 local backends = { auto = true, cpu = true, shm = true, gloo = true, nccl = true }
-local state = nil   -- {store=, timeout=, backend=} once initialized
+local state = nil   -- {store=, timeout=, backend=, pg=} once initialized
 local seq = 0       -- calls through the store since init
 
 local function timeout_arg(op, t)
@@ -173,6 +176,10 @@ function M.init(opts)
     if not ok then
       raise(("ddp.init: cannot reach the store at %s:%d: %s"):format(host, port, tostring(s):gsub("^[^:]*:%d+: ", "")))
     end
+    -- The sentinel below closes it: at lua_close LuaJIT runs cdata
+    -- finalizers before userdata ones, so the handle's own finalizer would
+    -- free it first and the sentinel then close it a second time.
+    ffi.gc(s.h, nil)
     st.store = s
     state = st
     local keys = {}
@@ -185,6 +192,18 @@ function M.init(opts)
       state = nil
       s:close()
       error(err, 0)
+    end
+    -- Tensor collectives: shared memory when every rank is on this node
+    -- (Gloo across nodes comes later: st.pg stays nil and collectives say so).
+    if e.local_world_size == e.world_size then
+      local pg = C.dl_pg_shm_new(s.h, e.rank, e.world_size, os.getenv("DDP_JOB_ID"), timeout)
+      if pg == nil then
+        local msg = core.last_error()
+        state = nil
+        s:close()
+        raise("ddp.init: cannot set up the shared-memory process group: " .. msg)
+      end
+      st.pg = ffi.gc(pg, C.dl_pg_free)
     end
     if not sentinel then
       sentinel = newproxy(true)
@@ -207,8 +226,12 @@ function M.backend() return state and state.backend end
 -- connection is also closed when the program ends.
 function M.shutdown()
   if not state then return end
-  local s = state.store
+  local s, pg = state.store, state.pg
   state = nil
+  if pg then
+    ffi.gc(pg, nil)
+    C.dl_pg_free(pg)
+  end
   if s then s:close() end
 end
 
@@ -238,6 +261,12 @@ function M.barrier(name)
   name = check_name("ddp.barrier", name)
   local st = need_init("ddp.barrier")
   if not st.store then return end
+  if st.pg then
+    if C.dl_pg_barrier(st.pg) ~= 0 then
+      raise(("ddp.barrier(%q): %s"):format(name, core.last_error()))
+    end
+    return
+  end
   seq = seq + 1
   local e = env()
   local keys = {}
@@ -413,6 +442,80 @@ function M.all_gather_object(v)
     st.store:delete(done)
   end
   return res
+end
+
+-- -- Tensor collectives -------------------------------------------------------
+--
+-- Blocking, as PyTorch's; every rank must make the same calls in the same
+-- order.  Errors (a timeout names the call, its number and the ranks that
+-- had not arrived) leave the group unusable.
+
+local red_ops = { sum = C.DL_RED_SUM, avg = C.DL_RED_AVG, max = C.DL_RED_MAX,
+                  min = C.DL_RED_MIN, prod = C.DL_RED_PROD }
+
+local function red_arg(op, r)
+  if r == nil then return C.DL_RED_SUM end
+  local v = type(r) == "string" and red_ops[r]
+  if not v then
+    raise(op .. ": op must be \"sum\", \"avg\", \"max\", \"min\" or \"prod\", got " .. show(r))
+  end
+  return v
+end
+
+local function tensor_in(op, t)
+  if not core.is_tensor(t) then raise(op .. ": expected a tensor, got " .. core.describe(t)) end
+  return t
+end
+
+-- The group for a collective: world > 1 on one node made it at init; a
+-- world of one makes its own (no store) on first use, so the same checks
+-- and results hold there.
+local function group(op)
+  local st = need_init(op)
+  if st.pg then return st.pg end
+  if st.store then
+    raise(op .. ": multi-node collectives (Gloo) are not implemented yet (LOCAL_WORLD_SIZE="
+          .. env().local_world_size .. " < WORLD_SIZE=" .. env().world_size .. ")")
+  end
+  local pg = C.dl_pg_shm_new(nil, 0, 1, os.getenv("DDP_JOB_ID"), st.timeout)
+  if pg == nil then raise(op .. ": " .. core.last_error()) end
+  st.pg = ffi.gc(pg, C.dl_pg_free)
+  return st.pg
+end
+
+-- ddp.all_reduce(t[, op]): t reduced over all ranks, in place; returns t.
+function M.all_reduce(t, op)
+  local name = "ddp.all_reduce"
+  tensor_in(name, t)
+  local o = red_arg(name, op)
+  core.check(C.dl_pg_all_reduce(group(name), t, o))
+  return t
+end
+
+-- ddp.broadcast(t, src): src's t on every rank, in place; returns t.
+function M.broadcast(t, src)
+  local name = "ddp.broadcast"
+  tensor_in(name, t)
+  if src == nil then src = 0 end
+  if not core.is_integer(src) then raise(name .. ": src must be a rank number, got " .. show(src)) end
+  core.check(C.dl_pg_broadcast(group(name), t, src))
+  return t
+end
+
+-- ddp.all_gather(t): a new tensor, the ranks' t concatenated along dim 0.
+function M.all_gather(t)
+  local name = "ddp.all_gather"
+  tensor_in(name, t)
+  return core.new(C.dl_pg_all_gather, group(name), t)
+end
+
+-- ddp.reduce_scatter(t[, op]): a new tensor, this rank's 1/world slice
+-- (along dim 0) of t reduced over all ranks.
+function M.reduce_scatter(t, op)
+  local name = "ddp.reduce_scatter"
+  tensor_in(name, t)
+  local o = red_arg(name, op)
+  return core.new(C.dl_pg_reduce_scatter, group(name), t, o)
 end
 
 return M

@@ -603,6 +603,43 @@ DL_API int dl_nodelist_count(const char *list);
 ** or the name does not fit. */
 DL_API int dl_nodelist_host(char *out, int cap, const char *list, int index);
 
+/* -- Process groups and collectives -------------------------------------- */
+
+/* Collectives among the ranks of a job, as PyTorch's ProcessGroup: blocking,
+** in place where PyTorch's are, every rank making the same calls in the same
+** order.  Tensors must be CPU tensors (a non-contiguous one is reduced
+** through a contiguous copy).  Each wait is bounded by the group's timeout;
+** a timeout is a DL_ESTATE error naming the collective, its call number and
+** the ranks that had not arrived, and leaves the group unusable.  With the
+** environment variable DDP_DEBUG=1 every call also checks that all ranks
+** called the same collective on the same dtype and size. */
+typedef struct dl_pg dl_pg;
+typedef enum dl_reduce_op {
+  DL_RED_SUM = 0, DL_RED_AVG, DL_RED_MAX, DL_RED_MIN, DL_RED_PROD
+} dl_reduce_op;
+/* All ranks of one node through a shared-memory arena: rank 0 creates
+** "/ddplua-<job_id>-<n>" and publishes it through the store; every rank maps
+** it; rank 0 unlinks it once all have (nothing stays in /dev/shm).  NULL
+** with DL_EIO when the arena cannot be made or mapped, DL_ESTATE when a
+** rank does not arrive within timeout_s. */
+DL_API dl_pg *dl_pg_shm_new(dl_store *store, int rank, int world,
+                            const char *job_id, double timeout_s);
+DL_API void dl_pg_free(dl_pg *pg);
+DL_API int dl_pg_rank(const dl_pg *pg);
+DL_API int dl_pg_world_size(const dl_pg *pg);
+/* In place.  avg is sum / world (floating dtypes only); for bool, sum and
+** max act as or, prod and min as and; bfloat16/float16 reduce in float32. */
+DL_API int dl_pg_all_reduce(dl_pg *pg, dl_tensor *t, int op);
+/* In place: src's t on every rank (shapes and dtypes must match). */
+DL_API int dl_pg_broadcast(dl_pg *pg, dl_tensor *t, int src);
+/* A new tensor [world * t.shape[0], ...]: the ranks' t along dim 0 (a
+** 0-dim t gives [world]). */
+DL_API dl_tensor *dl_pg_all_gather(dl_pg *pg, const dl_tensor *t);
+/* A new tensor [t.shape[0] / world, ...]: this rank's slice of the
+** reduction; DL_ESHAPE unless world divides t.shape[0]. */
+DL_API dl_tensor *dl_pg_reduce_scatter(dl_pg *pg, const dl_tensor *t, int op);
+DL_API int dl_pg_barrier(dl_pg *pg);
+
 /* -- Autograd ------------------------------------------------------------- */
 
 /* Ops record a graph while grad mode is on and an input requires grad;
