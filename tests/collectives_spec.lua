@@ -6,56 +6,11 @@
 -- check, a timeout naming the missing rank, and no arena left in /dev/shm
 -- (also after a rank is killed).  Every run is bounded by `timeout` and
 -- every test checks that no process of its scripts is left.
-local root = assert(io.popen("pwd")):read("*l")
-local ddplua = os.getenv("DDPLUA") or "build/ddplua"
-if ddplua:sub(1, 1) ~= "/" then ddplua = root .. "/" .. ddplua end
+local jobs = require "helpers.jobs"
+local q, sh, tempname, slurp = jobs.q, jobs.sh, jobs.tempname, jobs.slurp
+local ddplua, CLEAN = jobs.ddplua, jobs.CLEAN
+local function script(body) return jobs.script(body, "coll") end
 
-local function q(s)
-  return "'" .. (tostring(s):gsub("'", [['\'']])) .. "'"
-end
-
-local temps, scripts = {}, {}
-
-local function tempname()
-  local name = os.tmpname()
-  temps[#temps + 1] = name
-  return name
-end
-
-local function slurp(name)
-  local f = io.open(name)
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function sh(cmd)
-  local p = assert(io.popen(cmd))
-  local s = p:read("*a")
-  p:close()
-  return s
-end
-
-local PRELUDE = [[
-local ffi = require "ffi"
-pcall(ffi.cdef, "int poll(void *fds, unsigned long n, int timeout); int getpid(void); int kill(int pid, int sig);")
-local function sleep(s) ffi.C.poll(nil, 0, math.floor(s * 1000)) end
-local ddp = require "ddp"
-]]
-
-local function script(body)
-  local name = tempname() .. "_coll.lua"
-  temps[#temps + 1] = name
-  local f = assert(io.open(name, "w"))
-  f:write(PRELUDE, body)
-  f:close()
-  scripts[#scripts + 1] = name
-  return name
-end
-
-local CLEAN = "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u NODE_RANK -u GROUP_RANK "
-  .. "-u MASTER_ADDR -u MASTER_PORT -u DDP_STORE_TOKEN -u DDP_TIMEOUT -u DDP_DEBUG -u DDP_JOB_ID "
 local job_n = 0
 -- Runs `ddplua <args>` under `timeout 120` with a job id of its own;
 -- returns stdout, stderr, exit code and the job id.
@@ -197,25 +152,8 @@ print("CHECKED " .. checked)
 ]]
 
 describe("ddp tensor collectives (shm)", function()
-  after_each(function()
-    for _, s in ipairs(scripts) do
-      local pat = q("[" .. s:sub(1, 1) .. "]" .. s:sub(2))
-      local left
-      for _ = 1, 30 do
-        left = sh("pgrep -f " .. pat .. " || true")
-        if left == "" then break end
-        os.execute("sleep 0.1")
-      end
-      if left ~= "" then
-        os.execute("pkill -KILL -f " .. pat)
-        error("stray processes of " .. s .. ": " .. left)
-      end
-    end
-    scripts = {}
-  end)
-  teardown(function()
-    for _, name in ipairs(temps) do os.execute("rm -f " .. q(name)) end
-  end)
+  after_each(jobs.no_strays)
+  teardown(jobs.cleanup)
 
   for _, n in ipairs { 1, 2, 3, 4 } do
     it("computes every op and dtype on " .. n .. " rank(s)", function()

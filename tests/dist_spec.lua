@@ -5,64 +5,10 @@
 -- its scripts is left.
 local dist = require "ddp.dist"
 
-local root = assert(io.popen("pwd")):read("*l")
-local ddplua = os.getenv("DDPLUA") or "build/ddplua"
-if ddplua:sub(1, 1) ~= "/" then ddplua = root .. "/" .. ddplua end
-
-local function q(s)
-  return "'" .. (tostring(s):gsub("'", [['\'']])) .. "'"
-end
-
-local temps, scripts = {}, {}
-
-local function tempname()
-  local name = os.tmpname()
-  temps[#temps + 1] = name
-  return name
-end
-
-local function slurp(name)
-  local f = io.open(name)
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function sh(cmd)
-  local p = assert(io.popen(cmd))
-  local s = p:read("*a")
-  p:close()
-  return s
-end
-
-local PRELUDE = [[
-local ffi = require "ffi"
-pcall(ffi.cdef, "int poll(void *fds, unsigned long n, int timeout);")
-local function sleep(s) ffi.C.poll(nil, 0, math.floor(s * 1000)) end
-local ddp = require "ddp"
-]]
-
-local function script(body)
-  local name = tempname() .. "_dist.lua"
-  temps[#temps + 1] = name
-  local f = assert(io.open(name, "w"))
-  f:write(PRELUDE, body)
-  f:close()
-  scripts[#scripts + 1] = name
-  return name
-end
-
--- Runs `ddplua <args>` under `timeout 60` without the launcher's variables
--- of any outer job; env: extra assignments.  Returns stdout, stderr, code.
-local CLEAN = "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u NODE_RANK -u GROUP_RANK "
-  .. "-u MASTER_ADDR -u MASTER_PORT -u DDP_STORE_TOKEN -u DDP_TIMEOUT "
-local function run(args, env)
-  local out, err = tempname(), tempname()
-  local rc = sh(CLEAN .. (env or "") .. " timeout 60 " .. q(ddplua) .. " " .. args
-    .. " </dev/null >" .. q(out) .. " 2>" .. q(err) .. "; echo $?")
-  return slurp(out), slurp(err), tonumber(rc:match("(%d+)%s*$"))
-end
+local jobs = require "helpers.jobs"
+local q = jobs.q
+local ddplua, run = jobs.ddplua, jobs.run
+local function script(body) return jobs.script(body, "dist") end
 
 local function count(s, pat)
   local n = 0
@@ -71,25 +17,8 @@ local function count(s, pat)
 end
 
 describe("ddp process group", function()
-  after_each(function()
-    for _, s in ipairs(scripts) do
-      local pat = q("[" .. s:sub(1, 1) .. "]" .. s:sub(2))
-      local left
-      for _ = 1, 30 do
-        left = sh("pgrep -f " .. pat .. " || true")
-        if left == "" then break end
-        os.execute("sleep 0.1")
-      end
-      if left ~= "" then
-        os.execute("pkill -KILL -f " .. pat)
-        error("stray processes of " .. s .. ": " .. left)
-      end
-    end
-    scripts = {}
-  end)
-  teardown(function()
-    for _, name in ipairs(temps) do os.execute("rm -f " .. q(name)) end
-  end)
+  after_each(jobs.no_strays)
+  teardown(jobs.cleanup)
 
   it("is a world of one without the launcher, with no store", function()
     local s = script([[
