@@ -6,16 +6,7 @@ local threads = tonumber(arg[1]) or 1
 ddp.set_num_threads(threads)
 ddp.manual_seed(0)
 
-local clock = require("ffi")
-clock.cdef [[
-  typedef struct { long tv_sec; long tv_nsec; } bench_timespec;
-  int clock_gettime(int clk, bench_timespec *ts);
-]]
-local ts = clock.new("bench_timespec")
-local function now()
-  clock.C.clock_gettime(1, ts)
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
+local now = dofile((arg[0]:match("^(.*)/") or ".") .. "/clock.lua")
 
 -- median time of `reps` runs after one warm-up (the best of a few runs
 -- rewards lucky outliers on a shared machine)

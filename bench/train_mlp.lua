@@ -6,21 +6,12 @@ local nn = require "ddp.nn"
 local optim = require "ddp.optim"
 local data = require "ddp.data"
 local F = nn.functional
-local ffi = require "ffi"
 
 local threads = tonumber(arg[1]) or 1
 ddp.set_num_threads(threads)
 ddp.manual_seed(0)
 
-ffi.cdef [[
-  typedef struct { long tv_sec; long tv_nsec; } bench_ts;
-  int clock_gettime(int clk, bench_ts *ts);
-]]
-local ts = ffi.new("bench_ts")
-local function now()
-  ffi.C.clock_gettime(1, ts)
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
+local now = dofile((arg[0]:match("^(.*)/") or ".") .. "/clock.lua")
 
 local function peak_rss_mb()
   for line in io.lines("/proc/self/status") do

@@ -148,6 +148,22 @@ static void copy_rows(void *ctx, int64_t r0, int64_t r1) {
   }
 }
 
+/* Runs the take loop over (destination, source, index) views; out is
+** returned, or released on failure. */
+static dl_tensor *run_take(const char *op, dl_tensor *out, dl_tensor *dst,
+                           dl_tensor *src, dl_tensor *idx, int64_t step_bytes,
+                           int es) {
+  dl_tensor *ops[3] = {dst, src, idx};
+  step_ctx c = {step_bytes, idx->dtype == DL_INT64};
+  iter_t it;
+  if (iter_init(&it, op, ops, 3)) {
+    dl_tensor_release(out);
+    return NULL;
+  }
+  iter_run(&it, take_loops[es], &c);
+  return out;
+}
+
 DL_HIDDEN dl_tensor *fw_index_select(const dl_tensor *t, int dim,
                                   const dl_tensor *index) {
   const char *op = "index_select";
@@ -186,15 +202,7 @@ DL_HIDDEN dl_tensor *fw_index_select(const dl_tensor *t, int dim,
   dl_tensor sv, iv;
   view_of(&sv, t, shape, sst, t->ndim, t->offset);
   view_of(&iv, index, shape, ist, t->ndim, index->offset);
-  dl_tensor *ops[3] = {out, &sv, &iv};
-  step_ctx c = {t->stride[d] * es, index->dtype == DL_INT64};
-  iter_t it;
-  if (iter_init(&it, op, ops, 3)) {
-    dl_tensor_release(out);
-    return NULL;
-  }
-  iter_run(&it, take_loops[es], &c);
-  return out;
+  return run_take(op, out, out, &sv, &iv, t->stride[d] * es, es);
 }
 
 /* -- gather and scatter ---------------------------------------------------- */
@@ -243,16 +251,8 @@ DL_HIDDEN dl_tensor *fw_gather(const dl_tensor *t, int dim, const dl_tensor *ind
   view_of(&ov, out, is, ost, n, 0);
   view_of(&sv, t, is, tst, n, t->offset);
   view_of(&iv, index, is, ist, n, index->offset);
-  dl_tensor *ops[3] = {&ov, &sv, &iv};
   int es = dl_dtype_sizes[t->dtype];
-  step_ctx c = {step * es, index->dtype == DL_INT64};
-  iter_t it;
-  if (iter_init(&it, op, ops, 3)) {
-    dl_tensor_release(out);
-    return NULL;
-  }
-  iter_run(&it, take_loops[es], &c);
-  return out;
+  return run_take(op, out, &ov, &sv, &iv, step * es, es);
 }
 
 /* A Lua number as src (a wrapped 0-dim tensor) scatters that value, as
