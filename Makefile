@@ -14,14 +14,20 @@ PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CFLAGS   ?= -O2
 CFLAGS   += -std=c11 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
             -D_GNU_SOURCE -Iruntime/include -Iruntime $(PKG_CFLAGS)
+# C++ (gloo.cc only: Gloo's API is C++), same warnings and visibility.
+CXXFLAGS ?= -O2
+CXXFLAGS += -std=c++17 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
+            -D_GNU_SOURCE -Iruntime/include -Iruntime
 # Kernel files: -O3 lets GCC vectorise loops with runtime alias checks, and
 # fused multiply-adds (in the x86-64-v3 clones) speed up polynomials, and
 # without errno, sqrt vectorises (nothing reads errno after a kernel).
 KERNELS  := elementwise reduce scan optim nn_conv nn_pool nn_norm nn_embed nn_loss
 LDLIBS   := -lopenblas -lz -lm -lpthread -ldl
+GLOO_LIBS := -lgloo -lstdc++
 
 LIB_SRC  := $(filter-out runtime/main.c runtime/repl.c runtime/launcher.c,$(wildcard runtime/*.c))
-LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(BUILD)/obj/%.o)
+LIB_CXX  := $(wildcard runtime/*.cc)
+LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(BUILD)/obj/%.o) $(LIB_CXX:runtime/%.cc=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(BUILD)/obj/main.o $(BUILD)/obj/repl.o $(BUILD)/obj/launcher.o
 LIB      := $(BUILD)/libddplua.so
 CLI      := $(BUILD)/ddplua
@@ -50,13 +56,17 @@ deps:
 $(BUILD)/obj/%.o:  runtime/%.c runtime/internal.h runtime/errmsg.h runtime/simd.h runtime/include/ddplua.h Makefile | $(BUILD)/obj
 	$(CC) $(CFLAGS) $(if $(filter $*,$(KERNELS)),-O3 -ffp-contract=fast -fno-math-errno) -c $< -o $@
 
+$(BUILD)/obj/%.o:  runtime/%.cc runtime/gloo.h runtime/include/ddplua.h Makefile | $(BUILD)/obj
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
 $(filter $(BUILD)/obj/nn_%,$(LIB_OBJ)): runtime/nn.h
+$(filter $(BUILD)/obj/pg% $(BUILD)/obj/shm.o,$(LIB_OBJ)): runtime/pg.h runtime/gloo.h
 
 $(BUILD)/obj:
 	@mkdir -p $@
 
 $(LIB): $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDLIBS) -Wl,-soname,libddplua.so
+	$(CC) -shared -o $@ $^ $(GLOO_LIBS) $(LDLIBS) -Wl,-soname,libddplua.so
 
 # --no-as-needed: the program calls little of the library itself, but
 # LuaJIT's ffi.C must find all of it in the global namespace.
@@ -73,8 +83,12 @@ $(CDEF): runtime/include/ddplua.h scripts/gen_cdef.sh
 	@mkdir -p $(dir $@)
 	bash scripts/gen_cdef.sh $< $@
 
+$(BUILD)/obj/nccl.o $(BUILD)/obj/device.o: runtime/nccl.h runtime/device.h
+
+# -ldl: nccl.cu dlopens libnccl.so.2 (never linked, so the library loads
+# without NCCL; a glibc before 2.34 keeps dlopen in libdl).
 $(BUILD)/libddplua_cuda.so: $(CUDA_SRC) runtime/include/ddplua.h
-	$(NVCC) $(NVFLAGS) -shared -o $@ $(CUDA_SRC)
+	$(NVCC) $(NVFLAGS) -shared -o $@ $(CUDA_SRC) -ldl
 
 run: deps all
 	$(CLI) examples/fashion_mnist.lua --model mlp --epochs 3 --checkpoint $(BUILD)/fashion_mnist.ckpt
@@ -92,7 +106,14 @@ FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_CFLAGS  := -std=c11 -g -O1 -Wall -Wextra -fvisibility=hidden -D_GNU_SOURCE \
                 -Iruntime/include -Iruntime $(PKG_CFLAGS) \
                 -fsanitize=address,undefined -fno-sanitize-recover=undefined
-FUZZ_OBJ     := $(LIB_SRC:runtime/%.c=$(FUZZ_DIR)/obj/%.o)
+# gloo.cc too (pg_gloo.c calls it); no vptr and function checks: they
+# need the UBSan C++ runtime, which only clang++ links in.
+FUZZ_CXX     ?= clang++
+FUZZ_CXXFLAGS := -std=c++17 -g -O1 -Wall -Wextra -fvisibility=hidden -D_GNU_SOURCE \
+                -Iruntime/include -Iruntime \
+                -fsanitize=address,undefined -fno-sanitize=vptr,function \
+                -fno-sanitize-recover=undefined
+FUZZ_OBJ     := $(LIB_SRC:runtime/%.c=$(FUZZ_DIR)/obj/%.o) $(LIB_CXX:runtime/%.cc=$(FUZZ_DIR)/obj/%.o)
 FUZZ_BIN     := $(FUZZ_DIR)/fuzz_safetensors
 FUZZ_STORE   := $(FUZZ_DIR)/fuzz_store
 
@@ -115,11 +136,15 @@ $(FUZZ_DIR)/obj/%.o: runtime/%.c runtime/internal.h runtime/errmsg.h runtime/sim
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
+$(FUZZ_DIR)/obj/%.o: runtime/%.cc runtime/gloo.h runtime/include/ddplua.h Makefile
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
 $(FUZZ_BIN): tests/fuzz/fuzz_safetensors.c $(FUZZ_OBJ)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(GLOO_LIBS) $(LDLIBS)
 
 $(FUZZ_STORE): tests/fuzz/fuzz_store.c $(FUZZ_OBJ)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(GLOO_LIBS) $(LDLIBS)
 
 bench: deps all
 	@bash bench/run.sh

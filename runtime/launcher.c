@@ -629,7 +629,7 @@ static int open_store(job *j) {
 }
 
 /* Removes the shared-memory arenas of this job's process groups
-** ("/ddplua-<job_id>-<n>", see shm.c).  Rank 0 unlinks each once every
+** ("/ddplua-<job_id>-<n>" and point-to-point links, see shm.c).  Rank 0 unlinks each once every
 ** rank mapped it, but a rank that dies in between leaves it: with every
 ** worker gone, nothing can use it any more. */
 static void remove_arenas(const job *j) {
@@ -643,8 +643,9 @@ static void remove_arenas(const job *j) {
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     if (strncmp(e->d_name, prefix, (size_t)n) != 0) continue;
-    const char *k = e->d_name + n;  /* only "<prefix><digits>": not another job's */
-    if (!*k || strspn(k, "0123456789") != strlen(k)) continue;
+    /* only "<prefix><n>" and pair links "<prefix><n>p<g>x<a>x<b>": not another job's */
+    const char *k = e->d_name + n;
+    if (!*k || strspn(k, "0123456789px") != strlen(k)) continue;
     char name[300];
     snprintf(name, sizeof name, "/%s", e->d_name);
     shm_unlink(name);

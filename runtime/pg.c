@@ -1,37 +1,202 @@
 /*
-** pg.c -- process groups: argument checks and the dispatch of dl_pg_* to
-** a backend's vtable (pg.h); the backends (shm.c) see contiguous CPU
-** tensors only.
+** pg.c -- process groups: the choice of backend, argument checks, the
+** dispatch of dl_pg_* to a backend's vtable (pg.h), and asynchronous calls.
+**
+** Asynchronous calls run in call order on one thread per group, so every
+** rank issues them to the backend in the same order; a blocking call first
+** waits for the queue to empty, then runs on the caller's thread (no thread
+** hop on the latency path).  The backends see contiguous CPU tensors only.
 */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pg.h"
 
-DL_API dl_pg *dl_pg_shm_new(dl_store *store, int rank, int world,
-                            const char *job_id, double timeout_s) {
-  void *impl = shm_new(store, rank, world, job_id, timeout_s);
+struct dl_work {
+  dl_work *next;
+  dl_pg *pg;
+  dl_tensor *t, *orig;   /* orig: the caller's non-contiguous tensor, or NULL */
+  int op, rc;
+  double timeout;
+  _Atomic int done, refs;
+  char err[1024];
+};
+
+struct pg_queue {
+  pthread_t th;
+  pthread_mutex_t mu;
+  pthread_cond_t work, idle;
+  dl_work *head, *tail;
+  int busy, stop;
+};
+
+DL_HIDDEN dl_pg *pg_wrap(const pg_ops *ops, void *impl, int rank, int world, double timeout) {
   if (!impl) return NULL;
   dl_pg *pg = calloc(1, sizeof *pg);
   if (!pg) {
-    shm_ops.free(impl);
-    return dl_errp(EM_PG_OS, "dl_pg_shm_new", "calloc", "out of memory");
+    ops->free(impl);
+    return dl_errp(EM_PG_OS, "process group", "calloc", "out of memory");
   }
-  pg->ops = &shm_ops;
+  pg->ops = ops;
   pg->impl = impl;
   pg->rank = rank;
   pg->world = world;
+  pg->timeout = timeout > 0 ? timeout : 600;
   return pg;
 }
 
-DL_API void dl_pg_free(dl_pg *pg) {
-  if (!pg) return;
-  pg->ops->free(pg->impl);
-  free(pg);
+DL_API dl_pg *dl_pg_shm_new(dl_store *store, int rank, int world,
+                            const char *job_id, double timeout_s) {
+  return pg_wrap(&shm_ops, shm_new(store, rank, world, job_id, 0, timeout_s), rank, world,
+                 timeout_s);
+}
+
+DL_API dl_pg *dl_pg_new(dl_store *store, int rank, int world, int local_world,
+                        const char *backend, const char *job_id, double timeout_s) {
+  const char *op = "dl_pg_new";
+  if (world < 1 || rank < 0 || rank >= world)
+    return dl_errp(EM_PG_BACKEND, op, "rank or world size out of range");
+  if (local_world < 1 || local_world > world || world % local_world)
+    return dl_errp(EM_PG_BACKEND, op,
+                   "every node must run the same number of ranks (LOCAL_WORLD_SIZE must divide WORLD_SIZE)");
+  if (!backend || !*backend || !strcmp(backend, "auto") || !strcmp(backend, "cpu"))
+    backend = local_world == world ? "shm" : "hier";
+  if (!strcmp(backend, "shm")) {
+    if (local_world != world)
+      return dl_errp(EM_PG_BACKEND, op,
+                     "the shm backend needs every rank on one node; use \"auto\" or \"gloo\" across nodes");
+    return dl_pg_shm_new(store, rank, world, job_id, timeout_s);
+  }
+  if (world > 1 && !store) return dl_errp(EM_PG_BACKEND, op, "a store is needed for world > 1");
+  if (!strcmp(backend, "gloo")) {
+    /* the job's own store: keys need no job id (nodes' ids may differ) */
+    char prefix[64];
+    static int groups;
+    snprintf(prefix, sizeof prefix, "ddp/gloo/%d", groups++);
+    return pg_wrap(&gloo_pg_ops, gloo_pg_new(store, prefix, rank, world, NULL, timeout_s),
+                   rank, world, timeout_s);
+  }
+  if (!strcmp(backend, "hier"))
+    return pg_wrap(&hier_ops, hier_new(store, rank, world, local_world, job_id, timeout_s),
+                   rank, world, timeout_s);
+  if (!strcmp(backend, "nccl"))
+    return dl_errp(EM_PG_BACKEND, op, "the nccl backend needs CUDA tensors, which this build does not have yet");
+  return dl_errp(EM_PG_BACKEND, op, "unknown backend (expected auto, cpu, shm, gloo or hier)");
 }
 
 DL_API int dl_pg_rank(const dl_pg *pg) { return pg->rank; }
 DL_API int dl_pg_world_size(const dl_pg *pg) { return pg->world; }
+DL_API const char *dl_pg_backend(const dl_pg *pg) { return pg->ops->name; }
+DL_API double dl_pg_timeout(const dl_pg *pg) { return pg->timeout; }
+
+DL_API int dl_pg_set_timeout(dl_pg *pg, double seconds) {
+  if (!(seconds > 0) || seconds > 1e9)
+    return dl_err(EM_PG_BACKEND, "dl_pg_set_timeout", "the timeout must be a positive number of seconds");
+  pg->timeout = seconds;
+  return 0;
+}
+
+DL_HIDDEN void pg_describe(char *b, size_t cap, int kind, int arg, int dtype, int64_t numel,
+                           int64_t seq) {
+  static const char *kinds[] = { "all_reduce", "broadcast", "all_gather", "barrier",
+                                 "reduce_scatter" };
+  static const char *reds[] = { "sum", "avg", "max", "min", "prod" };
+  const char *k = kind >= 0 && kind <= PG_REDUCE_SCATTER ? kinds[kind] : "?";
+  if (kind == PG_BARRIER) snprintf(b, cap, "barrier #%lld", (long long)seq);
+  else if ((kind == PG_ALL_REDUCE || kind == PG_REDUCE_SCATTER) && arg >= 0 && arg <= DL_RED_PROD)
+    snprintf(b, cap, "%s(%s) #%lld %s x%lld", k, reds[arg], (long long)seq, fmt_dtype(dtype),
+             (long long)numel);
+  else if (kind == PG_BROADCAST)
+    snprintf(b, cap, "broadcast(src %d) #%lld %s x%lld", arg, (long long)seq, fmt_dtype(dtype),
+             (long long)numel);
+  else snprintf(b, cap, "%s #%lld %s x%lld", k, (long long)seq, fmt_dtype(dtype), (long long)numel);
+}
+
+/* -- The queue ----------------------------------------------------------------- */
+
+static void work_release(dl_work *w) {
+  if (!w || atomic_fetch_sub(&w->refs, 1) != 1) return;
+  dl_tensor_release(w->t);
+  if (w->orig) dl_tensor_release(w->orig);
+  free(w);
+}
+
+static void run_work(dl_work *w) {
+  dl_pg *pg = w->pg;
+  pg->ops->set_timeout(pg->impl, w->timeout);
+  int rc = pg->ops->all_reduce(pg->impl, w->t, w->op);
+  if (rc == 0 && w->orig) rc = dl_copy_(w->orig, w->t);
+  w->rc = rc;
+  if (rc) snprintf(w->err, sizeof w->err, "%s", dl_last_error());
+}
+
+static void *worker(void *arg) {
+  pg_queue *q = arg;
+  pthread_mutex_lock(&q->mu);
+  for (;;) {
+    while (!q->head && !q->stop) pthread_cond_wait(&q->work, &q->mu);
+    if (!q->head) break;
+    dl_work *w = q->head;
+    q->head = w->next;
+    if (!q->head) q->tail = NULL;
+    q->busy = 1;
+    pthread_mutex_unlock(&q->mu);
+    run_work(w);
+    pthread_mutex_lock(&q->mu);
+    atomic_store(&w->done, 1);
+    q->busy = 0;
+    pthread_cond_broadcast(&q->idle);
+    work_release(w);
+  }
+  pthread_mutex_unlock(&q->mu);
+  return NULL;
+}
+
+/* Waits until every queued call has run. */
+static void drain(dl_pg *pg) {
+  pg_queue *q = pg->q;
+  if (!q) return;
+  pthread_mutex_lock(&q->mu);
+  while (q->head || q->busy) pthread_cond_wait(&q->idle, &q->mu);
+  pthread_mutex_unlock(&q->mu);
+}
+
+static pg_queue *queue_of(dl_pg *pg) {
+  if (pg->q) return pg->q;
+  pg_queue *q = calloc(1, sizeof *q);
+  if (!q) return dl_errp(EM_PG_OS, "all_reduce_async", "calloc", "out of memory");
+  pthread_mutex_init(&q->mu, NULL);
+  pthread_cond_init(&q->work, NULL);
+  pthread_cond_init(&q->idle, NULL);
+  int e = pthread_create(&q->th, NULL, worker, q);
+  if (e) {
+    free(q);
+    return dl_errp(EM_PG_OS, "all_reduce_async", "pthread_create", strerror(e));
+  }
+  return pg->q = q;
+}
+
+DL_API void dl_pg_free(dl_pg *pg) {
+  if (!pg) return;
+  pg_queue *q = pg->q;
+  if (q) {
+    pthread_mutex_lock(&q->mu);
+    q->stop = 1;
+    pthread_cond_signal(&q->work);
+    pthread_mutex_unlock(&q->mu);
+    pthread_join(q->th, NULL);  /* runs what is queued first */
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->work);
+    pthread_cond_destroy(&q->idle);
+    free(q);
+  }
+  pg->ops->free(pg->impl);
+  free(pg);
+}
+
+/* -- Argument checks ------------------------------------------------------------- */
 
 static int check_op(const char *name, const dl_tensor *t, int op) {
   if (op < DL_RED_SUM || op > DL_RED_PROD) return dl_err(EM_PG_OP, name, op);
@@ -40,11 +205,22 @@ static int check_op(const char *name, const dl_tensor *t, int op) {
   return 0;
 }
 
-/* Runs an in-place collective on t, through a contiguous copy when t is
-** not contiguous. */
-static int inplace(dl_pg *pg, const char *name, dl_tensor *t, int arg,
-                   int (*fn)(void *, dl_tensor *, int)) {
-  if (check_cpu(name, t)) return -1;
+static int check_peer(dl_pg *pg, const char *name, const char *what, int r) {
+  if (r < 0 || r >= pg->world || r == pg->rank)
+    return dl_err(EM_PG_PEER, name, what, pg->world - 1, r);
+  return 0;
+}
+
+/* Ready for a blocking call: the queue empty, the backend on our timeout. */
+static void settle(dl_pg *pg) {
+  drain(pg);
+  pg->ops->set_timeout(pg->impl, pg->timeout);
+}
+
+/* Runs an in-place call on t, through a contiguous copy when t is not
+** contiguous. */
+static int inplace(dl_pg *pg, dl_tensor *t, int arg, int (*fn)(void *, dl_tensor *, int)) {
+  settle(pg);
   if (dl_tensor_is_contiguous(t)) return fn(pg->impl, t, arg);
   dl_tensor *c = dl_contiguous(t);
   if (!c) return -1;
@@ -54,18 +230,79 @@ static int inplace(dl_pg *pg, const char *name, dl_tensor *t, int arg,
   return rc;
 }
 
+/* -- Calls ------------------------------------------------------------------------ */
+
 DL_API int dl_pg_all_reduce(dl_pg *pg, dl_tensor *t, int op) {
   if (check_cpu("all_reduce", t) || check_op("all_reduce", t, op)) return -1;
-  return inplace(pg, "all_reduce", t, op, pg->ops->all_reduce);
+  return inplace(pg, t, op, pg->ops->all_reduce);
 }
 
+DL_API dl_work *dl_pg_all_reduce_async(dl_pg *pg, dl_tensor *t, int op) {
+  if (check_cpu("all_reduce_async", t) || check_op("all_reduce_async", t, op)) return NULL;
+  pg_queue *q = queue_of(pg);
+  if (!q) return NULL;
+  dl_work *w = calloc(1, sizeof *w);
+  if (!w) return dl_errp(EM_PG_OS, "all_reduce_async", "calloc", "out of memory");
+  if (dl_tensor_is_contiguous(t)) {
+    dl_tensor_retain(t);
+    w->t = t;
+  } else {
+    if (!(w->t = dl_contiguous(t))) { free(w); return NULL; }
+    dl_tensor_retain(t);
+    w->orig = t;
+  }
+  w->pg = pg;
+  w->op = op;
+  w->timeout = pg->timeout;
+  atomic_init(&w->refs, 2);  /* the caller's handle and the queue */
+  pthread_mutex_lock(&q->mu);
+  if (q->tail) q->tail->next = w;
+  else q->head = w;
+  q->tail = w;
+  pthread_cond_signal(&q->work);
+  pthread_mutex_unlock(&q->mu);
+  return w;
+}
+
+DL_API int dl_work_done(const dl_work *w) { return atomic_load(&w->done); }
+
+DL_API int dl_work_wait(dl_work *w) {
+  if (!atomic_load(&w->done)) {
+    pg_queue *q = w->pg->q;
+    pthread_mutex_lock(&q->mu);
+    while (!atomic_load(&w->done)) pthread_cond_wait(&q->idle, &q->mu);
+    pthread_mutex_unlock(&q->mu);
+  }
+  if (w->rc) return dl_err(EM_PG_PASS, w->err);
+  return 0;
+}
+
+DL_API void dl_work_free(dl_work *w) { work_release(w); }
+
 DL_API int dl_pg_broadcast(dl_pg *pg, dl_tensor *t, int src) {
+  if (check_cpu("broadcast", t)) return -1;
   if (src < 0 || src >= pg->world) return dl_err(EM_PG_SRC, "broadcast", pg->world - 1, src);
-  return inplace(pg, "broadcast", t, src, pg->ops->broadcast);
+  return inplace(pg, t, src, pg->ops->broadcast);
+}
+
+DL_API int dl_pg_send(dl_pg *pg, const dl_tensor *t, int dst) {
+  if (check_cpu("send", t) || check_peer(pg, "send", "dst", dst)) return -1;
+  settle(pg);
+  dl_tensor *c = dl_contiguous(t);
+  if (!c) return -1;
+  int rc = pg->ops->send(pg->impl, c, dst);
+  dl_tensor_release(c);
+  return rc;
+}
+
+DL_API int dl_pg_recv(dl_pg *pg, dl_tensor *t, int src) {
+  if (check_cpu("recv", t) || check_peer(pg, "recv", "src", src)) return -1;
+  return inplace(pg, t, src, pg->ops->recv);
 }
 
 DL_API dl_tensor *dl_pg_all_gather(dl_pg *pg, const dl_tensor *t) {
   if (check_cpu("all_gather", t)) return NULL;
+  settle(pg);
   int64_t shape[DL_MAX_DIMS];
   int nd = t->ndim ? t->ndim : 1;
   if (t->ndim) memcpy(shape, t->shape, sizeof(int64_t) * t->ndim);
@@ -83,28 +320,28 @@ DL_API dl_tensor *dl_pg_all_gather(dl_pg *pg, const dl_tensor *t) {
   return out;
 }
 
-/* All-reduces a copy and keeps this rank's slice: the simple way, at the
-** cost of moving world times the data of a ring reduce-scatter. */
 DL_API dl_tensor *dl_pg_reduce_scatter(dl_pg *pg, const dl_tensor *t, int op) {
   if (check_cpu("reduce_scatter", t) || check_op("reduce_scatter", t, op)) return NULL;
   if (t->ndim == 0) return dl_errp(EM_PG_SCALAR, "reduce_scatter");
   if (t->shape[0] % pg->world)
     return dl_errp(EM_PG_DIVIDE, "reduce_scatter", fmt_tshape(t), pg->world);
+  settle(pg);
   int64_t shape[DL_MAX_DIMS];
   memcpy(shape, t->shape, sizeof(int64_t) * t->ndim);
-  dl_tensor *all = tensor_new(t->dtype, shape, t->ndim);
-  if (!all) return NULL;
-  if (dl_copy_(all, t) || pg->ops->all_reduce(pg->impl, all, op)) {
-    dl_tensor_release(all);
+  shape[0] /= pg->world;
+  dl_tensor *c = dl_contiguous(t);
+  if (!c) return NULL;
+  dl_tensor *out = tensor_new(t->dtype, shape, t->ndim);
+  if (!out || pg->ops->reduce_scatter(pg->impl, out, c, op)) {
+    dl_tensor_release(c);
+    if (out) dl_tensor_release(out);
     return NULL;
   }
-  shape[0] /= pg->world;
-  dl_tensor *out = tensor_new(t->dtype, shape, t->ndim);
-  if (!out) { dl_tensor_release(all); return NULL; }
-  size_t nb = (size_t)shape_numel(shape, t->ndim) * dl_dtype_sizes[t->dtype];
-  memcpy(tensor_first(out), tensor_first(all) + nb * pg->rank, nb);
-  dl_tensor_release(all);
+  dl_tensor_release(c);
   return out;
 }
 
-DL_API int dl_pg_barrier(dl_pg *pg) { return pg->ops->barrier(pg->impl); }
+DL_API int dl_pg_barrier(dl_pg *pg) {
+  settle(pg);
+  return pg->ops->barrier(pg->impl);
+}

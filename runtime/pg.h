@@ -1,6 +1,9 @@
 /*
-** pg.h -- process groups: the backend vtable (shm now; Gloo, NCCL later)
-** behind the dl_pg_* calls of ddplua.h.
+** pg.h -- process groups: the backend vtable behind the dl_pg_* calls of
+** ddplua.h.  Backends: shm (shm.c, the ranks of one node), gloo (pg_gloo.c
+** over gloo.cc, TCP between any ranks) and hier (pg_hier.c: shm within each
+** node, Gloo between one leader per node).  pg.c checks arguments, makes
+** tensors contiguous and runs asynchronous calls on one thread per group.
 */
 #ifndef DL_PG_H
 #define DL_PG_H
@@ -14,19 +17,51 @@ typedef struct pg_ops {
   int (*broadcast)(void *impl, dl_tensor *t, int src);
   /* out: contiguous, world * numel(t) elements of t's dtype. */
   int (*all_gather)(void *impl, dl_tensor *out, const dl_tensor *t);
+  /* t: world * numel(out) elements; out gets this rank's reduced block. */
+  int (*reduce_scatter)(void *impl, dl_tensor *out, const dl_tensor *t, int op);
+  /* Point to point: sizes in bytes must agree between the two ranks. */
+  int (*send)(void *impl, const dl_tensor *t, int dst);
+  int (*recv)(void *impl, dl_tensor *t, int src);
   int (*barrier)(void *impl);
+  void (*set_timeout)(void *impl, double seconds);
   void (*free)(void *impl);
 } pg_ops;
+
+typedef struct pg_queue pg_queue;
 
 struct dl_pg {
   const pg_ops *ops;
   void *impl;
   int rank, world;
+  double timeout;
+  pg_queue *q;   /* the asynchronous calls' thread, started on first use */
 };
 
-/* The shared-memory backend (shm.c); NULL with the error set. */
-DL_HIDDEN void *shm_new(dl_store *store, int rank, int world,
-                        const char *job_id, double timeout_s);
+DL_HIDDEN dl_pg *pg_wrap(const pg_ops *ops, void *impl, int rank, int world, double timeout);
+
+/* shm.c; NULL with the error set.  node names the arena and its keys, so
+** the groups of several nodes sharing one store never meet. */
+DL_HIDDEN void *shm_new(dl_store *store, int rank, int world, const char *job_id,
+                        int node, double timeout_s);
 extern DL_HIDDEN const pg_ops shm_ops;
+
+/* pg_gloo.c: all `world` ranks through one Gloo context, keys under prefix,
+** bound to host (NULL: the address this process reaches the store from). */
+DL_HIDDEN void *gloo_pg_new(dl_store *store, const char *prefix, int rank, int world,
+                            const char *host, double timeout_s);
+extern DL_HIDDEN const pg_ops gloo_pg_ops;
+
+/* pg_hier.c: shm within each node of local_world ranks, Gloo across. */
+DL_HIDDEN void *hier_new(dl_store *store, int rank, int world, int local_world,
+                         const char *job_id, double timeout_s);
+extern DL_HIDDEN const pg_ops hier_ops;
+
+/* Call kinds, and "all_reduce(sum) #3 float32 x10" for error messages. */
+enum { PG_ALL_REDUCE, PG_BROADCAST, PG_ALL_GATHER, PG_BARRIER, PG_REDUCE_SCATTER };
+DL_HIDDEN void pg_describe(char *b, size_t cap, int kind, int arg, int dtype, int64_t numel,
+                           int64_t seq);
+
+/* A job id safe in shm names and store keys ("nojob" when empty). */
+DL_HIDDEN void pg_clean_id(char *out, size_t cap, const char *job_id);
 
 #endif

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@
 enum { LINE = 128, SLOT_PAD = 320, BLK = 512, MAX_WORLD = 1024 };
 #define MAGIC 0x31306d6873646464ull  /* "dddshm01" */
 #define DEFAULT_SLOT (4u << 20)
+#define CHAN_BYTES (512u << 10)      /* a point-to-point half-buffer */
 
 typedef struct rec {   /* one call, for DDP_DEBUG's comparison */
   int64_t seq, numel;
@@ -40,6 +42,7 @@ typedef struct rec {   /* one call, for DDP_DEBUG's comparison */
 typedef struct ctl {
   _Atomic uint64_t arrive;  /* epochs this rank reached */
   rec r[2];                 /* by the call's seq parity */
+  int32_t pid;              /* to tell a dead rank from a late one */
 } ctl;
 _Static_assert(sizeof(ctl) <= LINE, "control line");
 
@@ -48,21 +51,37 @@ typedef struct header {
   int64_t world, slot_bytes, arena_bytes;
 } header;
 
+/* One direction of a point-to-point link: chunk c of the stream goes to
+** half c & 1; the sender may reuse a half once the receiver acked it. */
+typedef struct chan {
+  _Alignas(64) _Atomic uint64_t sent;
+  _Alignas(64) _Atomic uint64_t acked;
+  int64_t total[2];   /* the message's size, with each chunk: sizes must agree */
+} chan;
+#define CHAN_HDR 256
+#define PAIR_BYTES (2 * (CHAN_HDR + 2 * (size_t)CHAN_BYTES))
+
+typedef struct peer {   /* the link with one other rank, made on first use */
+  char *base;
+  chan *out, *in;
+  char *out_data, *in_data;
+  uint64_t nsent, nrecv;   /* chunks */
+} peer;
+
 typedef struct shm {
   char *base;
   size_t bytes;
   size_t slot_bytes, stride, data_off;
-  int rank, world, debug;
+  int rank, world, debug, node, group;
   uint64_t epoch, step;
   int64_t seq;
   double timeout;
   int broken;
+  dl_store *store;
+  char id[100];
+  peer *peers;
   char why[256];
 } shm;
-
-enum { K_ALL_REDUCE, K_BROADCAST, K_ALL_GATHER, K_BARRIER };
-static const char *kind_names[] = { "all_reduce", "broadcast", "all_gather", "barrier" };
-static const char *red_names[] = { "sum", "avg", "max", "min", "prod" };
 
 static ctl *ctl_of(shm *g, int r) { return (ctl *)(g->base + LINE * (1 + r)); }
 static char *slot_of(shm *g, int set, int r) {
@@ -96,19 +115,62 @@ static int check_usable(shm *g, const char *name) {
   return 0;
 }
 
-/* Marks this rank's arrival at a new epoch and waits for every rank's:
-** spins briefly, then yields, then sleeps up to 0.2 ms at a time, and
-** names the missing ranks once the group's timeout passes. */
-static int sync_all(shm *g, const char *name) {
-  uint64_t e = ++g->epoch;
-  atomic_store_explicit(&ctl_of(g, g->rank)->arrive, e, memory_order_release);
-  double t0 = 0;
+static int gone(shm *g, int r) {
+  pid_t pid = ctl_of(g, r)->pid;
+  return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+/* What a wait waits for: every rank's arrival at epoch e (peer < 0), or
+** *ctr reaching want, which rank peer advances. */
+typedef struct waiter {
+  const char *name, *what;
+  uint64_t e;
+  int peer;
+  _Atomic uint64_t *ctr;
+  uint64_t want;
+} waiter;
+
+static int arrived(shm *g, int r, uint64_t e) {
+  return atomic_load_explicit(&ctl_of(g, r)->arrive, memory_order_acquire) >= e;
+}
+
+static int ready(shm *g, const waiter *w) {
+  if (w->peer >= 0) return atomic_load_explicit(w->ctr, memory_order_acquire) >= w->want;
+  for (int r = 0; r < g->world; r++)
+    if (!arrived(g, r, w->e)) return 0;
+  return 1;
+}
+
+/* "rank 2" / "ranks 1, 3": the ranks the wait still misses; *dead = one of
+** them whose process is gone, or -1. */
+static void missing(shm *g, const waiter *w, char *who, size_t cap, int *dead) {
+  *dead = -1;
+  if (w->peer >= 0) {
+    snprintf(who, cap, "rank %d %s", w->peer, w->what);
+    if (gone(g, w->peer)) *dead = w->peer;
+    return;
+  }
+  int cnt = 0;
+  for (int q = 0; q < g->world; q++) cnt += !arrived(g, q, w->e);
+  size_t n = (size_t)snprintf(who, cap, cnt == 1 ? "rank " : "ranks ");
+  int first = 1;
+  for (int q = 0; q < g->world && n < cap - 16; q++) {
+    if (arrived(g, q, w->e)) continue;
+    if (*dead < 0 && gone(g, q)) *dead = q;
+    n += (size_t)snprintf(who + n, cap - n, first ? "%d" : ", %d", q);
+    first = 0;
+  }
+  if (n < cap - 16) snprintf(who + n, cap - n, " %s", w->what);
+}
+
+/* Spins briefly, then yields, then sleeps up to 0.2 ms at a time; every
+** half second checks that the ranks it waits for still live, and names
+** the missing ones once the group's timeout passes. */
+static int wait_for(shm *g, const waiter *w) {
+  double t0 = 0, next_check = 0;
   long sleep_ns = 2000;
   for (long it = 0;; it++) {
-    int r = 0;
-    while (r < g->world &&
-           atomic_load_explicit(&ctl_of(g, r)->arrive, memory_order_acquire) >= e) r++;
-    if (r == g->world) return 0;
+    if (ready(g, w)) return 0;
     if (it < 200) { cpu_relax(); continue; }
     if (it < 2000) { sched_yield(); if (it % 64) continue; }
     else {
@@ -117,36 +179,26 @@ static int sync_all(shm *g, const char *name) {
       if (sleep_ns < 200000) sleep_ns += sleep_ns / 4;
     }
     double t = now();
-    if (t0 == 0) t0 = t;
-    /* spinning before t0 took well under a millisecond */
-    if (t - t0 > g->timeout) {
-      char who[200];
-      int n = 0, cnt = 0;
-      for (int q = 0; q < g->world; q++)
-        if (atomic_load_explicit(&ctl_of(g, q)->arrive, memory_order_acquire) < e) cnt++;
-      n = snprintf(who, sizeof who, cnt == 1 ? "rank " : "ranks ");
-      int first = 1;
-      for (int q = 0; q < g->world && n < (int)sizeof who - 16; q++) {
-        if (atomic_load_explicit(&ctl_of(g, q)->arrive, memory_order_acquire) >= e) continue;
-        n += snprintf(who + n, sizeof who - n, first ? "%d" : ", %d", q);
-        first = 0;
-      }
-      return fail(g, dl_err(EM_PG_TIMEOUT, name, (long long)g->seq, g->timeout, who));
-    }
+    if (t0 == 0) t0 = next_check = t;  /* spinning before took well under 1 ms */
+    int late = t - t0 > g->timeout;
+    if (!late && t < next_check) continue;
+    next_check = t + 0.5;
+    char who[200];
+    int dead;
+    missing(g, w, who, sizeof who, &dead);
+    if (dead >= 0)
+      return fail(g, dl_err(EM_PG_DEAD, w->name, (long long)g->seq, dead,
+                            (int)ctl_of(g, dead)->pid, who));
+    if (late) return fail(g, dl_err(EM_PG_TIMEOUT, w->name, (long long)g->seq, g->timeout, who));
   }
 }
 
-static void describe(char *b, size_t cap, const rec *r) {
-  const char *k = r->kind >= 0 && r->kind <= K_BARRIER ? kind_names[r->kind] : "?";
-  if (r->kind == K_BARRIER) snprintf(b, cap, "barrier #%lld", (long long)r->seq);
-  else if (r->kind == K_ALL_REDUCE)
-    snprintf(b, cap, "all_reduce(%s) #%lld %s x%lld", red_names[r->arg], (long long)r->seq,
-             fmt_dtype(r->dtype), (long long)r->numel);
-  else if (r->kind == K_BROADCAST)
-    snprintf(b, cap, "broadcast(src %d) #%lld %s x%lld", r->arg, (long long)r->seq,
-             fmt_dtype(r->dtype), (long long)r->numel);
-  else snprintf(b, cap, "%s #%lld %s x%lld", k, (long long)r->seq, fmt_dtype(r->dtype),
-                (long long)r->numel);
+/* Marks this rank's arrival at a new epoch and waits for every rank's. */
+static int sync_all(shm *g, const char *name) {
+  uint64_t e = ++g->epoch;
+  atomic_store_explicit(&ctl_of(g, g->rank)->arrive, e, memory_order_release);
+  waiter w = { name, "to arrive", e, -1, NULL, 0 };
+  return wait_for(g, &w);
 }
 
 /* Starts a call: its number, and under DDP_DEBUG the comparison of every
@@ -169,7 +221,8 @@ static int begin(shm *g, const char *name, int kind, int arg, int dtype, int64_t
   size_t n = 0;
   for (int r = 0; r < g->world && n < sizeof msg - 100; r++) {
     char d[120];
-    describe(d, sizeof d, &ctl_of(g, r)->r[g->seq & 1]);
+    const rec *o = &ctl_of(g, r)->r[g->seq & 1];
+    pg_describe(d, sizeof d, o->kind, o->arg, o->dtype, o->numel, o->seq);
     n += snprintf(msg + n, sizeof msg - n, "%srank %d called %s", r ? "; " : "", r, d);
   }
   return fail(g, dl_err(EM_PG_MISMATCH, name, (long long)g->seq, msg));
@@ -268,7 +321,7 @@ static int64_t chunk_elems(shm *g, int es) { return (int64_t)(g->slot_bytes / es
 static int shm_all_reduce(void *impl, dl_tensor *t, int op) {
   shm *g = impl;
   int64_t n = dl_tensor_numel(t);
-  if (begin(g, "all_reduce", K_ALL_REDUCE, op, t->dtype, n)) return -1;
+  if (begin(g, "all_reduce", PG_ALL_REDUCE, op, t->dtype, n)) return -1;
   int es = dl_dtype_sizes[t->dtype];
   char *data = tensor_first(t);
   int64_t ce = chunk_elems(g, es);
@@ -300,7 +353,7 @@ static int shm_all_reduce(void *impl, dl_tensor *t, int op) {
 static int shm_broadcast(void *impl, dl_tensor *t, int src) {
   shm *g = impl;
   int64_t n = dl_tensor_numel(t);
-  if (begin(g, "broadcast", K_BROADCAST, src, t->dtype, n)) return -1;
+  if (begin(g, "broadcast", PG_BROADCAST, src, t->dtype, n)) return -1;
   int es = dl_dtype_sizes[t->dtype];
   char *data = tensor_first(t);
   int64_t ce = chunk_elems(g, es);
@@ -317,7 +370,7 @@ static int shm_broadcast(void *impl, dl_tensor *t, int src) {
 static int shm_all_gather(void *impl, dl_tensor *out, const dl_tensor *t) {
   shm *g = impl;
   int64_t n = dl_tensor_numel(t);
-  if (begin(g, "all_gather", K_ALL_GATHER, 0, t->dtype, n)) return -1;
+  if (begin(g, "all_gather", PG_ALL_GATHER, 0, t->dtype, n)) return -1;
   int es = dl_dtype_sizes[t->dtype];
   const char *data = tensor_first(t);
   char *o = tensor_first(out);
@@ -333,21 +386,169 @@ static int shm_all_gather(void *impl, dl_tensor *out, const dl_tensor *t) {
   return 0;
 }
 
+/* Rank r's block of the result: chunks of world pieces, piece q of each
+** rank's slot headed for rank q, which reduces it straight into out. */
+static int shm_reduce_scatter(void *impl, dl_tensor *out, const dl_tensor *t, int op) {
+  shm *g = impl;
+  int64_t n = dl_tensor_numel(out);
+  if (begin(g, "reduce_scatter", PG_REDUCE_SCATTER, op, t->dtype, n * g->world)) return -1;
+  int es = dl_dtype_sizes[t->dtype];
+  const char *data = tensor_first(t);
+  char *o = tensor_first(out);
+  int64_t ce = chunk_elems(g, es) / g->world;
+  if (ce < 1) ce = 1;
+  static _Thread_local red_job job;
+  for (int64_t off = 0; off < n; off += ce) {
+    int64_t m = n - off < ce ? n - off : ce;
+    int set = (int)(g->step++ & 1);
+    char *mine = slot_of(g, set, g->rank);
+    for (int q = 0; q < g->world; q++)
+      memcpy(mine + q * m * es, data + (q * n + off) * es, (size_t)(m * es));
+    if (sync_all(g, "reduce_scatter")) return -1;
+    job.fn = red_for(t->dtype);
+    job.w = g->world;
+    job.op = op;
+    job.es = es;
+    job.dst = o + off * es;
+    for (int r = 0; r < g->world; r++) job.src[r] = slot_of(g, set, r) + g->rank * m * es;
+    parallel_for(m, PAR_GRAIN, red_part, &job);
+  }
+  return 0;  /* sets alternate: the next writer of this one waits at a sync */
+}
+
 static int shm_barrier(void *impl) {
   shm *g = impl;
-  if (begin(g, "barrier", K_BARRIER, 0, 0, 0)) return -1;
+  if (begin(g, "barrier", PG_BARRIER, 0, 0, 0)) return -1;
   return sync_all(g, "barrier");
 }
+
+/* -- Point to point ----------------------------------------------------------- */
+
+/* The link with rank p: the lower rank makes a small arena for the pair
+** and publishes its name; the higher one maps it and unlinks the name. */
+static peer *link_to(shm *g, int p, const char *name) {
+  if (!g->peers && !(g->peers = calloc((size_t)g->world, sizeof *g->peers))) {
+    dl_err(EM_PG_OS, name, "calloc", "out of memory");
+    return NULL;
+  }
+  peer *pr = &g->peers[p];
+  if (pr->base) return pr;
+  int lo = g->rank < p ? g->rank : p, hi = g->rank ^ p ^ lo;
+  char key[220], path[200] = "";
+  snprintf(key, sizeof key, "ddp/shm/%s/n%d/%d/p2p/%d-%d", g->id, g->node, g->group, lo, hi);
+  int fd = -1;
+  if (g->rank == lo) {
+    for (int n = 0; n < 1000; n++) {
+      snprintf(path, sizeof path, "/ddplua-%s-%dp%dx%dx%d", g->id, n, g->group, lo, hi);
+      fd = shm_open(path, O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd >= 0 || errno != EEXIST) break;
+    }
+    if (fd < 0) { dl_err(EM_PG_OS, name, path, strerror(errno)); return NULL; }
+    int e = ftruncate(fd, (off_t)PAIR_BYTES) ? errno : posix_fallocate(fd, 0, (off_t)PAIR_BYTES);
+    if (e || dl_store_set(g->store, key, path, (int64_t)strlen(path))) {
+      if (e) dl_err(EM_PG_OS, name, path, strerror(e));
+      close(fd);
+      shm_unlink(path);
+      return NULL;
+    }
+  } else {
+    int64_t len;
+    char *v = dl_store_get(g->store, key, g->timeout, &len);
+    if (!v) return NULL;
+    snprintf(path, sizeof path, "%s", v);
+    dl_store_free(v);
+    fd = shm_open(path, O_RDWR, 0);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) || (size_t)st.st_size != PAIR_BYTES) {
+      dl_err(EM_PG_ARENA, name, path, fd < 0 ? strerror(errno) : "size");
+      if (fd >= 0) close(fd);
+      return NULL;
+    }
+  }
+  void *m = mmap(NULL, PAIR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) {
+    dl_err(EM_PG_OS, name, path, strerror(errno));
+    if (g->rank == lo) shm_unlink(path);
+    return NULL;
+  }
+  if (g->rank == hi) {
+    shm_unlink(path);
+    dl_store_delete(g->store, key);
+  }
+  char *c0 = m, *c1 = c0 + CHAN_HDR + 2 * (size_t)CHAN_BYTES;  /* lo -> hi, hi -> lo */
+  pr->base = m;
+  pr->out = (chan *)(g->rank == lo ? c0 : c1);
+  pr->in = (chan *)(g->rank == lo ? c1 : c0);
+  pr->out_data = (char *)pr->out + CHAN_HDR;
+  pr->in_data = (char *)pr->in + CHAN_HDR;
+  return pr;
+}
+
+static int64_t chunks_of(int64_t nbytes) {
+  return nbytes <= 0 ? 1 : (nbytes + CHAN_BYTES - 1) / CHAN_BYTES;
+}
+
+static int shm_send(void *impl, const dl_tensor *t, int dst) {
+  shm *g = impl;
+  if (check_usable(g, "send")) return -1;
+  peer *pr = link_to(g, dst, "send");
+  if (!pr) return fail(g, -1);
+  int64_t nbytes = dl_tensor_numel(t) * dl_dtype_sizes[t->dtype], k = chunks_of(nbytes);
+  const char *data = tensor_first(t);
+  for (int64_t i = 0; i < k; i++) {
+    uint64_t c = pr->nsent;
+    waiter w = { "send", "to receive", 0, dst, &pr->out->acked, c < 2 ? 0 : c - 1 };
+    if (wait_for(g, &w)) return -1;
+    int64_t off = i * CHAN_BYTES, m = nbytes - off < CHAN_BYTES ? nbytes - off : CHAN_BYTES;
+    if (m > 0) memcpy(pr->out_data + (c & 1) * CHAN_BYTES, data + off, (size_t)m);
+    pr->out->total[c & 1] = nbytes;
+    pr->nsent = c + 1;
+    atomic_store_explicit(&pr->out->sent, c + 1, memory_order_release);
+  }
+  return 0;
+}
+
+static int shm_recv(void *impl, dl_tensor *t, int src) {
+  shm *g = impl;
+  if (check_usable(g, "recv")) return -1;
+  peer *pr = link_to(g, src, "recv");
+  if (!pr) return fail(g, -1);
+  int64_t nbytes = dl_tensor_numel(t) * dl_dtype_sizes[t->dtype], k = chunks_of(nbytes);
+  char *data = tensor_first(t);
+  for (int64_t i = 0; i < k; i++) {
+    uint64_t c = pr->nrecv;
+    waiter w = { "recv", "to send", 0, src, &pr->in->sent, c + 1 };
+    if (wait_for(g, &w)) return -1;
+    int64_t total = pr->in->total[c & 1];
+    if (total != nbytes)
+      return fail(g, dl_err(EM_PG_SIZE, "recv", src, (long long)total, (long long)nbytes,
+                            "the link is out of step now"));
+    int64_t off = i * CHAN_BYTES, m = nbytes - off < CHAN_BYTES ? nbytes - off : CHAN_BYTES;
+    if (m > 0) memcpy(data + off, pr->in_data + (c & 1) * CHAN_BYTES, (size_t)m);
+    pr->nrecv = c + 1;
+    atomic_store_explicit(&pr->in->acked, c + 1, memory_order_release);
+  }
+  return 0;
+}
+
+static void shm_set_timeout(void *impl, double s) { ((shm *)impl)->timeout = s; }
 
 static void shm_free(void *impl) {
   shm *g = impl;
   if (!g) return;
+  if (g->peers) {
+    for (int r = 0; r < g->world; r++)
+      if (g->peers[r].base) munmap(g->peers[r].base, PAIR_BYTES);
+    free(g->peers);
+  }
   if (g->base) munmap(g->base, g->bytes);
   free(g);
 }
 
 DL_HIDDEN const pg_ops shm_ops = {
-  "shm", shm_all_reduce, shm_broadcast, shm_all_gather, shm_barrier, shm_free
+  "shm", shm_all_reduce, shm_broadcast, shm_all_gather, shm_reduce_scatter,
+  shm_send, shm_recv, shm_barrier, shm_set_timeout, shm_free
 };
 
 /* -- Creating the arena ------------------------------------------------------ */
@@ -366,8 +567,15 @@ static int map_fd(shm *g, int fd, const char *name, int prot) {
   return 0;
 }
 
+DL_HIDDEN void pg_clean_id(char *out, size_t cap, const char *job_id) {
+  snprintf(out, cap, "%s", job_id && *job_id ? job_id : "nojob");
+  for (char *c = out; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+          *c == '-' || *c == '_' || *c == '.')) *c = '_';
+}
+
 DL_HIDDEN void *shm_new(dl_store *store, int rank, int world, const char *job_id,
-                        double timeout_s) {
+                        int node, double timeout_s) {
   static int groups;  /* same order on every rank: names the store keys */
   const char *op = "dl_pg_shm_new";
   if (world < 1 || world > MAX_WORLD || rank < 0 || rank >= world)
@@ -377,18 +585,16 @@ DL_HIDDEN void *shm_new(dl_store *store, int rank, int world, const char *job_id
   if (!g) return dl_errp(EM_PG_OS, op, "calloc", "out of memory");
   g->rank = rank;
   g->world = world;
+  g->node = node;
+  g->store = store;
   g->timeout = timeout_s > 0 ? timeout_s : 600;
   const char *dbg = getenv("DDP_DEBUG");
   g->debug = dbg && *dbg && strcmp(dbg, "0") != 0;
-  int k = groups++;
-  char id[100], key[160], name[160] = "", val[256];
-  snprintf(id, sizeof id, "%s", job_id && *job_id ? job_id : "");
-  int no_id = !id[0];  /* the arena is then named after rank 0's pid */
-  if (no_id) snprintf(id, sizeof id, "nojob");
-  for (char *c = id; *c; c++)
-    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-          *c == '-' || *c == '_' || *c == '.')) *c = '_';
-  snprintf(key, sizeof key, "ddp/shm/%s/%d/arena", id, k);
+  int k = g->group = groups++;
+  char *id = g->id, key[200], name[160] = "", val[256];
+  pg_clean_id(g->id, sizeof g->id, job_id);
+  int no_id = !(job_id && *job_id);  /* the arena is then named after rank 0's pid */
+  snprintf(key, sizeof key, "ddp/shm/%s/n%d/%d/arena", id, node, k);
   int created = 0, fd = -1;
 
   if (rank == 0) {
@@ -452,9 +658,10 @@ DL_HIDDEN void *shm_new(dl_store *store, int rank, int world, const char *job_id
       goto fail;
     }
   }
+  ctl_of(g, rank)->pid = (int32_t)getpid();
   if (world > 1) {
-    char bkey[180];
-    snprintf(bkey, sizeof bkey, "ddp/shm/%s/%d/mapped", id, k);
+    char bkey[200];
+    snprintf(bkey, sizeof bkey, "ddp/shm/%s/n%d/%d/mapped", id, node, k);
     if (dl_store_barrier(store, bkey, world, timeout_s)) goto fail;
     if (rank == 0) dl_store_delete(store, key);
   }

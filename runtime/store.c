@@ -764,6 +764,21 @@ DL_API int dl_store_port(const dl_store *s) {
   return s->srv ? s->srv->port : s->port;
 }
 
+DL_API int dl_store_local_addr(dl_store *s, char *out, int cap) {
+  if (!s || !out || cap < 1) return dl_err(EM_NULLARG, "store.local_addr", "store");
+  struct sockaddr_storage a;
+  socklen_t al = sizeof a;
+  pthread_mutex_lock(&s->mu);
+  int rc = s->fd >= 0 ? getsockname(s->fd, (struct sockaddr *)&a, &al) : -1;
+  pthread_mutex_unlock(&s->mu);
+  if (rc) return dl_err(EM_STORE_OS, "store.local_addr", s->host, "not connected");
+  const void *ip = a.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&a)->sin6_addr
+                                           : (const void *)&((struct sockaddr_in *)&a)->sin_addr;
+  if (!inet_ntop(a.ss_family, ip, out, (socklen_t)cap))
+    return dl_err(EM_STORE_OS, "store.local_addr", s->host, strerror(errno));
+  return 0;
+}
+
 DL_API int dl_store_set_timeout(dl_store *s, double timeout_s) {
   if (!s) return dl_err(EM_NULLARG, "store.set_timeout", "store");
   if (!(timeout_s > 0)) return dl_err(EM_BADVALUE, "store.set_timeout", "timeout must be positive");

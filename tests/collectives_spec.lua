@@ -140,6 +140,107 @@ end
 local ok0, err0 = pcall(ddp.reduce_scatter, ddp.tensor(1))
 assert(not ok0 and err0:find("0-dim", 1, true), tostring(err0))
 
+-- reduce_scatter over every dtype and op, and larger than a slot
+for _, dt in ipairs(dtypes) do
+  for _, op in ipairs(ops) do
+    if op ~= "avg" or floats[dt] then
+      for _, k in ipairs { 0, 3 } do
+        local n = w * k
+        local rs = ddp.reduce_scatter(input64(r, n, op, dt):to(dt), op)
+        local eop = op
+        if dt == "bool" then eop = (op == "sum" or op == "max") and "max" or "min" end
+        local e = input64(0, n, op, dt)
+        for q = 1, w - 1 do e = combine(eop, e, input64(q, n, op, dt)) end
+        if op == "avg" then e = e / w end
+        same(("reduce_scatter %s %s n=%d"):format(op, dt, n), rs, e:narrow(0, r * k, k), dt,
+             op == "avg" and 0.02 or 0)
+      end
+    end
+  end
+end
+do
+  local k = 1500001
+  local rs = ddp.reduce_scatter(input64(r, w * k, "sum", "float32"):to("float32"))
+  local e = input64(0, w * k, "sum", "float32")
+  for q = 1, w - 1 do e = e + input64(q, w * k, "sum", "float32") end
+  same("big reduce_scatter", rs, e:narrow(0, r * k, k), "float32")
+end
+
+-- send/recv around a ring, every dtype, up to several chunks
+if w > 1 then
+  local nxt, prv = (r + 1) % w, (r - 1) % w
+  for _, dt in ipairs(dtypes) do
+    for _, n in ipairs { 0, 7, 1000, dt == "float32" and BIG or 3 } do
+      local out = input64(r, n, "sum", dt):to(dt)
+      local inb = ddp.zeros(n, { dtype = dt })
+      if r % 2 == 0 then ddp.send(out, nxt) ddp.recv(inb, prv)
+      else ddp.recv(inb, prv) ddp.send(out, nxt) end
+      same(("recv %s n=%d"):format(dt, n), inb, input64(prv, n, "sum", dt), dt)
+    end
+  end
+  -- many small messages in a row, both directions between 0 and 1
+  if r < 2 then
+    local other = 1 - r
+    local got = ddp.zeros(3, { dtype = "int64" })
+    for i = 1, 50 do
+      -- (as with torch.distributed, a send may wait for its recv: one side first)
+      local mine = ddp.full({ 3 }, 100 * i + r, { dtype = "int64" })
+      if r == 0 then ddp.send(mine, other) ddp.recv(got, other)
+      else ddp.recv(got, other) ddp.send(mine, other) end
+      assert(got:get(1) == 100 * i + other, "ping-pong #" .. i)
+    end
+  end
+  local ok, err = pcall(ddp.send, ddp.ones(2), r)
+  assert(not ok and err:find("dst must be another rank in 0..", 1, true), err)
+  ok, err = pcall(ddp.recv, ddp.ones(2), w)
+  assert(not ok and err:find("src must be another rank in 0..", 1, true), err)
+  checked = checked + 1
+end
+
+-- asynchronous all-reduce: queued in order, waited in any order
+do
+  local hs, ts = {}, {}
+  for i = 1, 6 do
+    ts[i] = ddp.full({ i == 6 and BIG or 1000 }, i + r, { dtype = "float32" })
+    hs[i] = ddp.all_reduce_async(ts[i], i % 2 == 0 and "max" or "sum")
+  end
+  local nc = (ddp.arange(12, { dtype = "float64" }):reshape(3, 4) * (r + 1)):t()
+  local hnc = ddp.all_reduce_async(nc, { timeout = 60 })
+  for i = 6, 1, -1 do
+    assert(hs[i]:wait() == ts[i])
+    assert(hs[i]:done() == true)
+    local want = i % 2 == 0 and i + w - 1 or w * i + w * (w - 1) / 2
+    same("async #" .. i, ts[i], ddp.full({ ts[i]:numel() }, want, { dtype = "float64" }), "float32")
+  end
+  hnc:wait()
+  same("async non-contiguous", nc, ddp.arange(12, { dtype = "float64" }):reshape(3, 4):t() * (w * (w + 1) / 2), "float64")
+  -- a blocking call waits for the queue first
+  local a = ddp.full({ 10 }, 1)
+  local h = ddp.all_reduce_async(a)
+  local b = ddp.full({ 10 }, 2)
+  ddp.all_reduce(b)
+  assert(h:done() and a:get(0) == w and b:get(0) == 2 * w, "async before sync")
+  assert(tostring(h):find("done", 1, true))
+  local ok, err = pcall(ddp.all_reduce_async, ddp.ones(2, { dtype = "int64" }), "avg")
+  assert(not ok and err:find("avg needs a floating dtype", 1, true), err)
+end
+
+-- per-call options
+do
+  local t = ddp.ones(5)
+  ddp.all_reduce(t, "sum", { timeout = 30 })
+  ddp.all_reduce(t, { timeout = 30 })
+  assert(t:get(0) == w * w, "per-call timeout")
+  ddp.broadcast(t, 0, { timeout = 30 })
+  ddp.barrier({ timeout = 30 })
+  ddp.barrier("named", { timeout = 30 })
+  local ok, err = pcall(ddp.all_reduce, t, "sum", { timeout = -1 })
+  assert(not ok and err:find("timeout must be a positive number of seconds", 1, true), err)
+  ok, err = pcall(ddp.all_gather, t, { tmeout = 1 })
+  assert(not ok and err:find("unknown option \"tmeout\"", 1, true), err)
+  checked = checked + 1
+end
+
 -- back to back
 local t = ddp.ones(4)
 for i = 1, 100 do
@@ -148,7 +249,7 @@ for i = 1, 100 do
   assert(t:get(3) == w * i + w * (w - 1) / 2, "back-to-back #" .. i)
 end
 ddp.barrier()
-print("CHECKED " .. checked)
+print("CHECKED " .. checked .. " " .. ddp.backend())
 ]]
 
 describe("ddp tensor collectives (shm)", function()
@@ -237,5 +338,167 @@ end
     assert.equals(0, rc, err)
     io.stderr:write("\n" .. out:gsub("%[0%] ", ""))
     assert.equals(4, select(2, out:gsub("BW all_reduce", "")))
+  end)
+end)
+
+-- A port free right now (a store server on port 0, closed again).
+local function free_port()
+  local srv = require("ddp.store").server {}
+  local p = srv.port
+  srv:close()
+  return p
+end
+
+-- Runs the launchers of a 2-node job at once, node 1's command prefixed
+-- by wrap1 (say, `ip netns exec ...`); returns both outputs and codes.
+local function two_nodes(args, addr, wrap1, env)
+  local port = free_port()
+  local res = {}
+  local cmd = {}
+  for node = 0, 1 do
+    local out, err, rc = tempname(), tempname(), tempname()
+    res[node] = { out = out, err = err, rc = rc, id = ("mnode%d-%d"):format(math.random(1, 1e9), node) }
+    cmd[#cmd + 1] = ("( %s %sDDP_JOB_ID=%s DDP_STORE_TOKEN=mntoken %s timeout 120 %s --nnodes 2 --node-rank %d "
+      .. "--master-addr %s --master-port %d %s </dev/null >%s 2>%s; echo $? >%s ) &")
+      :format(node == 1 and (wrap1 or "") or "", CLEAN, res[node].id, env or "", q(ddplua), node, addr, port,
+              args, q(out), q(err), q(rc))
+  end
+  sh(table.concat(cmd, " ") .. " wait")
+  for node = 0, 1 do
+    local r = res[node]
+    r.out, r.err, r.rc = slurp(r.out), slurp(r.err), tonumber(slurp(r.rc))
+  end
+  return res
+end
+
+local function checks_passed(res, per_node, backend)
+  for node = 0, 1 do
+    local r = res[node]
+    assert.equals(0, r.rc, r.err .. r.out)
+    local seen = 0
+    for c, b in r.out:gmatch("CHECKED (%d+) (%a+)") do
+      seen = seen + 1
+      assert.is_true(tonumber(c) > 150, r.out)
+      assert.equals(backend, b)
+    end
+    assert.equals(per_node, seen, r.out)
+    assert.equals("", arenas_left(r.id))
+  end
+end
+
+describe("ddp tensor collectives (gloo, hier)", function()
+  after_each(jobs.no_strays)
+  teardown(jobs.cleanup)
+
+  for _, c in ipairs { { "gloo", 2 }, { "gloo", 3 }, { "hier", 3 } } do
+    it(("computes every op and dtype with DDP_BACKEND=%s on %d ranks"):format(c[1], c[2]), function()
+      local out, err, rc, id = run("--nproc " .. c[2] .. " " .. q(script(CHECKS)), "DDP_BACKEND=" .. c[1])
+      assert.equals(0, rc, err)
+      local seen = 0
+      for _, b in out:gmatch("CHECKED (%d+) (%a+)") do
+        seen = seen + 1
+        assert.equals(c[1], b)
+      end
+      assert.equals(c[2], seen, out)
+      assert.equals("", arenas_left(id))
+    end)
+  end
+
+  it("runs a 2-node job of two launchers on this machine (shm within, Gloo across)", function()
+    checks_passed(two_nodes("--nproc 2 " .. q(script(CHECKS)), "127.0.0.1"), 2, "hier")
+  end)
+
+  it("runs a 2-node job across two network namespaces", function()
+    local tag = ("dl%d"):format(math.random(1000, 9999))
+    local net = ("10.%d.%d"):format(math.random(100, 250), math.random(0, 250))
+    local setup = table.concat({
+      "ip netns add " .. tag,
+      "ip link add " .. tag .. "a type veth peer name " .. tag .. "b",
+      "ip link set " .. tag .. "b netns " .. tag,
+      "ip addr add " .. net .. ".1/24 dev " .. tag .. "a",
+      "ip link set " .. tag .. "a up",
+      "ip netns exec " .. tag .. " ip addr add " .. net .. ".2/24 dev " .. tag .. "b",
+      "ip netns exec " .. tag .. " ip link set " .. tag .. "b up",
+      "ip netns exec " .. tag .. " ip link set lo up",
+    }, " && ")
+    local why = sh("{ " .. setup .. " ; } 2>&1 >/dev/null; echo rc=$?")
+    if not why:find("rc=0", 1, true) then
+      sh("ip netns del " .. tag .. " 2>/dev/null; ip link del " .. tag .. "a 2>/dev/null")
+      pending("SKIP: cannot create network namespaces here (needs root and CAP_NET_ADMIN): "
+        .. why:gsub("%s*rc=%d+%s*$", ""):gsub("\n", " "))
+      return
+    end
+    local ok, res = pcall(two_nodes, "--nproc 2 " .. q(script(CHECKS)), net .. ".1",
+                          "ip netns exec " .. tag .. " ")
+    sh("ip netns del " .. tag .. " 2>/dev/null; ip link del " .. tag .. "a 2>/dev/null")
+    assert(ok, res)
+    checks_passed(res, 2, "hier")
+  end)
+
+  it("makes the other node fail within seconds when a rank exits", function()
+    local s = script([[
+ddp.init()
+ddp.all_reduce(ddp.ones(3))
+if ddp.rank() == 3 then os.exit(0) end
+local ok, err = pcall(ddp.all_reduce, ddp.ones(3))
+io.stderr:write("RESULT ", tostring(ok), " ", tostring(err), "\n")
+os.exit(ok and 0 or 1)
+]])
+    local t0 = os.time()
+    local res = two_nodes("--nproc 2 " .. q(s), "127.0.0.1")
+    assert.is_true(os.time() - t0 < 30)
+    assert.is_not.equals(0, res[0].rc)
+    assert.truthy(res[0].err:find("RESULT false", 1, true), res[0].err)
+  end)
+end)
+
+describe("ddp collectives when a rank exits early", function()
+  after_each(jobs.no_strays)
+  teardown(jobs.cleanup)
+
+  for _, b in ipairs { "shm", "gloo" } do
+    it("fails the others within seconds, naming the rank (" .. b .. ")", function()
+      local s = script([[
+ddp.init()
+ddp.all_reduce(ddp.ones(3))
+if ddp.rank() == 1 then os.exit(0) end
+local t0 = os.time()
+local ok, err = pcall(ddp.all_reduce, ddp.ones(3))
+assert(not ok)
+io.stderr:write("RESULT ", err, "\n")
+assert(os.time() - t0 < 10, "took too long")
+]])
+      local _, err, rc = run("--nproc 2 " .. q(s), "DDP_BACKEND=" .. b)
+      assert.equals(0, rc, err)
+      assert.truthy(err:find("RESULT", 1, true), err)
+      if b == "shm" then
+        assert.truthy(err:find("all_reduce #2: rank 1 (pid ", 1, true), err)
+        assert.truthy(err:find("has exited", 1, true), err)
+      end
+    end)
+  end
+
+  it("names the size mismatch of a send and a recv", function()
+    local s = script([[
+ddp.init()
+if ddp.rank() == 0 then ddp.send(ddp.ones(4), 1)
+else
+  local ok, err = pcall(ddp.recv, ddp.zeros(5), 0)
+  io.stderr:write("RESULT ", tostring(err), "\n")
+end
+]])
+    local _, err = run("--nproc 2 " .. q(s), "DDP_TIMEOUT=5")
+    assert.truthy(err:find("rank 0 sent 16 bytes but this rank receives 20", 1, true), err)
+  end)
+
+  it("times out a call with a per-call timeout, naming the late rank", function()
+    local s = script([[
+ddp.init()
+if ddp.rank() == 1 then sleep(4) end
+local ok, err = pcall(ddp.all_reduce, ddp.ones(3), "sum", { timeout = 1 })
+if ddp.rank() == 0 then io.stderr:write("RESULT ", tostring(err), "\n") end
+]])
+    local _, err = run("--nproc 2 " .. q(s))
+    assert.truthy(err:find("ddp.all_reduce #1: timed out after 1 s waiting for rank 1", 1, true), err)
   end)
 end)

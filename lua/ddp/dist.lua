@@ -98,7 +98,7 @@ end
 
 local C, ffi = core.C, core.ffi
 
-local backends = { auto = true, cpu = true, shm = true, gloo = true, nccl = true }
+local backends = { auto = true, cpu = true, shm = true, gloo = true, hier = true, nccl = true }
 local state = nil   -- {store=, timeout=, backend=, pg=} once initialized
 local seq = 0       -- calls through the store since init
 
@@ -155,9 +155,13 @@ function M.init(opts)
     raise("ddp.init: options must be a table such as {backend = \"auto\"}, got " .. show(opts))
   end
   opts = opts or {}
-  local backend = opts.backend
+  local backend, from = opts.backend, ""
+  if backend == nil and os.getenv("DDP_BACKEND") and os.getenv("DDP_BACKEND") ~= "" then
+    backend, from = os.getenv("DDP_BACKEND"), " (from DDP_BACKEND)"
+  end
   if backend ~= nil and (type(backend) ~= "string" or not backends[backend]) then
-    raise("ddp.init: unknown backend " .. show(backend) .. "; expected \"auto\", \"cpu\", \"shm\", \"gloo\" or \"nccl\"")
+    raise("ddp.init: unknown backend " .. show(backend) .. from
+          .. "; expected \"auto\", \"cpu\", \"shm\", \"gloo\", \"hier\" or \"nccl\"")
   end
   if state then return end
   local timeout = timeout_arg("ddp.init", opts.timeout)
@@ -193,18 +197,17 @@ function M.init(opts)
       s:close()
       error(err, 0)
     end
-    -- Tensor collectives: shared memory when every rank is on this node
-    -- (Gloo across nodes comes later: st.pg stays nil and collectives say so).
-    if e.local_world_size == e.world_size then
-      local pg = C.dl_pg_shm_new(s.h, e.rank, e.world_size, os.getenv("DDP_JOB_ID"), timeout)
-      if pg == nil then
-        local msg = core.last_error()
-        state = nil
-        s:close()
-        raise("ddp.init: cannot set up the shared-memory process group: " .. msg)
-      end
-      st.pg = ffi.gc(pg, C.dl_pg_free)
+    -- Tensor collectives: shared memory within a node, Gloo across nodes
+    -- (pg.c picks the backend from the node layout unless one was given).
+    local pg = C.dl_pg_new(s.h, e.rank, e.world_size, e.local_world_size,
+                           st.backend, os.getenv("DDP_JOB_ID"), timeout)
+    if pg == nil then
+      local msg = core.last_error()
+      state = nil
+      s:close()
+      raise("ddp.init: cannot set up the process group (backend " .. st.backend .. "): " .. msg)
     end
+    st.pg = ffi.gc(pg, C.dl_pg_free)
     if not sentinel then
       sentinel = newproxy(true)
       getmetatable(sentinel).__gc = function() if state and state.store then state.store:close() end end
@@ -219,8 +222,13 @@ function M.is_initialized() return state ~= nil end
 -- The store connection (nil before init or in a world of one).
 function M._store() return state and state.store end
 
--- The backend init recorded ("auto" unless given), nil before init.
-function M.backend() return state and state.backend end
+-- The backend in use ("shm", "gloo" or "hier"; "shm" in a world of one),
+-- nil before init.
+function M.backend()
+  if not state then return nil end
+  if state.pg then return ffi.string(C.dl_pg_backend(state.pg)) end
+  return "shm"
+end
 
 -- ddp.shutdown(): leaves the process group; safe to repeat.  The store
 -- connection is also closed when the program ends.
@@ -251,30 +259,19 @@ local function check_name(op, name)
   return name or "barrier"
 end
 
--- Each rank sets its key under the call's number; a rank deletes its key of
--- the previous barrier once every rank reached this one (so all have left
--- that one).
-local last_barrier_key
-
--- ddp.barrier([name]): returns once every rank called it.
-function M.barrier(name)
+-- ddp.barrier([name][, {timeout=}]): returns once every rank called it.
+function M.barrier(name, opts)
+  if type(name) == "table" and opts == nil then name, opts = nil, name end
   name = check_name("ddp.barrier", name)
   local st = need_init("ddp.barrier")
   if not st.store then return end
-  if st.pg then
-    if C.dl_pg_barrier(st.pg) ~= 0 then
-      raise(("ddp.barrier(%q): %s"):format(name, core.last_error()))
-    end
-    return
+  local pg = st.pg
+  local old = M._push_timeout(pg, "ddp.barrier", opts)
+  local rc = C.dl_pg_barrier(pg)
+  if old then C.dl_pg_set_timeout(pg, old) end
+  if rc ~= 0 then
+    raise(("ddp.barrier(%q): %s"):format(name, core.last_error()))
   end
-  seq = seq + 1
-  local e = env()
-  local keys = {}
-  for r = 0, e.world_size - 1 do keys[r + 1] = ("ddp/%d/b/%s/%d"):format(seq, name, r) end
-  st.store:set(keys[e.rank + 1], "1")
-  wait_all(("ddp.barrier(%q)"):format(name), keys, "arrive")
-  if last_barrier_key then st.store:delete(last_barrier_key) end
-  last_barrier_key = keys[e.rank + 1]
 end
 
 -- -- Objects ----------------------------------------------------------------
@@ -467,55 +464,157 @@ local function tensor_in(op, t)
   return t
 end
 
--- The group for a collective: world > 1 on one node made it at init; a
--- world of one makes its own (no store) on first use, so the same checks
--- and results hold there.
+-- The group for a collective: world > 1 made it at init; a world of one
+-- makes its own (no store) on first use, so the same checks and results
+-- hold there.
 local function group(op)
   local st = need_init(op)
   if st.pg then return st.pg end
-  if st.store then
-    raise(op .. ": multi-node collectives (Gloo) are not implemented yet (LOCAL_WORLD_SIZE="
-          .. env().local_world_size .. " < WORLD_SIZE=" .. env().world_size .. ")")
-  end
   local pg = C.dl_pg_shm_new(nil, 0, 1, os.getenv("DDP_JOB_ID"), st.timeout)
   if pg == nil then raise(op .. ": " .. core.last_error()) end
   st.pg = ffi.gc(pg, C.dl_pg_free)
   return st.pg
 end
 
--- ddp.all_reduce(t[, op]): t reduced over all ranks, in place; returns t.
-function M.all_reduce(t, op)
+-- Per-call options {timeout = seconds}: sets the group's timeout for this
+-- call and returns the one to restore (nil when unchanged).
+local function push_timeout(pg, op, opts)
+  if opts == nil then return nil end
+  if type(opts) ~= "table" then
+    raise(op .. ": options must be a table such as {timeout = 30}, got " .. show(opts))
+  end
+  for k in pairs(opts) do
+    if k ~= "timeout" then raise(op .. ": unknown option " .. show(k) .. " (expected timeout)") end
+  end
+  if opts.timeout == nil then return nil end
+  local t = timeout_arg(op, opts.timeout)
+  local old = C.dl_pg_timeout(pg)
+  C.dl_pg_set_timeout(pg, t)
+  return old
+end
+M._push_timeout = push_timeout
+
+-- Calls f(...) (a C call returning 0 or an error) under opts' timeout.
+local function call(pg, op, opts, f, ...)
+  local old = push_timeout(pg, op, opts)
+  local rc = f(...)
+  if old then C.dl_pg_set_timeout(pg, old) end
+  if rc ~= 0 then raise("ddp." .. core.last_error()) end
+end
+
+-- As call, for C calls returning a new tensor.
+local function call_new(pg, op, opts, f, ...)
+  local old = push_timeout(pg, op, opts)
+  local p = f(...)
+  if old then C.dl_pg_set_timeout(pg, old) end
+  if p == nil then raise("ddp." .. core.last_error()) end
+  return core.own(p)
+end
+
+local function rank_arg(op, what, r, dflt)
+  if r == nil and dflt ~= nil then return dflt end
+  if not core.is_integer(r) then raise(op .. ": " .. what .. " must be a rank number, got " .. show(r)) end
+  return r
+end
+
+-- ddp.all_reduce(t[, op][, {timeout=}]): t reduced over all ranks, in
+-- place; returns t.
+function M.all_reduce(t, op, opts)
   local name = "ddp.all_reduce"
   tensor_in(name, t)
+  if type(op) == "table" and opts == nil then op, opts = nil, op end
   local o = red_arg(name, op)
-  core.check(C.dl_pg_all_reduce(group(name), t, o))
+  local pg = group(name)
+  call(pg, name, opts, C.dl_pg_all_reduce, pg, t, o)
   return t
 end
 
--- ddp.broadcast(t, src): src's t on every rank, in place; returns t.
-function M.broadcast(t, src)
+-- ddp.broadcast(t, src[, {timeout=}]): src's t on every rank, in place;
+-- returns t.
+function M.broadcast(t, src, opts)
   local name = "ddp.broadcast"
   tensor_in(name, t)
-  if src == nil then src = 0 end
-  if not core.is_integer(src) then raise(name .. ": src must be a rank number, got " .. show(src)) end
-  core.check(C.dl_pg_broadcast(group(name), t, src))
+  src = rank_arg(name, "src", src, 0)
+  local pg = group(name)
+  call(pg, name, opts, C.dl_pg_broadcast, pg, t, src)
   return t
 end
 
--- ddp.all_gather(t): a new tensor, the ranks' t concatenated along dim 0.
-function M.all_gather(t)
+-- ddp.all_gather(t[, {timeout=}]): a new tensor, the ranks' t
+-- concatenated along dim 0.
+function M.all_gather(t, opts)
   local name = "ddp.all_gather"
   tensor_in(name, t)
-  return core.new(C.dl_pg_all_gather, group(name), t)
+  local pg = group(name)
+  return call_new(pg, name, opts, C.dl_pg_all_gather, pg, t)
 end
 
--- ddp.reduce_scatter(t[, op]): a new tensor, this rank's 1/world slice
--- (along dim 0) of t reduced over all ranks.
-function M.reduce_scatter(t, op)
+-- ddp.reduce_scatter(t[, op][, {timeout=}]): a new tensor, this rank's
+-- 1/world slice (along dim 0) of t reduced over all ranks.
+function M.reduce_scatter(t, op, opts)
   local name = "ddp.reduce_scatter"
   tensor_in(name, t)
+  if type(op) == "table" and opts == nil then op, opts = nil, op end
   local o = red_arg(name, op)
-  return core.new(C.dl_pg_reduce_scatter, group(name), t, o)
+  local pg = group(name)
+  return call_new(pg, name, opts, C.dl_pg_reduce_scatter, pg, t, o)
+end
+
+-- ddp.send(t, dst[, {timeout=}]): t's data to rank dst, which receives it
+-- with ddp.recv (blocking until it did, for messages over 1 MiB).
+function M.send(t, dst, opts)
+  local name = "ddp.send"
+  tensor_in(name, t)
+  dst = rank_arg(name, "dst", dst)
+  local pg = group(name)
+  call(pg, name, opts, C.dl_pg_send, pg, t, dst)
+end
+
+-- ddp.recv(t, src[, {timeout=}]): fills t, in place, with what rank src
+-- sent; returns t.  Size and dtype must match the send's.
+function M.recv(t, src, opts)
+  local name = "ddp.recv"
+  tensor_in(name, t)
+  src = rank_arg(name, "src", src)
+  local pg = group(name)
+  call(pg, name, opts, C.dl_pg_recv, pg, t, src)
+  return t
+end
+
+-- Handles of ddp.all_reduce_async.
+local Work = {}
+Work.__index = Work
+
+-- h:wait(): blocks until the all-reduce finished; returns its tensor, or
+-- raises its error.
+function Work:wait()
+  if C.dl_work_wait(self.w) ~= 0 then raise("ddp." .. core.last_error()) end
+  return self.t
+end
+
+-- h:done(): true once the all-reduce finished (successfully or not).
+function Work:done() return C.dl_work_done(self.w) ~= 0 end
+
+Work.is_completed = Work.done
+Work.__tostring = function(h)
+  return ("ddp.Work(all_reduce, %s)"):format(h:done() and "done" or "running")
+end
+
+-- ddp.all_reduce_async(t[, op][, {timeout=}]): starts an in-place
+-- all-reduce of t on the group's own thread and returns a handle with
+-- :wait() and :done(); leave t alone until it is done.  Asynchronous
+-- calls run in call order; a blocking collective waits for them first.
+function M.all_reduce_async(t, op, opts)
+  local name = "ddp.all_reduce_async"
+  tensor_in(name, t)
+  if type(op) == "table" and opts == nil then op, opts = nil, op end
+  local o = red_arg(name, op)
+  local pg = group(name)
+  local old = push_timeout(pg, name, opts)
+  local w = C.dl_pg_all_reduce_async(pg, t, o)
+  if old then C.dl_pg_set_timeout(pg, old) end
+  if w == nil then raise("ddp." .. core.last_error()) end
+  return setmetatable({ w = ffi.gc(w, C.dl_work_free), t = t }, Work)
 end
 
 return M

@@ -406,7 +406,8 @@ local _ = ops
 for _, name in ipairs { "init", "shutdown", "is_initialized", "backend", "rank", "world_size",
                         "local_rank", "local_world_size", "node_rank", "is_main",
                         "print", "barrier", "broadcast_object", "all_gather_object",
-                        "all_reduce", "broadcast", "all_gather", "reduce_scatter" } do
+                        "all_reduce", "broadcast", "all_gather", "reduce_scatter",
+                        "send", "recv", "all_reduce_async" } do
   ddp[name] = function(...)
     local f = require("ddp.dist")[name]
     ddp[name] = f

@@ -564,6 +564,9 @@ DL_API dl_store *dl_store_connect(const char *host, int port, const char *token,
                                   double timeout_s);
 DL_API int dl_store_port(const dl_store *s);
 DL_API int dl_store_set_timeout(dl_store *s, double timeout_s);
+/* The local address (text) of a client's connection: the interface through
+** which this host reaches the store's, which other nodes can reach back. */
+DL_API int dl_store_local_addr(dl_store *s, char *out, int cap);
 DL_API double dl_store_timeout(const dl_store *s);
 /* A server handle stops its thread and closes every connection. */
 DL_API void dl_store_close(dl_store *s);
@@ -610,23 +613,38 @@ DL_API int dl_nodelist_host(char *out, int cap, const char *list, int index);
 ** order.  Tensors must be CPU tensors (a non-contiguous one is reduced
 ** through a contiguous copy).  Each wait is bounded by the group's timeout;
 ** a timeout is a DL_ESTATE error naming the collective, its call number and
-** the ranks that had not arrived, and leaves the group unusable.  With the
-** environment variable DDP_DEBUG=1 every call also checks that all ranks
-** called the same collective on the same dtype and size. */
+** the ranks that had not arrived, and leaves the group unusable, as does a
+** rank that exits (noticed within a second).  With the environment variable
+** DDP_DEBUG=1 every call also checks that all ranks of a node called the
+** same collective on the same dtype and size. */
 typedef struct dl_pg dl_pg;
 typedef enum dl_reduce_op {
   DL_RED_SUM = 0, DL_RED_AVG, DL_RED_MAX, DL_RED_MIN, DL_RED_PROD
 } dl_reduce_op;
+/* The group of a job: rank of world, local_world ranks per node (ranks
+** node * local_world .. numbered by node, as the launcher does).  backend:
+** "auto" or "cpu" (shared memory on one node; across nodes shared memory
+** within each node and Gloo between one leader per node), "shm", "gloo"
+** (TCP between all ranks) or "hier" (the multi-node scheme, also on one
+** node).  NULL with DL_EINVAL for a bad choice, DL_EIO or DL_ESTATE when the
+** ranks cannot connect within timeout_s. */
+DL_API dl_pg *dl_pg_new(dl_store *store, int rank, int world, int local_world,
+                        const char *backend, const char *job_id, double timeout_s);
 /* All ranks of one node through a shared-memory arena: rank 0 creates
 ** "/ddplua-<job_id>-<n>" and publishes it through the store; every rank maps
-** it; rank 0 unlinks it once all have (nothing stays in /dev/shm).  NULL
-** with DL_EIO when the arena cannot be made or mapped, DL_ESTATE when a
-** rank does not arrive within timeout_s. */
+** it; rank 0 unlinks it once all have (nothing stays in /dev/shm). */
 DL_API dl_pg *dl_pg_shm_new(dl_store *store, int rank, int world,
                             const char *job_id, double timeout_s);
+/* Waits for the group's asynchronous calls to finish first. */
 DL_API void dl_pg_free(dl_pg *pg);
 DL_API int dl_pg_rank(const dl_pg *pg);
 DL_API int dl_pg_world_size(const dl_pg *pg);
+/* "shm", "gloo" or "hier". */
+DL_API const char *dl_pg_backend(const dl_pg *pg);
+/* Seconds each later call may wait (asynchronous calls keep the timeout
+** they were started with). */
+DL_API double dl_pg_timeout(const dl_pg *pg);
+DL_API int dl_pg_set_timeout(dl_pg *pg, double seconds);
 /* In place.  avg is sum / world (floating dtypes only); for bool, sum and
 ** max act as or, prod and min as and; bfloat16/float16 reduce in float32. */
 DL_API int dl_pg_all_reduce(dl_pg *pg, dl_tensor *t, int op);
@@ -639,6 +657,20 @@ DL_API dl_tensor *dl_pg_all_gather(dl_pg *pg, const dl_tensor *t);
 ** reduction; DL_ESHAPE unless world divides t.shape[0]. */
 DL_API dl_tensor *dl_pg_reduce_scatter(dl_pg *pg, const dl_tensor *t, int op);
 DL_API int dl_pg_barrier(dl_pg *pg);
+/* Point to point: t's bytes to rank dst / into t from rank src.  Sizes
+** must agree (DL_ESHAPE otherwise); the k-th send from a to b meets the
+** k-th recv at b from a. */
+DL_API int dl_pg_send(dl_pg *pg, const dl_tensor *t, int dst);
+DL_API int dl_pg_recv(dl_pg *pg, dl_tensor *t, int src);
+/* Asynchronous all-reduce: queued behind earlier asynchronous calls and
+** run on the group's own thread; t must not be used until the handle is
+** done.  wait returns 0 or the call's error; done is 1 once it finished
+** (failed or not); free drops the handle (the call still completes). */
+typedef struct dl_work dl_work;
+DL_API dl_work *dl_pg_all_reduce_async(dl_pg *pg, dl_tensor *t, int op);
+DL_API int dl_work_wait(dl_work *w);
+DL_API int dl_work_done(const dl_work *w);
+DL_API void dl_work_free(dl_work *w);
 
 /* -- Autograd ------------------------------------------------------------- */
 
