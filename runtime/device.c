@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "device.h"
 #include "internal.h"
 
 /* The launchers of runtime/cuda/selftest.cu: 0 or a negative DL_E* code,
@@ -160,6 +161,25 @@ static void cuda_probe(void) {
 }
 
 static void cuda_init(void) { pthread_once(&cuda_once, cuda_probe); }
+
+/* Any launcher by name, for the parts of the runtime (nccl.c) that bring
+** their own.  The library is found even when no device is (then cuda.lib
+** is set and cuda.ndev is 0): callers that need a device check for one. */
+DL_HIDDEN void *cuda_sym(const char *name, const char **why) {
+  static _Thread_local char msg[256];
+  cuda_init();
+  if (!cuda.lib) {
+    if (why) *why = cuda.status;
+    return NULL;
+  }
+  void *p = dlsym(cuda.lib, name);
+  if (!p && why) {
+    snprintf(msg, sizeof msg, "libddplua_cuda.so lacks %s (rebuild it with "
+             "make)", name);
+    *why = msg;
+  }
+  return p;
+}
 
 /* -- API ----------------------------------------------------------------- */
 

@@ -2,7 +2,8 @@
 # check.sh -- the one script run on the GPU machine: what it sees, and our device tests.
 #
 #   bash tests/gpu/check.sh --stage   here, before a device run: builds
-#                                     build/test_device and copies into
+#                                     build/test_device and build/test_nccl
+#                                     and copies into
 #                                     build/gpu-libs the shared libraries
 #                                     build/ needs beyond a bare system
 #   bash tests/gpu/check.sh           runs the checks; prints a table last
@@ -37,8 +38,13 @@ stage() {
   [ -f "$BUILD/libddplua.so" ] || { echo "stage: $BUILD/libddplua.so missing: run make first"; return 1; }
   "$cc" -std=c11 -Wall -Wextra -Werror -Iruntime/include tests/c/test_device.c \
     -L"$BUILD" -lddplua -Wl,-rpath,"$ROOT/$BUILD" -o "$BUILD/test_device" || return 1
+  # NCCL itself is not staged (libnccl.so.2 is far over the bundle's size
+  # limit, and libddplua_cuda.so dlopens it): find_nccl looks there.
+  "$cc" -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iruntime/include -Iruntime \
+    tests/c/test_nccl.c -L"$BUILD" -lddplua -Wl,-rpath,"$ROOT/$BUILD" \
+    -o "$BUILD/test_nccl" || return 1
   mkdir -p "$LIBS"
-  for f in "$BUILD"/test_device "$BUILD"/*.so "$BUILD"/ddplua; do
+  for f in "$BUILD"/test_device "$BUILD"/test_nccl "$BUILD"/*.so "$BUILD"/ddplua; do
     [ -f "$f" ] || continue
     # ldd lines: "name => /path (addr)"; copy by the soname the loader asks for.
     ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' |
@@ -71,6 +77,41 @@ run_limited() {  # run_limited SECONDS CMD...: a hung GPU must not hang the scri
   if command -v timeout >/dev/null; then timeout "$@"; else shift; "$@"; fi
 }
 
+# Prints the path of a libnccl.so.2 (nothing when there is none):
+# $DDPLUA_NCCL_LIB, the loader's search path, the CUDA toolkit, then a
+# PyTorch install (torch/lib, or the nvidia-nccl wheel beside torch).  The
+# packages are located without importing them (no CUDA init, no delay).
+find_nccl() {
+  local d dirs=() tp
+  if [ -n "${DDPLUA_NCCL_LIB:-}" ]; then
+    [ -f "$DDPLUA_NCCL_LIB" ] && echo "$DDPLUA_NCCL_LIB"
+    return 0
+  fi
+  d=$(ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" { print $NF; exit }')
+  [ -n "$d" ] && [ -f "$d" ] && { echo "$d"; return 0; }
+  IFS=: read -r -a dirs <<<"${LD_LIBRARY_PATH:-}"
+  dirs+=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu)
+  if command -v python3 >/dev/null; then
+    tp=$(run_limited 30 python3 -c '
+import importlib.util as u, os
+for name in ("torch", "nvidia"):
+    try:
+        s = u.find_spec(name)
+    except Exception:
+        continue
+    for loc in (s.submodule_search_locations or []) if s else []:
+        print(os.path.join(loc, "lib") if name == "torch" else os.path.join(loc, "nccl", "lib"))
+        if name == "torch":
+            print(os.path.join(os.path.dirname(loc), "nvidia", "nccl", "lib"))
+' 2>/dev/null)
+    while IFS= read -r d; do [ -n "$d" ] && dirs+=("$d"); done <<<"$tp"
+  fi
+  for d in "${dirs[@]}"; do
+    [ -n "$d" ] && [ -f "$d/libnccl.so.2" ] && { echo "$d/libnccl.so.2"; return 0; }
+  done
+  return 0
+}
+
 section "host"
 echo "$(uname -srm), $(nproc 2>/dev/null || echo '?') cpus, checkout $ROOT"
 
@@ -97,7 +138,7 @@ fi
 
 section "libraries"
 missing=""
-for f in "$BUILD"/libddplua.so "$BUILD"/libddplua_cuda.so "$BUILD"/test_device; do
+for f in "$BUILD"/libddplua.so "$BUILD"/libddplua_cuda.so "$BUILD"/test_device "$BUILD"/test_nccl; do
   if [ ! -f "$f" ]; then
     echo "$f: missing"
     missing="$missing $(basename "$f")(not built)"
@@ -135,6 +176,33 @@ else
   # A GPU the driver lists but the test did not use is a failure, not a skip.
   if [ "$HAVE_GPU" = 1 ] && [ -n "$skip" ]; then
     row gpu-used FAIL "nvidia-smi lists a GPU but ddplua found none"
+  fi
+fi
+
+section "test_nccl"
+# One rank on cuda:0, two forked ranks when there are two GPUs; without a
+# device or without NCCL its checks say SKIP.
+nccl=$(find_nccl)
+if [ ! -x "$BUILD/test_nccl" ]; then
+  echo "SKIP: $BUILD/test_nccl not built (run tests/gpu/check.sh --stage)"
+  row test_nccl FAIL "not built"
+elif [ -z "$nccl" ]; then
+  echo "SKIP: libnccl.so.2 not found (DDPLUA_NCCL_LIB, ldconfig, LD_LIBRARY_PATH, /usr/local/cuda, PyTorch)"
+  row test_nccl SKIP "libnccl.so.2 not found (set DDPLUA_NCCL_LIB)"
+else
+  echo "NCCL: $nccl"
+  out=$(DDPLUA_NCCL_LIB=$nccl run_limited 300 "$BUILD/test_nccl" 2>&1)
+  rc=$?
+  echo "$out"
+  last=$(printf '%s\n' "$out" | grep '^test_nccl:' | tail -1)
+  skip=$(printf '%s\n' "$out" | grep '^SKIP: NCCL collectives' | head -1)
+  skip2=$(printf '%s\n' "$out" | grep '^SKIP: 2-rank' | head -1)
+  if [ "$rc" -ne 0 ] || [ -z "$last" ]; then
+    row test_nccl FAIL "exit $rc${last:+, ${last#test_nccl: }}"
+  elif [ -n "$skip" ]; then
+    row test_nccl SKIP "${last#test_nccl: }; ${skip#SKIP: }"
+  else
+    row test_nccl PASS "${last#test_nccl: }${skip2:+ (${skip2#SKIP: })}"
   fi
 fi
 

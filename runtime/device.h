@@ -1,0 +1,17 @@
+/*
+** device.h -- what device.c offers the rest of the runtime beyond the
+** dl_cuda_* calls of ddplua.h: the launchers of libddplua_cuda.so by name.
+*/
+#ifndef DL_DEVICE_H
+#define DL_DEVICE_H
+
+#include "internal.h"
+
+/* dlsym of the loaded libddplua_cuda.so (probing CUDA first if needed).
+** NULL when the library is not loaded (*why: the probe's status line, as
+** "no CUDA driver (libcuda.so.1 not found)") or lacks name (*why says so
+** and to rebuild).  *why is set only on failure and may be NULL; it stays
+** valid until this thread's next call. */
+DL_HIDDEN void *cuda_sym(const char *name, const char **why);
+
+#endif
