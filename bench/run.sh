@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # make bench: every benchmark beside its PyTorch twin, one process at a time
-# (never two at once), at 1 and 2 threads.  The twins alternate for ROUNDS
-# rounds and each number is the median over rounds, so a noisy neighbour on
-# a shared machine shifts both sides alike.  Prints a table with the ratio.
+# (never two at once), at 1 and 2 threads; the collectives and startup as
+# 2-rank jobs of one thread a rank (ddplua --nproc 2 against torchrun with
+# gloo).  The twins alternate for ROUNDS rounds and each number is the
+# median over rounds, so a noisy neighbour on a shared machine shifts both
+# sides alike.  Prints a table with the ratio: ddplua / PyTorch for rates,
+# PyTorch / ddplua for times (us, ms, s): above 1, ddplua is faster.
+#   BENCHES="allreduce startup" make bench   runs only those
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=bench/out
@@ -25,19 +29,40 @@ median() {
             printf "%s\t%s\t%s\n", k[i], a[int((m + 1) / 2)], u[k[i]] } }' "$@"
 }
 
-for bench in ${BENCHES:-tensor_ops train_mlp}; do
-  for t in 1 2; do
+for bench in ${BENCHES:-tensor_ops train_mlp allreduce startup}; do
+  # the twins' commands ($t: threads per process) and the thread counts
+  case $bench in
+    allreduce)
+      threads=1 what="2 ranks x 1 thread"
+      lua="build/ddplua --nproc 2 --no-prefix bench/allreduce.lua"
+      py="$PY bench/torchrun.py --nproc_per_node 2 bench/allreduce.py" ;;
+    startup)
+      threads=1 what="2 ranks x 1 thread"
+      lua="bash bench/startup.sh ddplua" py="bash bench/startup.sh torchrun" ;;
+    *)
+      threads="1 2" what=""
+      lua="build/ddplua bench/$bench.lua \$t" py="$PY bench/$bench.py \$t" ;;
+  esac
+  for t in $threads; do
     export OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t
     for r in $(seq "$ROUNDS"); do
-      build/ddplua "bench/$bench.lua" "$t" >"$out/$bench.lua.$t.$r"
-      $PY "bench/$bench.py" "$t" >"$out/$bench.py.$t.$r"
+      for side in lua py; do
+        f="$out/$bench.$side.$t.$r"
+        if [ "$side" = lua ]; then cmd=$lua; else cmd=$py; fi
+        if ! eval "$cmd" >"$f" 2>"$f.err"; then
+          echo "bench: $bench ($side, round $r) failed:"; cat "$f.err"
+        fi
+      done
     done
-    median "$out/$bench.lua.$t".* >"$out/$bench.lua.$t"
-    median "$out/$bench.py.$t".* >"$out/$bench.py.$t"
+    for side in lua py; do
+      median $(seq -f "$out/$bench.$side.$t.%g" "$ROUNDS") >"$out/$bench.$side.$t"
+    done
     echo
-    echo "== $bench, $t thread(s)"
+    echo "== $bench, ${what:-$t thread(s)}"
     printf '%-24s %12s %12s %8s  %s\n' op ddplua pytorch ratio unit
     paste "$out/$bench.lua.$t" "$out/$bench.py.$t" |
-      awk -F'\t' '{ printf "%-24s %12.2f %12.2f %7.2fx  %s\n", $1, $2, $5, ($5 > 0 ? $2 / $5 : 0), $3 }'
+      awk -F'\t' 'function f(v) { return sprintf(v > 0 && v < 0.1 ? "%.3g" : "%.2f", v) }
+        { r = $3 ~ /^(us|ms|s)$/ ? ($2 > 0 ? $5 / $2 : 0) : ($5 > 0 ? $2 / $5 : 0)
+          printf "%-24s %12s %12s %7.2fx  %s\n", $1, f($2), f($5), r, $3 }'
   done
 done
