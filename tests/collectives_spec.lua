@@ -452,7 +452,7 @@ os.exit(ok and 0 or 1)
   end)
 end)
 
-describe("ddp collectives when a rank exits early", function()
+describe("ddp collectives that go wrong", function()
   after_each(jobs.no_strays)
   teardown(jobs.cleanup)
 
@@ -478,6 +478,23 @@ assert(os.time() - t0 < 10, "took too long")
     end)
   end
 
+  it("reports mismatched calls over Gloo: named under DDP_DEBUG=1, a clean fatal line without", function()
+    local s = script([[
+ddp.init()
+ddp.all_reduce(ddp.ones(4))
+if ddp.rank() == 0 then ddp.all_reduce(ddp.ones(4), "max") else ddp.all_reduce(ddp.ones(100005)) end
+]])
+    local _, err, rc = run("--nproc 2 " .. q(s), "DDP_BACKEND=gloo DDP_DEBUG=1 DDP_TIMEOUT=10")
+    assert.is_not.equals(0, rc)
+    assert.truthy(err:find("ddp.all_reduce #2: mismatched collectives: rank 0 called all_reduce(max) #2 float32 x4; "
+      .. "rank 1 called all_reduce(sum) #2 float32 x100005", 1, true), err)
+    _, err, rc = run("--nproc 2 " .. q(s), "DDP_BACKEND=gloo DDP_TIMEOUT=10")
+    assert.equals(70, rc, err)
+    assert.truthy(err:find("fatal: Gloo failed on its network thread", 1, true), err)
+    assert.truthy(err:find("DDP_DEBUG=1 names each rank's call", 1, true), err)
+    assert.falsy(err:find("SIGABRT", 1, true), err)
+  end)
+
   it("names the size mismatch of a send and a recv", function()
     local s = script([[
 ddp.init()
@@ -487,8 +504,10 @@ else
   io.stderr:write("RESULT ", tostring(err), "\n")
 end
 ]])
-    local _, err = run("--nproc 2 " .. q(s), "DDP_TIMEOUT=5")
-    assert.truthy(err:find("rank 0 sent 16 bytes but this rank receives 20", 1, true), err)
+    for _, b in ipairs { "shm", "gloo" } do
+      local _, err = run("--nproc 2 " .. q(s), "DDP_TIMEOUT=5 DDP_BACKEND=" .. b)
+      assert.truthy(err:find("ddp.recv: rank 0 sent 16 bytes but this rank receives 20", 1, true), err)
+    end
   end)
 
   it("times out a call with a per-call timeout, naming the late rank", function()
