@@ -75,7 +75,7 @@ DL_API dl_pg *dl_pg_new(dl_store *store, int rank, int world, int local_world,
     char prefix[64];
     static int groups;
     snprintf(prefix, sizeof prefix, "ddp/gloo/%d", groups++);
-    return pg_wrap(&gloo_pg_ops, gloo_pg_new(store, prefix, rank, world, NULL, timeout_s),
+    return pg_wrap(&gloo_pg_ops, gloo_pg_new(store, prefix, rank, world, 1, NULL, timeout_s),
                    rank, world, timeout_s);
   }
   if (!strcmp(backend, "hier"))

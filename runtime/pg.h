@@ -46,9 +46,10 @@ DL_HIDDEN void *shm_new(dl_store *store, int rank, int world, const char *job_id
 extern DL_HIDDEN const pg_ops shm_ops;
 
 /* pg_gloo.c: all `world` ranks through one Gloo context, keys under prefix,
-** bound to host (NULL: the address this process reaches the store from). */
+** bound to host (NULL: the address this process reaches the store from).
+** Member r is rank r * stride of the job (for messages). */
 DL_HIDDEN void *gloo_pg_new(dl_store *store, const char *prefix, int rank, int world,
-                            const char *host, double timeout_s);
+                            int stride, const char *host, double timeout_s);
 extern DL_HIDDEN const pg_ops gloo_pg_ops;
 
 /* pg_hier.c: shm within each node of local_world ranks, Gloo across. */

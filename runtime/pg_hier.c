@@ -90,11 +90,11 @@ DL_HIDDEN void *hier_new(dl_store *store, int rank, int world, int local_world,
   h->local = shm_new(store, rank % local_world, local_world, job_id, node, timeout_s);
   if (!h->local) goto fail;
   snprintf(prefix, sizeof prefix, "ddp/hier/%d/all", k);
-  h->all = gloo_pg_new(store, prefix, rank, world, NULL, timeout_s);
+  h->all = gloo_pg_new(store, prefix, rank, world, 1, NULL, timeout_s);
   if (!h->all) goto fail;
   if (rank % local_world == 0) {
     snprintf(prefix, sizeof prefix, "ddp/hier/%d/leaders", k);
-    h->leaders = gloo_pg_new(store, prefix, node, nnodes, NULL, timeout_s);
+    h->leaders = gloo_pg_new(store, prefix, node, nnodes, local_world, NULL, timeout_s);
     if (!h->leaders) goto fail;
   }
   return h;

@@ -30,8 +30,8 @@ end
 local CHECKS = [[
 ddp.init()
 local r, w = ddp.rank(), ddp.world_size()
-local dtypes = { "float32", "float64", "int64", "int32", "uint8", "bool", "bfloat16" }
-local floats = { float32 = true, float64 = true, bfloat16 = true }
+local dtypes = { "float32", "float64", "int64", "int32", "uint8", "bool", "bfloat16", "float16" }
+local floats = { float32 = true, float64 = true, bfloat16 = true, float16 = true }
 local ops = { "sum", "avg", "max", "min", "prod" }
 local checked = 0
 
@@ -519,5 +519,18 @@ if ddp.rank() == 0 then io.stderr:write("RESULT ", tostring(err), "\n") end
 ]])
     local _, err = run("--nproc 2 " .. q(s))
     assert.truthy(err:find("ddp.all_reduce #1: timed out after 1 s waiting for rank 1", 1, true), err)
+  end)
+
+  it("names the late rank of a Gloo timeout (through the store)", function()
+    local s = script([[
+ddp.init()
+ddp.barrier()
+if ddp.rank() == 2 then sleep(5) os.exit(0) end
+local ok, err = pcall(ddp.all_reduce, ddp.ones(3), "sum", { timeout = 1 })
+io.stderr:write("RESULT ", tostring(err), "\n")
+]])
+    local _, err = run("--nproc 3 " .. q(s), "DDP_BACKEND=gloo")
+    local _, n = err:gsub("ddp.all_reduce #2: timed out after 1 s waiting for rank 2 to arrive", "")
+    assert.equals(2, n, err)
   end)
 end)
