@@ -1,6 +1,7 @@
 -- ddp.data: data for training -- IDX files (MNIST, Fashion-MNIST),
--- TensorDataset, samplers and the DataLoader that cuts a dataset into
--- batches, each gathered in C by one index_select per field.
+-- TensorDataset, samplers (DistributedSampler: each rank's share) and the
+-- DataLoader that cuts a dataset into batches, each gathered in C by one
+-- index_select per field; reduce_metrics sums evaluation metrics over ranks.
 --
 -- The sampler protocol (how the DataLoader learns the order of an epoch; the
 -- DistributedSampler plugs in through it):
@@ -8,7 +9,12 @@
 --                     the order of that epoch (0-based; epoch counts from 0).
 --                     The same epoch must give the same order.
 --   s:len() or #s     how many indices every epoch gives.
--- SequentialSampler and RandomSampler implement it.
+--   s:epoch(), s:set_epoch(e)   optional: a sampler that keeps its own
+--                     epoch (DistributedSampler).  A DataLoader over it then
+--                     keeps none: it reads and sets the sampler's, so
+--                     loader:set_epoch(e) and s:set_epoch(e) do the same,
+--                     and each completed pass advances the sampler's epoch.
+-- SequentialSampler, RandomSampler and DistributedSampler implement it.
 local ddp = require "ddp"
 local core = require "ddp.core"
 local C, ffi = core.C, core.ffi
@@ -307,6 +313,144 @@ function RandomSampler:indices(epoch)
 end
 function RandomSampler:__tostring() return ("RandomSampler(%d, seed %d)"):format(self._n, self.seed) end
 
+local DistributedSampler = class("DistributedSampler")
+local dist_opts = { shuffle = true, seed = true, drop_last = true, num_replicas = true, rank = true, eval = true }
+
+-- data.DistributedSampler(n | dataset[, {shuffle = true, seed = 0,
+-- drop_last = false, num_replicas = ddp.world_size(), rank = ddp.rank(),
+-- eval = false}]): this rank's share of each epoch, as PyTorch's
+-- DistributedSampler cuts it.  The epoch's list -- 0, ..., n - 1, or with
+-- shuffle a permutation from a Philox stream of its own (key seed, counter
+-- epoch * 2^32, as RandomSampler: the same on every rank, and the global
+-- generator untouched) -- is padded by repeating it from the start (over
+-- and over when the padding is longer than the list) to num_samples *
+-- num_replicas, num_samples = ceil(n / num_replicas), or with drop_last
+-- cut to floor(n / num_replicas) * num_replicas; rank r takes positions r,
+-- r + num_replicas, ...  With eval = true (for evaluation) nothing is
+-- padded or dropped: rank r takes positions r, r + num_replicas, ... < n of
+-- the unshuffled list (unless shuffle is given), so every sample is seen
+-- exactly once and ranks may differ by one sample.
+--
+-- The sampler keeps its own epoch (from 0): each completed pass over it --
+-- a DataLoader's, or its own iter()'s -- advances it, and set_epoch(e) sets
+-- it.  A DataLoader over it uses this epoch rather than one of its own.
+function data.DistributedSampler(n, opts)
+  local op = "DistributedSampler"
+  opts = check_opts(opts, op, dist_opts)
+  n = size_arg(n, op)
+  local eval = bool_opt(opts.eval, op, "eval", false)
+  local shuffle = bool_opt(opts.shuffle, op, "shuffle", not eval)
+  local drop_last = bool_opt(opts.drop_last, op, "drop_last", false)
+  if eval and drop_last then
+    raise(op .. ": eval = true and drop_last = true exclude each other: eval gives every sample to exactly one rank")
+  end
+  local seed = opts.seed == nil and 0 or seed_arg(opts.seed, op, "seed")
+  local w = opts.num_replicas
+  if w == nil then
+    w = ddp.world_size()
+  elseif not is_integer(w) or w < 1 then
+    raise(("%s: num_replicas must be a positive integer, got %s"):format(op, show(w)))
+  end
+  local r = opts.rank
+  if r == nil then r = ddp.rank() end
+  if not is_integer(r) then raise(("%s: rank must be an integer, got %s"):format(op, show(r))) end
+  if r < 0 or r >= w then
+    raise(("%s: rank %d is out of range for num_replicas = %d%s (ranks are 0..%d)")
+          :format(op, r, w, opts.num_replicas == nil and " (the world size)" or "", w - 1))
+  end
+  local m  -- samples per rank
+  if eval then
+    m = r < n and ceil((n - r) / w) or 0
+  else
+    m = drop_last and floor(n / w) or ceil(n / w)
+  end
+  return object(DistributedSampler, {
+    _n = n, _m = m, _epoch = 0, num_replicas = w, rank = r, shuffle = shuffle, seed = seed,
+    drop_last = drop_last, eval = eval,
+  })
+end
+
+-- Samples this rank gets per epoch.
+function DistributedSampler:len() return self._m end
+DistributedSampler.__len = DistributedSampler.len
+
+local function epoch_arg(e, op)
+  if not is_integer(e) or e < 0 or e >= MAX_EPOCH then
+    raise(("%s: epoch must be an integer from 0 to %d, got %s"):format(op, MAX_EPOCH - 1, show(e)))
+  end
+  return e
+end
+
+-- The current epoch: that of the next pass.
+function DistributedSampler:epoch() return self._epoch end
+
+-- s:set_epoch(e): the next pass is epoch e (to resume; passes advance it
+-- by themselves).
+function DistributedSampler:set_epoch(e)
+  self._epoch = epoch_arg(e, "DistributedSampler:set_epoch")
+end
+
+-- s:indices([epoch]): this rank's indices of that epoch (default: the
+-- current one) as a 1-D int64 tensor -- the sampler protocol.
+function DistributedSampler:indices(epoch)
+  if epoch == nil then epoch = self._epoch end
+  epoch_arg(epoch, "DistributedSampler:indices")
+  local n, m, w, r = self._n, self._m, self.num_replicas, self.rank
+  local out = new(C.dl_empty, ffi.new("int64_t[1]", m), 1, C.DL_INT64)
+  if m == 0 then return out end
+  local p = ffi.cast("int64_t *", C.dl_tensor_data(out))
+  if self.shuffle then
+    local perm = new(C.dl_randperm_stream, n, self.seed, epoch * 2^32, C.DL_INT64)
+    local q = ffi.cast("const int64_t *", C.dl_tensor_data(perm))
+    -- position k of the padded list is position k % n of the epoch's list
+    for j = 0, m - 1 do p[j] = q[(r + j * w) % n] end
+    perm:free()
+  else
+    for j = 0, m - 1 do p[j] = (r + j * w) % n end
+  end
+  return out
+end
+
+-- s:list([epoch]): the same indices as a Lua table (0-based dataset
+-- indices, as the tensor holds them).
+function DistributedSampler:list(epoch)
+  if epoch == nil then epoch = self._epoch end
+  epoch_arg(epoch, "DistributedSampler:list")
+  local t = self:indices(epoch)
+  local p = ffi.cast("const int64_t *", C.dl_tensor_data(t))
+  local out = {}
+  for j = 0, self._m - 1 do out[j + 1] = tonumber(p[j]) end
+  t:free()
+  return out
+end
+
+-- for i in s:iter() do ... end: this rank's indices of the current epoch;
+-- when the loop runs out the epoch advances (unless set_epoch was called
+-- meanwhile), as a DataLoader's pass does.
+function DistributedSampler:iter()
+  local s, epoch = self, self._epoch
+  local list = self:list(epoch)
+  local k, m = 0, #list
+  return function()
+    if k >= m then
+      if k == m then
+        k = m + 1
+        if s._epoch == epoch then s._epoch = epoch + 1 end
+      end
+      return nil
+    end
+    k = k + 1
+    return list[k]
+  end
+end
+
+function DistributedSampler:__tostring()
+  local how = self.shuffle and ("shuffled, seed %d"):format(self.seed) or "in order"
+  local cut = self.eval and ", eval" or self.drop_last and ", drop_last" or ""
+  return ("DistributedSampler(%d samples, rank %d of %d: %d, %s%s, epoch %d)"):format(
+    self._n, self.rank, self.num_replicas, self._m, how, cut, self._epoch)
+end
+
 -- -- DataLoader ---------------------------------------------------------------
 
 local DataLoader = class("DataLoader")
@@ -354,9 +498,11 @@ function data.DataLoader(ds, opts)
     if opts.seed ~= nil then raise(op .. ": seed is for shuffle = true, which is not set") end
     sampler = data.SequentialSampler(n)
   end
+  -- a sampler keeping its own epoch keeps the loader's
+  local owner = type(field(sampler, "epoch")) == "function" and type(field(sampler, "set_epoch")) == "function"
   return object(DataLoader, {
     dataset = ds, sampler = sampler, batch_size = bs, shuffle = shuffle, drop_last = drop_last,
-    _fields = fields, _n = n, _epoch = 0,
+    _fields = fields, _n = n, _epoch = 0, _sampler_epoch = owner,
   })
 end
 
@@ -367,16 +513,30 @@ function DataLoader:len()
 end
 DataLoader.__len = DataLoader.len
 
--- loader:set_epoch(e): the order of the next pass is that of epoch e.
+-- loader:set_epoch(e): the order of the next pass is that of epoch e
+-- (the sampler's epoch, for a sampler that keeps one).
 function DataLoader:set_epoch(e)
   if not is_integer(e) or e < 0 or e >= MAX_EPOCH then
     raise(("DataLoader:set_epoch: epoch must be an integer from 0 to %d, got %s"):format(MAX_EPOCH - 1, show(e)))
   end
-  self._epoch = e
+  if self._sampler_epoch then
+    self.sampler:set_epoch(e)
+  else
+    self._epoch = e
+  end
 end
 
 -- The epoch the next pass will use.
-function DataLoader:epoch() return self._epoch end
+function DataLoader:epoch()
+  if self._sampler_epoch then
+    local e = self.sampler:epoch()
+    if not is_integer(e) or e < 0 or e >= MAX_EPOCH then
+      raise(("DataLoader: sampler:epoch() must return an integer from 0 to %d, got %s"):format(MAX_EPOCH - 1, show(e)))
+    end
+    return e
+  end
+  return self._epoch
+end
 
 -- The indices of one epoch, checked against the protocol and the dataset.
 local function epoch_indices(self, epoch)
@@ -430,7 +590,7 @@ end
 -- with break does not advance it.)
 function DataLoader:iter()
   local loader = self
-  local epoch = self._epoch
+  local epoch = self:epoch()
   local idx = epoch_indices(self, epoch)
   local n, bs = idx:size(0), self.batch_size
   local nb = self.drop_last and floor(n / bs) or ceil(n / bs)
@@ -443,7 +603,12 @@ function DataLoader:iter()
     if b >= nb then
       if b == nb then
         b = nb + 1
-        if loader._epoch == epoch then loader._epoch = epoch + 1 end
+        if loader._sampler_epoch then
+          local s = loader.sampler
+          if s:epoch() == epoch then s:set_epoch(epoch + 1) end
+        elseif loader._epoch == epoch then
+          loader._epoch = epoch + 1
+        end
       end
       return nil
     end
@@ -468,7 +633,65 @@ end
 
 function DataLoader:__tostring()
   return ("DataLoader(%d batches of %d, %s, epoch %d)"):format(
-    self:len(), self.batch_size, self.shuffle and "shuffled" or tostring(self.sampler), self._epoch)
+    self:len(), self.batch_size, self.shuffle and "shuffled" or tostring(self.sampler), self:epoch())
+end
+
+-- -- Metrics across ranks -----------------------------------------------------
+
+-- data.reduce_metrics(t): a new table with t's keys, each value summed over
+-- all ranks -- e.g. {correct =, count =, loss_sum =} of an evaluation under
+-- an eval-mode DistributedSampler, giving the full dataset's totals (so
+-- accuracy = correct / count is exact, nothing counted twice).  Values are
+-- numbers or one-element tensors; every rank must pass the same keys.  The
+-- sums are taken in rank order on every rank, so each gets the very same
+-- numbers (counts stay exact up to 2^53).  In a world of one it returns a
+-- copy without touching the process group; otherwise it needs ddp.init().
+function data.reduce_metrics(t)
+  local op = "reduce_metrics"
+  if type(t) ~= "table" or is_tensor(t) or getmetatable(t) ~= nil then
+    raise(("%s: expected a table of numbers such as {correct = c, count = n}, got %s"):format(op, show(t)))
+  end
+  local vals = {}
+  for k, v in pairs(t) do
+    if type(k) ~= "string" and not is_integer(k) then
+      raise(("%s: keys must be strings or integers, got %s"):format(op, show(k)))
+    end
+    if is_tensor(v) then
+      if v:numel() ~= 1 then
+        raise(("%s: metric %s is a tensor of %d elements; expected a number or a one-element tensor")
+              :format(op, show(k), v:numel()))
+      end
+      v = v:item()
+    elseif type(v) ~= "number" then
+      raise(("%s: metric %s must be a number or a one-element tensor, got %s"):format(op, show(k), show(v)))
+    end
+    vals[k] = v
+  end
+  if ddp.world_size() == 1 then return vals end
+  if not ddp.is_initialized() then
+    raise(("%s: call ddp.init() first (a world of %d ranks sums through the process group)")
+          :format(op, ddp.world_size()))
+  end
+  local all = ddp.all_gather_object(vals)
+  -- every rank sees every table, so a mismatch raises on all of them
+  local out = {}
+  for k in pairs(vals) do out[k] = 0 end
+  for r = 1, #all do
+    for k in pairs(vals) do
+      if all[r][k] == nil then
+        raise(("%s: rank %d has no metric %s, which rank %d has; every rank must pass the same keys")
+              :format(op, r - 1, show(k), ddp.rank()))
+      end
+    end
+    for k, v in pairs(all[r]) do
+      if out[k] == nil then
+        raise(("%s: rank %d has a metric %s, which rank %d lacks; every rank must pass the same keys")
+              :format(op, r - 1, show(k), ddp.rank()))
+      end
+      out[k] = out[k] + v
+    end
+  end
+  return out
 end
 
 return data
