@@ -4,6 +4,7 @@
 ** out in reverse forward order, with a hook when a leaf's is complete).
 ** The gradient formulas of the ops live in grad_*.c.
 */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,6 +112,56 @@ DL_API int dl_add_grad_hook(dl_tensor *leaf, dl_grad_hook fn, void *ctx) {
   m->hooks[m->nhooks].ctx = ctx;
   m->nhooks++;
   return 0;
+}
+
+DL_API int dl_remove_grad_hook(dl_tensor *leaf, dl_grad_hook fn, void *ctx) {
+  ag_meta *m = leaf ? meta_of(leaf) : NULL;
+  for (int i = 0; m && i < m->nhooks; i++) {
+    if (m->hooks[i].fn != fn || m->hooks[i].ctx != ctx) continue;
+    memmove(&m->hooks[i], &m->hooks[i + 1], sizeof(*m->hooks) * (size_t)(m->nhooks - i - 1));
+    m->nhooks--;
+    return 0;
+  }
+  return 0;
+}
+
+/* Hooks run at the end of every successful backward pass (a DDP reducer
+** waits for its buckets there).  Backward runs on one thread at a time. */
+static struct { dl_backward_hook fn; void *ctx; } end_hooks[64];
+static int n_end_hooks;
+
+DL_API int dl_add_backward_hook(dl_backward_hook fn, void *ctx) {
+  if (!fn) return dl_err(EM_NULLARG, "add_backward_hook", "fn");
+  if (n_end_hooks == (int)(sizeof end_hooks / sizeof *end_hooks))
+    return dl_err(EM_BADVALUE, "add_backward_hook", "too many hooks (64)");
+  end_hooks[n_end_hooks].fn = fn;
+  end_hooks[n_end_hooks].ctx = ctx;
+  n_end_hooks++;
+  return 0;
+}
+
+DL_API int dl_remove_backward_hook(dl_backward_hook fn, void *ctx) {
+  for (int i = 0; i < n_end_hooks; i++) {
+    if (end_hooks[i].fn != fn || end_hooks[i].ctx != ctx) continue;
+    memmove(&end_hooks[i], &end_hooks[i + 1], sizeof *end_hooks * (size_t)(n_end_hooks - i - 1));
+    n_end_hooks--;
+    break;
+  }
+  return 0;
+}
+
+/* Every hook runs (a reducer must not be left mid-iteration); the first
+** failure is the pass's error. */
+static int run_end_hooks(int rc) {
+  if (rc) return rc;
+  char first[512] = "";
+  int status = 0;
+  for (int i = 0; i < n_end_hooks; i++) {
+    if (end_hooks[i].fn(end_hooks[i].ctx) == 0 || status) continue;
+    status = dl_last_error_code() ? dl_last_error_code() : DL_ESTATE;
+    snprintf(first, sizeof first, "%s", dl_last_error());
+  }
+  return status ? dl_err_set(status, first) : 0;
 }
 
 DL_API int dl_clear_grad_hooks(dl_tensor *leaf) {
@@ -523,7 +574,7 @@ DL_API int dl_backward(dl_tensor *root, const dl_tensor *grad, int retain) {
     m->acc = g;
     rc = finish_leaf(root);
     dl_set_grad_enabled(was);
-    return rc;
+    return run_end_hooks(rc);
   }
   unsigned pass = atomic_fetch_add(&next_pass, 1) + 1;
   ag_node **all = NULL;
@@ -554,7 +605,7 @@ DL_API int dl_backward(dl_tensor *root, const dl_tensor *grad, int retain) {
   free(ready.a);
   ag_node_release(top);
   dl_set_grad_enabled(was);
-  return rc;
+  return run_end_hooks(rc);
 }
 
 /* The node that produced t (for recorders that set arguments after). */

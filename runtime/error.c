@@ -44,6 +44,12 @@ DL_HIDDEN void *dl_errp(dl_errmsg em, ...) {
   return NULL;
 }
 
+DL_HIDDEN int dl_err_set(int code, const char *msg) {
+  snprintf(err_msg, sizeof err_msg, "%s", msg);
+  err_code = code;
+  return code;
+}
+
 /* -- Formatting for messages --------------------------------------------- */
 
 /* Rotating buffers so one message can show several shapes. */

@@ -79,6 +79,8 @@ typedef enum {
 DL_HIDDEN int dl_err(dl_errmsg em, ...);
 /* The same, returning NULL for pointer-returning calls. */
 DL_HIDDEN void *dl_errp(dl_errmsg em, ...);
+/* Puts back an error saved from dl_last_error_code/dl_last_error. */
+DL_HIDDEN int dl_err_set(int code, const char *msg);
 
 /* Small thread-local string buffers for messages: "[2, 3]" etc. */
 DL_HIDDEN const char *fmt_shape(const int64_t *shape, int ndim);

@@ -11,6 +11,10 @@ core.add_lib_file(debug.getinfo(1, "S").source)
 
 local M = {}
 
+-- Functions run after every successful backward() (ddp.DDP's Lua comm
+-- hooks), in order.
+M._post_backward = {}
+
 -- -- Tensor methods and properties ---------------------------------------------
 
 function T.requires_grad_(t, requires)
@@ -26,6 +30,7 @@ function T.backward(t, grad, opts)
   opts = opts or {}
   if grad ~= nil then grad = core.operand(grad, "backward", 1) end
   check(C.dl_backward(t, grad, opts.retain_graph and 1 or 0))
+  for i = 1, #M._post_backward do M._post_backward[i]() end
 end
 
 function T.zero_grad_(t)

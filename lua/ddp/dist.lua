@@ -476,6 +476,8 @@ local function group(op)
   return st.pg
 end
 
+M._group = group
+
 -- Per-call options {timeout = seconds}: sets the group's timeout for this
 -- call and returns the one to restore (nil when unchanged).
 local function push_timeout(pg, op, opts)

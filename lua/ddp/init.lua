@@ -414,6 +414,20 @@ for _, name in ipairs { "init", "shutdown", "is_initialized", "backend", "rank",
     return f(...)
   end
 end
+-- ddp.DDP(model[, opts]) (ddp.ddp): the data-parallel wrapper.
+function ddp.DDP(...)
+  local f = require("ddp.ddp").DDP
+  ddp.DDP = f
+  return f(...)
+end
+
+-- ddp.progress(total[, opts]) (ddp.progress): a rank-0 progress line.
+function ddp.progress(...)
+  local f = require("ddp.progress")
+  ddp.progress = f
+  return f(...)
+end
+
 -- ddp.log and ddp.device are tensor functions too (torch.log, t:device()):
 -- a tensor argument keeps that meaning; ddp.log("step", i) prints on every
 -- rank and ddp.device() names this worker's device.

@@ -672,6 +672,34 @@ DL_API int dl_work_wait(dl_work *w);
 DL_API int dl_work_done(const dl_work *w);
 DL_API void dl_work_free(dl_work *w);
 
+/* -- DDP reducer ------------------------------------------------------------ */
+
+/* The gradients of params (n leaves, registration order) in flat buckets
+** of at most bucket_cap bytes (the first first_cap), all-reduced (avg) on
+** pg while backward runs; see runtime/reducer.c.  comm: DL_COMM_NONE, or
+** BF16/FP16 to send buckets compressed, or CUSTOM to leave the reduction
+** to the caller after backward (dl_reducer_bucket). */
+typedef struct dl_reducer dl_reducer;
+enum { DL_COMM_NONE = 0, DL_COMM_BF16, DL_COMM_FP16, DL_COMM_CUSTOM };
+/* dl_reducer_stats slots: synced passes, buckets, buckets launched before
+** backward ended (last pass), parameters no rank used (last pass),
+** buckets rebuilt (0/1), ns from the first launch to the end of backward. */
+enum { DL_RS_SYNCS = 0, DL_RS_BUCKETS, DL_RS_EARLY, DL_RS_UNUSED, DL_RS_REBUILT,
+       DL_RS_OVERLAP_NS, DL_REDUCER_NSTATS };
+DL_API dl_reducer *dl_reducer_new(dl_pg *pg, dl_tensor *const *params, int n,
+                                  int64_t bucket_cap, int64_t first_cap, int comm);
+DL_API void dl_reducer_free(dl_reducer *r);
+/* Before each forward of the wrapped model. */
+DL_API int dl_reducer_prepare(dl_reducer *r);
+/* Accumulate locally (no all-reduce) while on; returns the previous state. */
+DL_API int dl_reducer_set_no_sync(dl_reducer *r, int on);
+/* All-reduce every k-th backward pass only (gradient accumulation). */
+DL_API int dl_reducer_set_accum(dl_reducer *r, int k);
+DL_API int dl_reducer_stats(const dl_reducer *r, int64_t *out, int n);
+DL_API int dl_reducer_num_buckets(const dl_reducer *r);
+DL_API dl_tensor *dl_reducer_bucket(const dl_reducer *r, int b);
+DL_API int dl_reducer_bucket_of(const dl_reducer *r, int i);
+
 /* -- Autograd ------------------------------------------------------------- */
 
 /* Ops record a graph while grad mode is on and an input requires grad;
@@ -699,7 +727,13 @@ DL_API int dl_backward(dl_tensor *root, const dl_tensor *grad,
 ** this backward pass has been fully accumulated into its .grad. */
 typedef void (*dl_grad_hook)(void *ctx, dl_tensor *leaf);
 DL_API int dl_add_grad_hook(dl_tensor *leaf, dl_grad_hook fn, void *ctx);
+DL_API int dl_remove_grad_hook(dl_tensor *leaf, dl_grad_hook fn, void *ctx);
 DL_API int dl_clear_grad_hooks(dl_tensor *leaf);
+/* Called at the end of every successful backward pass, in the order
+** added; a nonzero return (with the error set) fails that dl_backward. */
+typedef int (*dl_backward_hook)(void *ctx);
+DL_API int dl_add_backward_hook(dl_backward_hook fn, void *ctx);
+DL_API int dl_remove_backward_hook(dl_backward_hook fn, void *ctx);
 
 #ifndef DL_CDEF
 #ifdef __cplusplus

@@ -1,0 +1,116 @@
+-- ddp.progress: a progress line for training loops, shown by rank 0 only.
+--
+--   local bar = ddp.progress(total, { desc = "epoch 1", unit = "samples" })
+--   bar:update(n, { loss = 0.41 })   -- n more done; extra fields shown
+--   bar:close()                      -- the final line, with the totals
+--
+-- On a terminal (ddplua's launcher says so through DDP_TTY, since workers
+-- write into pipes) the line redraws itself; elsewhere (logs, CI) a plain
+-- line is printed every `every` seconds (default 10) and at the end.
+local core = require "ddp.core"
+local dist = require "ddp.dist"
+local ffi = core.ffi
+local raise, show = core.raise, core.show
+local floor, max, fmt = math.floor, math.max, string.format
+
+core.add_lib_file(debug.getinfo(1, "S").source)
+pcall(ffi.cdef, "int isatty(int fd);")
+pcall(ffi.cdef, "typedef struct { long tv_sec; long tv_nsec; } dl_progress_ts; int clock_gettime(int, dl_progress_ts *);")
+local ts = ffi.new("dl_progress_ts")
+
+local Bar = {}
+Bar.__index = Bar
+
+local function clock()
+  ffi.C.clock_gettime(1, ts)  -- CLOCK_MONOTONIC
+  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+end
+
+local function on_terminal()
+  local v = os.getenv("DDP_TTY")
+  if v ~= nil and v ~= "" then return v == "1" end
+  return ffi.C.isatty(1) == 1
+end
+
+local function hms(s)
+  if s ~= s or s == math.huge then return "?" end
+  s = floor(s + 0.5)
+  if s >= 3600 then return fmt("%d:%02d:%02d", floor(s / 3600), floor(s % 3600 / 60), s % 60) end
+  return fmt("%d:%02d", floor(s / 60), s % 60)
+end
+
+local function rate(x)
+  if x >= 1e4 then return fmt("%.1fk", x / 1e3) end
+  return fmt("%.0f", x)
+end
+
+function Bar:line(final)
+  local t = clock() - self.t0
+  local done, total = self.n, self.total
+  local speed = t > 0 and done / t or 0
+  local parts = {}
+  if self.desc then parts[#parts + 1] = self.desc end
+  local pct = total > 0 and done / total or 1
+  if self.tty then
+    local w = 24
+    local k = floor(pct * w + 0.5)
+    parts[#parts + 1] = fmt("%3d%% |%s%s|", floor(pct * 100), ("#"):rep(k), (" "):rep(w - k))
+  else
+    parts[#parts + 1] = fmt("%3d%%", floor(pct * 100))
+  end
+  parts[#parts + 1] = fmt("%d/%d %s", done, total, self.unit)
+  parts[#parts + 1] = fmt("%s %s/s", rate(speed * self.scale), self.unit)
+  for _, k in ipairs(self.keys) do
+    local v = self.fields[k]
+    parts[#parts + 1] = type(v) == "number" and fmt("%s %.4g", k, v) or (k .. " " .. tostring(v))
+  end
+  if final then parts[#parts + 1] = "in " .. hms(t)
+  else parts[#parts + 1] = "ETA " .. hms(speed > 0 and (total - done) / speed or 0 / 0) end
+  return table.concat(parts, "  ")
+end
+
+-- bar:update(n[, fields]): n more units done (samples of this rank; the
+-- rate is scaled to the whole job with opts.scale, default world size).
+function Bar:update(n, fields)
+  if not self.show then return end
+  self.n = self.n + (n or 1)
+  if fields then
+    for k, v in pairs(fields) do
+      if self.fields[k] == nil then self.keys[#self.keys + 1] = k table.sort(self.keys) end
+      self.fields[k] = v
+    end
+  end
+  local now = clock()
+  if self.tty then
+    if now - self.last >= 0.1 then
+      self.last = now
+      io.stdout:write(self:line(false), "\27[K\r")
+      io.stdout:flush()
+    end
+  elseif now - self.last >= self.every then
+    self.last = now
+    print(self:line(false))
+  end
+end
+
+function Bar:close()
+  if not self.show or self.closed then return end
+  self.closed = true
+  io.stdout:write(self:line(true), self.tty and "\27[K\n" or "\n")
+  io.stdout:flush()
+end
+
+-- ddp.progress(total[, {desc=, unit="it", every=10, scale=world size,
+-- all_ranks=false}]).
+return function(total, opts)
+  if type(total) ~= "number" or total < 0 then raise("ddp.progress: total must be a number >= 0, got " .. show(total)) end
+  opts = opts or {}
+  local bar = setmetatable({
+    total = total, desc = opts.desc, unit = opts.unit or "it", every = opts.every or 10,
+    scale = opts.scale or dist.world_size(), n = 0, fields = {}, keys = {},
+    show = opts.all_ranks or dist.rank() == 0, tty = on_terminal(),
+  }, Bar)
+  bar.t0 = clock()
+  bar.last = bar.tty and 0 or bar.t0
+  return bar
+end
