@@ -91,7 +91,7 @@ $(BUILD)/libddplua_cuda.so: $(CUDA_SRC) runtime/include/ddplua.h
 	$(NVCC) $(NVFLAGS) -shared -o $@ $(CUDA_SRC) -ldl
 
 run: deps all
-	$(CLI) examples/fashion_mnist.lua --model mlp --epochs 3 --checkpoint $(BUILD)/fashion_mnist.ckpt
+	$(CLI) --nproc 2 examples/fashion_mnist.lua --model mlp --epochs 3 --checkpoint $(BUILD)/fashion_mnist.ckpt
 
 test: deps all
 	@bash scripts/run-tests.sh

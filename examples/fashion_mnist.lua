@@ -1,9 +1,13 @@
 -- fashion_mnist.lua: train an MLP or a small CNN on Fashion-MNIST with
--- AdamW, as a PyTorch user would write it: argument parsing, dataset,
--- loader, model, optimizer, training loop, evaluation, checkpoint.
+-- AdamW, data-parallel, as a PyTorch DDP user would write it: argument
+-- parsing, dataset, distributed sampler, model, optimizer, training loop,
+-- evaluation over all ranks, rank-0 logging and checkpoint.  The same
+-- script runs alone or on N ranks, with no flag:
 --
 --   ddplua examples/fashion_mnist.lua [--model mlp|cnn] [--epochs 3]
---          [--batch-size 64] [--lr 1e-3] [--checkpoint PATH] [--resume]
+--   ddplua --nproc 2 examples/fashion_mnist.lua      (make run)
+--   ddplua --nproc auto examples/fashion_mnist.lua   (one rank per GPU)
+--          [--batch-size 64 (per rank)] [--lr 1e-3] [--checkpoint PATH] [--resume]
 local ddp = require "ddp"
 local nn = require "ddp.nn"
 local optim = require "ddp.optim"
@@ -46,6 +50,7 @@ end
 
 -- -- Data, model, optimizer ------------------------------------------------------
 
+ddp.init()  -- a world of one without the launcher
 ddp.manual_seed(args.seed)
 local train = data.fashion_mnist("train")
 if args.limit > 0 then
@@ -53,23 +58,29 @@ if args.limit > 0 then
   train = data.TensorDataset(x:narrow(0, 0, args.limit), y:narrow(0, 0, args.limit))
 end
 local test = data.fashion_mnist("test")
-local loader = data.DataLoader(train, { batch_size = args.batch_size, shuffle = true, seed = args.seed })
-local test_loader = data.DataLoader(test, { batch_size = 1000 })
+-- each rank its share, a new order every epoch (no set_epoch to forget)
+local sampler = data.DistributedSampler(train, { seed = args.seed })
+local loader = data.DataLoader(train, { batch_size = args.batch_size, sampler = sampler })
+local test_loader = data.DataLoader(test, { batch_size = 1000, sampler = data.DistributedSampler(test, { eval = true }) })
 
-local model = models[args.model]()
+local model = ddp.DDP(models[args.model]())  -- rank 0's weights everywhere
 local opt = optim.AdamW(model:parameters(), { lr = args.lr, weight_decay = args.weight_decay })
 -- a short linear warm-up, then cosine decay to zero by the last step
-local sched = optim.lr_scheduler.CosineWithWarmup(opt, { warmup_steps = 100, total_steps = args.epochs * #loader })
+local total_steps = args.epochs * #loader
+local sched = optim.lr_scheduler.CosineWithWarmup(opt, {
+  warmup_steps = math.min(100, math.floor(total_steps / 10)), total_steps = total_steps })
 local start_epoch = 1
 if args.resume then
+  -- every rank reads the file into its own memory (CPU tensors: no GPU 0 pile-up)
   local state = ddp.load_checkpoint(args.checkpoint, { model = model, optimizer = opt, scheduler = sched })
   start_epoch = state.epoch + 1
   loader:set_epoch(state.epoch)
-  print(("resumed from %s after epoch %d"):format(args.checkpoint, state.epoch))
+  ddp.print(("resumed from %s after epoch %d"):format(args.checkpoint, state.epoch))
 end
-print(("%s: %d parameters, %d training images, batch %d, %d threads"):format(
-  args.model, model:num_parameters(), #train, args.batch_size, ddp.get_num_threads()))
+ddp.print(("%s: %d parameters, %d training images, %d rank(s) x batch %d, %d thread(s) each"):format(
+  args.model, model:num_parameters(), #train, ddp.world_size(), args.batch_size, ddp.get_num_threads()))
 
+-- accuracy over the whole test set: each rank counts its share, then the sums
 local function evaluate()
   model:eval()
   local correct, total = 0, 0
@@ -80,25 +91,32 @@ local function evaluate()
     end
   end)
   model:train()
-  return correct / total
+  local m = data.reduce_metrics({ correct = correct, count = total })
+  return m.correct / m.count, m.count
 end
 
 -- -- Training ----------------------------------------------------------------------
 
 for epoch = start_epoch, args.epochs do
-  local t0 = os.clock()
+  local bar = ddp.progress(#sampler, { desc = ("epoch %d/%d"):format(epoch, args.epochs), unit = "samples" })
   local loss_sum, batches = 0, 0
   for _, x, y in loader:iter() do
     opt:zero_grad()
     local loss = F.cross_entropy(model(x), y)
-    loss:backward()
+    loss:backward()  -- gradients averaged over the ranks while backward runs
     opt:step()
     sched:step()
-    loss_sum = loss_sum + loss:item()
+    local l = loss:item()
+    loss_sum = loss_sum + l
     batches = batches + 1
+    bar:update(y:size(0), { loss = l })
   end
-  local acc = evaluate()
-  print(("epoch %d  loss %.4f  test accuracy %.2f%%  (%.1fs cpu)"):format(
-    epoch, loss_sum / batches, 100 * acc, os.clock() - t0))
-  ddp.save_checkpoint(args.checkpoint, { model = model, optimizer = opt, scheduler = sched, epoch = epoch })
+  bar:close()
+  local acc, n = evaluate()
+  local mean_loss = data.reduce_metrics({ loss = loss_sum / batches }).loss / ddp.world_size()
+  ddp.print(("epoch %d  loss %.4f  test accuracy %.2f%% (%d images)"):format(epoch, mean_loss, 100 * acc, n))
+  if ddp.is_main() then  -- one file, written once, atomically
+    ddp.save_checkpoint(args.checkpoint, { model = model, optimizer = opt, scheduler = sched, epoch = epoch })
+  end
+  ddp.barrier()  -- nobody resumes from a file rank 0 is still writing
 end

@@ -167,19 +167,21 @@ static void tail_add(worker *w, const char *line, size_t len) {
 
 /* One line (len bytes, the newline not included: added here) to the
 ** terminal in one write, so lines of different ranks never mix, and to the
-** rank's log. */
-static void emit(job *j, worker *w, int is_err, const char *line, size_t len) {
-  if (is_err) tail_add(w, line, len);
+** rank's log.  A line ended by a carriage return (a progress bar redrawing
+** itself) goes to the terminal only, ended the same way. */
+static void emit(job *j, worker *w, int is_err, const char *line, size_t len, char end) {
+  if (is_err && end == '\n') tail_add(w, line, len);
   int show = !(j->quiet_ranks && w->rank != 0);
-  if (w->log < 0 && !show) return;
+  int log = w->log >= 0 && end == '\n';
+  if (!log && !show) return;
   char pre[24] = "";
   int plen = j->prefix ? snprintf(pre, sizeof pre, "[%d] ", w->rank) : 0;
   char *buf = malloc((size_t)plen + len + 1);
   if (!buf) return; /* no memory: this line is lost, the job goes on */
   memcpy(buf, pre, (size_t)plen);
   memcpy(buf + plen, line, len);
-  buf[plen + len] = '\n';
-  if (w->log >= 0) write_all(w->log, buf + plen, len + 1);
+  buf[plen + len] = end;
+  if (log) write_all(w->log, buf + plen, len + 1);
   if (show) write_all(is_err ? STDERR_FILENO : STDOUT_FILENO, buf, (size_t)plen + len + 1);
   free(buf);
 }
@@ -199,10 +201,13 @@ static void drain(job *j, worker *w, line_buf *lb, int is_err) {
     size_t start = 0;
     for (size_t i = 0; i < lb->len; i++)
       if (lb->buf[i] == '\n') {
-        emit(j, w, is_err, lb->buf + start, i - start);
+        emit(j, w, is_err, lb->buf + start, i - start, '\n');
+        start = i + 1;
+      } else if (lb->buf[i] == '\r' && (i + 1 == lb->len || lb->buf[i + 1] != '\n')) {
+        emit(j, w, is_err, lb->buf + start, i - start, '\r');
         start = i + 1;
       } else if (i + 1 - start >= LINE_MAX_BYTES) { /* a runaway line: in pieces */
-        emit(j, w, is_err, lb->buf + start, i + 1 - start);
+        emit(j, w, is_err, lb->buf + start, i + 1 - start, '\n');
         start = i + 1;
       }
     memmove(lb->buf, lb->buf + start, lb->len - start);
@@ -210,7 +215,7 @@ static void drain(job *j, worker *w, line_buf *lb, int is_err) {
     return;
   }
   if (lb->len > 0) { /* end of file (or an error) after a partial line */
-    emit(j, w, is_err, lb->buf, lb->len);
+    emit(j, w, is_err, lb->buf, lb->len, '\n');
     lb->len = 0;
   }
   close(lb->fd);
@@ -237,7 +242,7 @@ static char **worker_env(const job *j, const worker *w) {
   static const char *const ours[] = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
     "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "DDP_JOB_ID",
-    "DDP_STORE_TOKEN", "DDP_RESTART_COUNT", "DDP_MAX_RESTARTS",
+    "DDP_STORE_TOKEN", "DDP_RESTART_COUNT", "DDP_MAX_RESTARTS", "DDP_TTY",
   };
   enum { NOURS = sizeof ours / sizeof ours[0] };
   char vals[NOURS][300];
@@ -253,6 +258,9 @@ static char **worker_env(const job *j, const worker *w) {
   snprintf(vals[9], 300, "%s", j->token);
   snprintf(vals[10], 300, "%d", j->restart);
   snprintf(vals[11], 300, "%d", j->max_restarts);
+  /* workers write into pipes: tell them whether their lines reach a
+  ** terminal (progress bars redraw there, print plain lines elsewhere) */
+  snprintf(vals[12], 300, "%d", isatty(STDOUT_FILENO) && !(j->quiet_ranks && w->rank != 0));
 
   size_t n = 0;
   while (environ[n]) n++;

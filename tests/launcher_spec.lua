@@ -167,6 +167,23 @@ io.write("no newline at the end")
     assert.truthy(err:find("to stderr 1\n", 1, true), err)
   end)
 
+  it("passes carriage-return redraws on to the terminal only, and says no terminal with DDP_TTY", function()
+    local s = script([[
+if rank == 0 then
+  io.write("tty=" .. os.getenv("DDP_TTY") .. "\n")
+  io.write("10%\r") io.flush() sleep(0.05) io.write("100%\r") io.flush() sleep(0.05)
+  io.write("done\r\n")
+end
+]])
+    local dir = tempname() .. "_logs"
+    local out, err, rc = run("--nproc 2 --log-dir " .. q(dir) .. " " .. q(s))
+    assert.equals(0, rc, err)
+    assert.truthy(out:find("[0] tty=0\n[0] 10%\r[0] 100%\r[0] done\r\n", 1, true), out)
+    local log = slurp(dir .. "/rank0.log")
+    assert.equals("tty=0\ndone\r\n", log)
+    os.execute("rm -rf " .. q(dir))
+  end)
+
   it("gives two concurrent jobs different ports", function()
     local s = script([[print("PORT " .. os.getenv("MASTER_PORT")) sleep(1)]])
     local a, b = tempname(), tempname()

@@ -58,8 +58,8 @@ function Bar:line(final)
   else
     parts[#parts + 1] = fmt("%3d%%", floor(pct * 100))
   end
-  parts[#parts + 1] = fmt("%d/%d %s", done, total, self.unit)
-  parts[#parts + 1] = fmt("%s %s/s", rate(speed * self.scale), self.unit)
+  parts[#parts + 1] = fmt("%d/%d %s", floor(done * self.scale + 0.5), floor(total * self.scale + 0.5), self.unit)
+  parts[#parts + 1] = fmt("%s %s/s", t >= 0.2 and rate(speed * self.scale) or "-", self.unit)
   for _, k in ipairs(self.keys) do
     local v = self.fields[k]
     parts[#parts + 1] = type(v) == "number" and fmt("%s %.4g", k, v) or (k .. " " .. tostring(v))
