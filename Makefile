@@ -21,7 +21,7 @@ CXXFLAGS += -std=c++17 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 # Kernel files: -O3 lets GCC vectorise loops with runtime alias checks, and
 # fused multiply-adds (in the x86-64-v3 clones) speed up polynomials, and
 # without errno, sqrt vectorises (nothing reads errno after a kernel).
-KERNELS  := elementwise reduce scan optim nn_conv nn_pool nn_norm nn_embed nn_loss
+KERNELS  := elementwise reduce scan optim nn_conv nn_pool nn_norm nn_embed nn_loss pg_reduce
 LDLIBS   := -lopenblas -lz -lm -lpthread -ldl
 GLOO_LIBS := -lgloo -lstdc++
 
@@ -60,7 +60,7 @@ $(BUILD)/obj/%.o:  runtime/%.cc runtime/gloo.h runtime/include/ddplua.h Makefile
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
 $(filter $(BUILD)/obj/nn_%,$(LIB_OBJ)): runtime/nn.h
-$(filter $(BUILD)/obj/pg% $(BUILD)/obj/shm.o,$(LIB_OBJ)): runtime/pg.h runtime/gloo.h
+$(filter $(BUILD)/obj/pg% $(BUILD)/obj/shm.o $(BUILD)/obj/reducer.o,$(LIB_OBJ)): runtime/pg.h runtime/gloo.h
 
 $(BUILD)/obj:
 	@mkdir -p $@

@@ -341,6 +341,15 @@ DL_API dl_tensor *dl_pg_reduce_scatter(dl_pg *pg, const dl_tensor *t, int op) {
   return out;
 }
 
+DL_API dl_tensor *dl_pg_shared_zeros(dl_pg *pg, int64_t numel, int dtype) {
+  int64_t n = numel;
+  if (numel < 0) return dl_errp(EM_NEG_SIZE, "shared_zeros", (long long)numel, "");
+  const char *env = getenv("DDP_SHM_ZERO_COPY");  /* "0": private buffers (to compare) */
+  if (pg->ops != &shm_ops || (env && !strcmp(env, "0"))) return dl_zeros(&n, 1, dtype);
+  settle(pg);
+  return shm_shared_zeros(pg->impl, numel, dtype);
+}
+
 DL_API int dl_pg_barrier(dl_pg *pg) {
   settle(pg);
   return pg->ops->barrier(pg->impl);

@@ -44,6 +44,7 @@ DL_HIDDEN dl_pg *pg_wrap(const pg_ops *ops, void *impl, int rank, int world, dou
 DL_HIDDEN void *shm_new(dl_store *store, int rank, int world, const char *job_id,
                         int node, double timeout_s);
 extern DL_HIDDEN const pg_ops shm_ops;
+DL_HIDDEN dl_tensor *shm_shared_zeros(void *impl, int64_t numel, int dtype);
 
 /* pg_gloo.c: all `world` ranks through one Gloo context, keys under prefix,
 ** bound to host (NULL: the address this process reaches the store from).
@@ -61,6 +62,19 @@ extern DL_HIDDEN const pg_ops hier_ops;
 enum { PG_ALL_REDUCE, PG_BROADCAST, PG_ALL_GATHER, PG_BARRIER, PG_REDUCE_SCATTER };
 DL_HIDDEN void pg_describe(char *b, size_t cap, int kind, int arg, int dtype, int64_t numel,
                            int64_t seq);
+
+/* pg_reduce.c: dst[i] = src[0][i] op src[1][i] op ... (rank order) for
+** i < n; red_part runs a red_job's slice [b, e) (for parallel_for). */
+typedef void (*red_fn)(char *dst, char *const *src, int w, int64_t n, int op);
+enum { PG_MAX_WORLD = 1024 };
+typedef struct red_job {
+  red_fn fn;
+  char *dst;
+  char *src[PG_MAX_WORLD];
+  int w, op, es;
+} red_job;
+DL_HIDDEN red_fn red_for(int dtype);
+DL_HIDDEN void red_part(void *ctx, int64_t b, int64_t e);
 
 /* A job id safe in shm names and store keys ("nojob" when empty). */
 DL_HIDDEN void pg_clean_id(char *out, size_t cap, const char *job_id);

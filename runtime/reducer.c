@@ -129,7 +129,7 @@ static int build_buckets(dl_reducer *r, const int *order) {
     if (end > tot[bucket_of[i]]) tot[bucket_of[i]] = end;
   }
   for (int b = 0; !rc && b < nb; b++)
-    if (!(bs[b].flat = dl_zeros(&tot[b], 1, bs[b].dtype))) rc = -1;
+    if (!(bs[b].flat = dl_pg_shared_zeros(r->pg, tot[b], bs[b].dtype))) rc = -1;
   dl_tensor **views = rc ? NULL : calloc((size_t)r->n, sizeof *views);
   if (!rc && !views) rc = dl_err(EM_NOMEM, "ddp.DDP", 0LL, 0LL);
   for (int i = 0; !rc && i < r->n; i++) {

@@ -29,7 +29,7 @@
 
 #include "pg.h"
 
-enum { LINE = 128, SLOT_PAD = 320, BLK = 512, MAX_WORLD = 1024 };
+enum { LINE = 128, SLOT_PAD = 320, MAX_WORLD = PG_MAX_WORLD, MAX_BUFS = 64 };
 #define MAGIC 0x31306d6873646464ull  /* "dddshm01" */
 /* Small enough that a chunk one rank wrote is still in the shared cache
 ** when the others read it: 2 ranks reached 8.6-11 GB/s bus bandwidth for
@@ -83,6 +83,8 @@ typedef struct shm {
   dl_store *store;
   char id[100];
   peer *peers;
+  struct shbuf *bufs[MAX_BUFS];  /* shared buffers (zero-copy all-reduce) */
+  int nbufs, nbuf_calls;
   char why[256];
 } shm;
 
@@ -231,95 +233,12 @@ static int begin(shm *g, const char *name, int kind, int arg, int dtype, int64_t
   return fail(g, dl_err(EM_PG_MISMATCH, name, (long long)g->seq, msg));
 }
 
-/* -- Reduction kernels ---------------------------------------------------- */
-
-/* dst[i] = src[0][i] op src[1][i] op ... (rank order) for i < n. */
-typedef void (*red_fn)(char *dst, char *const *src, int w, int64_t n, int op);
-
-#define ADD_F(a, b) ((a) + (b))
-#define MUL_F(a, b) ((a) * (b))
-#define ADD_U(U, a, b) ((a) = (__typeof__(a))((U)(a) + (U)(b)))
-#define ID(x) (x)
-
-#define DEF_RED(fname, T, A, U, LD, ST, ISFLOAT)                               \
-  static void fname(char *dst, char *const *src, int w, int64_t n, int op) {    \
-    A acc[BLK];                                                                \
-    for (int64_t b = 0; b < n; b += BLK) {                                     \
-      int64_t m = n - b < BLK ? n - b : BLK;                                   \
-      const T *s0 = (const T *)src[0] + b;                                     \
-      for (int64_t i = 0; i < m; i++) acc[i] = LD(s0[i]);                      \
-      for (int r = 1; r < w; r++) {                                            \
-        const T *s = (const T *)src[r] + b;                                    \
-        switch (op) {                                                          \
-        case DL_RED_SUM: case DL_RED_AVG:                                      \
-          for (int64_t i = 0; i < m; i++) acc[i] = (A)((U)acc[i] + (U)LD(s[i])); \
-          break;                                                               \
-        case DL_RED_PROD:                                                      \
-          for (int64_t i = 0; i < m; i++) acc[i] = (A)((U)acc[i] * (U)LD(s[i])); \
-          break;                                                               \
-        case DL_RED_MAX:                                                       \
-          for (int64_t i = 0; i < m; i++) {                                    \
-            A x = LD(s[i]);                                                    \
-            acc[i] = (x > acc[i] || x != x) ? x : acc[i];                      \
-          }                                                                    \
-          break;                                                               \
-        default:                                                               \
-          for (int64_t i = 0; i < m; i++) {                                    \
-            A x = LD(s[i]);                                                    \
-            acc[i] = (x < acc[i] || x != x) ? x : acc[i];                      \
-          }                                                                    \
-        }                                                                      \
-      }                                                                        \
-      if (ISFLOAT && op == DL_RED_AVG)                                         \
-        for (int64_t i = 0; i < m; i++) acc[i] = (A)(acc[i] / w);              \
-      T *d = (T *)dst + b;                                                     \
-      for (int64_t i = 0; i < m; i++) d[i] = ST(acc[i]);                       \
-    }                                                                          \
-  }
-
-DEF_RED(red_f32, float, float, float, ID, ID, 1)
-DEF_RED(red_f64, double, double, double, ID, ID, 1)
-DEF_RED(red_i32, int32_t, int32_t, uint32_t, ID, ID, 0)
-DEF_RED(red_i64, int64_t, int64_t, uint64_t, ID, ID, 0)
-DEF_RED(red_u8, uint8_t, uint8_t, uint8_t, ID, ID, 0)
-DEF_RED(red_bf16, uint16_t, float, float, bf16_to_float, float_to_bf16, 1)
-DEF_RED(red_f16, uint16_t, float, float, half_to_float, float_to_half, 1)
-
-/* bool: sum and max are or, prod and min are and (as PyTorch) */
-static void red_bool(char *dst, char *const *src, int w, int64_t n, int op) {
-  red_u8(dst, src, w, n, (op == DL_RED_SUM || op == DL_RED_MAX) ? DL_RED_MAX : DL_RED_MIN);
-}
-
-static red_fn red_for(int dtype) {
-  switch (dtype) {
-  case DL_FLOAT32: return red_f32;
-  case DL_FLOAT64: return red_f64;
-  case DL_INT32: return red_i32;
-  case DL_INT64: return red_i64;
-  case DL_UINT8: return red_u8;
-  case DL_BOOL: return red_bool;
-  case DL_BFLOAT16: return red_bf16;
-  default: return red_f16;
-  }
-}
-
-typedef struct red_job {
-  red_fn fn;
-  char *dst;
-  char *src[MAX_WORLD];
-  int w, op, es;
-} red_job;
-
-static void red_part(void *ctx, int64_t b, int64_t e) {
-  red_job *j = ctx;
-  char *src[MAX_WORLD];
-  for (int r = 0; r < j->w; r++) src[r] = j->src[r] + b * j->es;
-  j->fn(j->dst + b * j->es, src, j->w, e - b, j->op);
-}
-
 /* -- Collectives ----------------------------------------------------------- */
 
 static int64_t chunk_elems(shm *g, int es) { return (int64_t)(g->slot_bytes / es); }
+
+static int zc_all_reduce(shm *g, struct shbuf *b, size_t off, dl_tensor *t, int op);
+static struct shbuf *find_buf(shm *g, const char *p, size_t nbytes, size_t *off);
 
 static int shm_all_reduce(void *impl, dl_tensor *t, int op) {
   shm *g = impl;
@@ -327,6 +246,9 @@ static int shm_all_reduce(void *impl, dl_tensor *t, int op) {
   if (begin(g, "all_reduce", PG_ALL_REDUCE, op, t->dtype, n)) return -1;
   int es = dl_dtype_sizes[t->dtype];
   char *data = tensor_first(t);
+  size_t zoff;
+  struct shbuf *zb = find_buf(g, data, (size_t)(n * es), &zoff);
+  if (zb) return zc_all_reduce(g, zb, zoff, t, op);
   int64_t ce = chunk_elems(g, es);
   static _Thread_local red_job job;
   for (int64_t off = 0; off < n; off += ce) {
@@ -535,6 +457,155 @@ static int shm_recv(void *impl, dl_tensor *t, int src) {
   return 0;
 }
 
+/* -- Shared buffers ---------------------------------------------------------------- */
+
+/* One mapping holding a buffer for every rank of the node (rank r's at
+** base + r * stride): an all-reduce of a tensor inside it reads the other
+** ranks' data where it lies, with no copy in (DDP's buckets live here). */
+typedef struct shbuf {
+  _Atomic int refs;   /* the group's registry and the tensor's storage */
+  char *base;
+  size_t bytes, stride;
+} shbuf;
+
+static void shbuf_release(shbuf *b) {
+  if (atomic_fetch_sub(&b->refs, 1) != 1) return;
+  munmap(b->base, b->bytes);
+  free(b);
+}
+
+static void shbuf_deleter(void *ctx, void *data) {
+  (void)data;
+  shbuf_release(ctx);
+}
+
+static shbuf *find_buf(shm *g, const char *p, size_t nbytes, size_t *off) {
+  for (int i = 0; i < g->nbufs; i++) {
+    shbuf *b = g->bufs[i];
+    const char *own = b->base + (size_t)g->rank * b->stride;
+    if (p >= own && p + nbytes <= own + b->stride) {
+      *off = (size_t)(p - own);
+      return b;
+    }
+  }
+  return NULL;
+}
+
+/* Every rank's data is in place: each reduces its share from all ranks'
+** buffers into its own, then copies the other shares from their owners;
+** the last sync keeps every buffer unchanged until all have copied. */
+static int zc_all_reduce(shm *g, shbuf *b, size_t off, dl_tensor *t, int op) {
+  int64_t n = dl_tensor_numel(t);
+  int es = dl_dtype_sizes[t->dtype];
+  char *own = b->base + (size_t)g->rank * b->stride + off;
+  if (sync_all(g, "all_reduce")) return -1;
+  int64_t lo = n * g->rank / g->world, hi = n * (g->rank + 1) / g->world;
+  static _Thread_local red_job job;
+  if (hi > lo) {
+    job.fn = red_for(t->dtype);
+    job.w = g->world;
+    job.op = op;
+    job.es = es;
+    job.dst = own + lo * es;
+    for (int r = 0; r < g->world; r++) job.src[r] = b->base + (size_t)r * b->stride + off + lo * es;
+    parallel_for(hi - lo, PAR_GRAIN, red_part, &job);
+  }
+  if (sync_all(g, "all_reduce")) return -1;
+  for (int q = 0; q < g->world; q++) {
+    int64_t a = n * q / g->world, e = n * (q + 1) / g->world;
+    if (q != g->rank && e > a)
+      memcpy(own + a * es, b->base + (size_t)q * b->stride + off + a * es, (size_t)((e - a) * es));
+  }
+  return sync_all(g, "all_reduce");
+}
+
+/* A zeroed 1-D tensor of numel elements inside a new shared mapping, or in
+** private memory when /dev/shm is short or any rank could not map it (the
+** ranks agree through the store).  Every rank of the group calls it, in
+** the same order, with the same size. */
+DL_HIDDEN dl_tensor *shm_shared_zeros(void *impl, int64_t numel, int dtype) {
+  shm *g = impl;
+  const char *op = "ddp.DDP";
+  int64_t one = numel;
+  size_t need = (size_t)numel * dl_dtype_sizes[dtype];
+  for (int i = 0; i < g->nbufs;) {  /* drop mappings whose tensors are gone */
+    if (atomic_load(&g->bufs[i]->refs) == 1) {
+      shbuf_release(g->bufs[i]);
+      g->bufs[i] = g->bufs[--g->nbufs];
+    } else i++;
+  }
+  if (g->world == 1 || !g->store || g->nbufs == MAX_BUFS || need == 0) return dl_zeros(&one, 1, dtype);
+  size_t stride = ((need + 4095) & ~(size_t)4095) + SLOT_PAD, bytes = stride * (size_t)g->world;
+  int j = g->nbuf_calls++;
+  char key[220], okkey[230], name[160] = "-", val[200];
+  snprintf(key, sizeof key, "ddp/shm/%s/n%d/%d/buf%d", g->id, g->node, g->group, j);
+  snprintf(okkey, sizeof okkey, "%s/ok", key);
+  int fd = -1;
+  if (g->rank == 0) {
+    struct statvfs sv;
+    if (statvfs("/dev/shm", &sv) == 0 && bytes <= (size_t)sv.f_bavail * sv.f_frsize / 2) {
+      for (int k = 0; k < 1000; k++) {
+        snprintf(name, sizeof name, "/ddplua-%s-%d", g->id, 500 + k);
+        fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd >= 0 || errno != EEXIST) break;
+      }
+      if (fd >= 0 && (ftruncate(fd, (off_t)bytes) || posix_fallocate(fd, 0, (off_t)bytes))) {
+        close(fd);
+        shm_unlink(name);
+        fd = -1;
+      }
+      if (fd < 0) snprintf(name, sizeof name, "-");
+    }
+    snprintf(val, sizeof val, "%s", name);
+    if (dl_store_set(g->store, key, val, (int64_t)strlen(val))) goto fail;
+  } else {
+    int64_t len;
+    char *v = dl_store_get(g->store, key, g->timeout, &len);
+    if (!v) return NULL;
+    snprintf(name, sizeof name, "%s", v);
+    dl_store_free(v);
+    if (strcmp(name, "-")) fd = shm_open(name, O_RDWR, 0);
+  }
+  void *base = MAP_FAILED;
+  struct stat st;
+  if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == bytes)
+    base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (fd >= 0) close(fd);
+  char bkey[240];
+  snprintf(bkey, sizeof bkey, "%s/mapped", key);
+  int64_t oks = 0;
+  if (dl_store_add(g->store, okkey, base != MAP_FAILED, NULL) ||
+      dl_store_barrier(g->store, bkey, g->world, g->timeout) ||
+      dl_store_add(g->store, okkey, 0, &oks)) {
+    if (base != MAP_FAILED) munmap(base, bytes);
+    goto fail;
+  }
+  if (g->rank == 0 && strcmp(name, "-")) shm_unlink(name);
+  shbuf *b = oks == g->world ? calloc(1, sizeof *b) : NULL;
+  if (!b) {  /* some rank could not map it: all take private memory */
+    if (base != MAP_FAILED) munmap(base, bytes);
+    return dl_zeros(&one, 1, dtype);
+  }
+  atomic_init(&b->refs, 2);
+  b->base = base;
+  b->bytes = bytes;
+  b->stride = stride;
+  dl_tensor *t = dl_from_blob(b->base + (size_t)g->rank * stride, dtype, &one, NULL, 1,
+                              shbuf_deleter, b);
+  if (!t) {
+    munmap(base, bytes);
+    free(b);
+    return NULL;
+  }
+  g->bufs[g->nbufs++] = b;
+  return t;
+fail:;
+  char why[300];
+  snprintf(why, sizeof why, "%s", dl_last_error());
+  if (g->rank == 0 && strcmp(name, "-")) shm_unlink(name);
+  return dl_errp(EM_PG_OS, op, "shared buffer", why);
+}
+
 static void shm_set_timeout(void *impl, double s) { ((shm *)impl)->timeout = s; }
 
 static void shm_free(void *impl) {
@@ -545,6 +616,7 @@ static void shm_free(void *impl) {
       if (g->peers[r].base) munmap(g->peers[r].base, PAIR_BYTES);
     free(g->peers);
   }
+  for (int i = 0; i < g->nbufs; i++) shbuf_release(g->bufs[i]);
   if (g->base) munmap(g->base, g->bytes);
   free(g);
 }

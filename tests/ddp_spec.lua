@@ -232,6 +232,37 @@ print("OK " .. tostring(dm):sub(1, 4))
     assert.equals(2, select(2, out:gsub("OK DDP%(", "")), out)
   end)
 
+  it("keeps buckets in shared memory and all-reduces them where they lie", function()
+    local s = script([[
+local nn = ddp.nn
+ddp.manual_seed(0)
+local lin1 = nn.Linear(50, 40)
+local model = nn.Sequential(lin1, nn.Linear(40, 3))
+local dm = ddp.DDP(model)
+local maps = 0
+for line in io.lines("/proc/self/maps") do
+  if line:find("/dev/shm/ddplua%-.-%-5%d%d") then maps = maps + 1 end
+end
+local r, w = ddp.rank(), ddp.world_size()
+dm(ddp.ones(4, 50) * (r + 1)):sum():backward()
+-- every rank's gradient is the average: the same everywhere
+local g = ddp.all_gather(lin1.weight.grad:reshape(1, -1))
+assert(g:narrow(0, 0, 1):equal(g:narrow(0, w - 1, 1)), "averaged")
+-- a collective on a view into a shared bucket (at an offset) is right too
+local gw = lin1.bias.grad
+local before = gw:clone()
+ddp.all_reduce(gw, "sum")
+assert((gw - before * w):abs():max():item() < 1e-5, "sum of a shared view")
+print(("MAPS %d"):format(maps))
+]])
+    local out, err, rc = run("--nproc 3 " .. q(s))
+    assert.equals(0, rc, err)
+    assert.equals(3, select(2, out:gsub("MAPS [1-9]", "")), out)
+    out, err, rc = run("--nproc 3 " .. q(s), "DDP_SHM_ZERO_COPY=0")
+    assert.equals(0, rc, err)
+    assert.equals(3, select(2, out:gsub("MAPS 0", "")), out)
+  end)
+
   it("refuses misuse with clear errors", function()
     local s = script([[
 local nn = ddp.nn

@@ -662,6 +662,11 @@ DL_API int dl_pg_barrier(dl_pg *pg);
 ** k-th recv at b from a. */
 DL_API int dl_pg_send(dl_pg *pg, const dl_tensor *t, int dst);
 DL_API int dl_pg_recv(dl_pg *pg, dl_tensor *t, int src);
+/* A zeroed 1-D tensor that an all-reduce reduces in place without copying
+** it through the arena: with the shm backend it lies in memory every rank
+** of the node maps (private memory otherwise, or when /dev/shm is short).
+** Collective: every rank calls it in the same order with the same size. */
+DL_API dl_tensor *dl_pg_shared_zeros(dl_pg *pg, int64_t numel, int dtype);
 /* Asynchronous all-reduce: queued behind earlier asynchronous calls and
 ** run on the group's own thread; t must not be used until the handle is
 ** done.  wait returns 0 or the call's error; done is 1 once it finished
