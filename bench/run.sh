@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # make bench: every benchmark beside its PyTorch twin, one process at a time
-# (never two at once), at 1 and 2 threads; the collectives and startup as
-# 2-rank jobs of one thread a rank (ddplua --nproc 2 against torchrun with
-# gloo).  The twins alternate for ROUNDS rounds and each number is the
-# median over rounds, so a noisy neighbour on a shared machine shifts both
-# sides alike.  Prints a table with the ratio: ddplua / PyTorch for rates,
-# PyTorch / ddplua for times (us, ms, s): above 1, ddplua is faster.
+# (never two at once), at 1 and 2 threads; the collectives, DDP training
+# and startup as 2-rank jobs of one thread a rank (ddplua --nproc 2 against
+# torchrun with gloo).  The twins alternate for ROUNDS rounds and each
+# number is the median over rounds, so a noisy neighbour on a shared
+# machine shifts both sides alike.  Prints a table with the ratio: ddplua /
+# PyTorch for rates, PyTorch / ddplua for times (us, ms, s): above 1,
+# ddplua is faster.  Units ending in "(info)" are shown, not compared.
 #   BENCHES="allreduce startup" make bench   runs only those
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,13 +30,17 @@ median() {
             printf "%s\t%s\t%s\n", k[i], a[int((m + 1) / 2)], u[k[i]] } }' "$@"
 }
 
-for bench in ${BENCHES:-tensor_ops train_mlp allreduce startup}; do
+for bench in ${BENCHES:-tensor_ops train_mlp allreduce train_ddp startup}; do
   # the twins' commands ($t: threads per process) and the thread counts
   case $bench in
     allreduce)
       threads=1 what="2 ranks x 1 thread"
       lua="build/ddplua --nproc 2 --no-prefix bench/allreduce.lua"
       py="$PY bench/torchrun.py --nproc_per_node 2 bench/allreduce.py" ;;
+    train_ddp)
+      threads=1 what="2 ranks x 1 thread"
+      lua="build/ddplua --nproc 2 --no-prefix bench/train_ddp.lua"
+      py="$PY bench/torchrun.py --nproc_per_node 2 bench/train_ddp.py" ;;
     startup)
       threads=1 what="2 ranks x 1 thread"
       lua="bash bench/startup.sh ddplua" py="bash bench/startup.sh torchrun" ;;
@@ -62,6 +67,7 @@ for bench in ${BENCHES:-tensor_ops train_mlp allreduce startup}; do
     printf '%-24s %12s %12s %8s  %s\n' op ddplua pytorch ratio unit
     paste "$out/$bench.lua.$t" "$out/$bench.py.$t" |
       awk -F'\t' 'function f(v) { return sprintf(v > 0 && v < 0.1 ? "%.3g" : "%.2f", v) }
+        $3 ~ /\(info\)$/ { printf "%-24s %12s %12s %8s  %s\n", $1, f($2), f($5), "-", $3; next }
         { r = $3 ~ /^(us|ms|s)$/ ? ($2 > 0 ? $5 / $2 : 0) : ($5 > 0 ? $2 / $5 : 0)
           printf "%-24s %12s %12s %7.2fx  %s\n", $1, f($2), f($5), r, $3 }'
   done
