@@ -94,8 +94,9 @@ static void free_buckets(dl_reducer *r) {
 }
 
 /* Lays the parameters out in buckets in the given order (a bucket holds
-** one dtype, up to cap bytes; the first only first_cap so its all-reduce
-** starts early) and points every .grad at its place, keeping values. */
+** one dtype and closes once it holds cap bytes; the first at first_cap so
+** its all-reduce starts early) and points every .grad at its place,
+** keeping values. */
 static int build_buckets(dl_reducer *r, const int *order) {
   rbucket *bs = calloc((size_t)r->n, sizeof *bs);
   int *bucket_of = malloc(sizeof(int) * (size_t)r->n);
@@ -110,8 +111,11 @@ static int build_buckets(dl_reducer *r, const int *order) {
     rparam *rp = &r->ps[order[k]];
     int dt = rp->p->dtype;
     int64_t bytes = rp->numel * dl_dtype_sizes[dt];
+    /* as PyTorch: a bucket closes once it reached its cap, so the first
+    ** (small cap) still takes the layer that crosses it, whose all-reduce
+    ** then runs while the layers before it compute their gradients */
     int64_t cap = nb <= 1 ? r->first_cap : r->cap;
-    if (nb == 0 || bs[nb - 1].dtype != dt || (fill > 0 && fill + bytes > cap)) {
+    if (nb == 0 || bs[nb - 1].dtype != dt || fill >= cap) {
       bs[nb].dtype = dt;
       nb++;
       fill = 0;
