@@ -421,6 +421,15 @@ function ddp.DDP(...)
   return f(...)
 end
 
+-- ddp.DataLoader, ddp.DistributedSampler, ddp.reduce_metrics: ddp.data's.
+for _, name in ipairs { "DataLoader", "DistributedSampler", "reduce_metrics" } do
+  ddp[name] = function(...)
+    local f = require("ddp.data")[name]
+    ddp[name] = f
+    return f(...)
+  end
+end
+
 -- ddp.progress(total[, opts]) (ddp.progress): a rank-0 progress line.
 function ddp.progress(...)
   local f = require("ddp.progress")
