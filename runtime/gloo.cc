@@ -48,59 +48,13 @@ constexpr size_t kChunkBytes = size_t(1) << 30;
 constexpr size_t kPieceBytes = size_t(1) << 20;
 constexpr size_t kWindow = 4;
 
-// -- Half types (as dtype.c) ------------------------------------------------
+// -- Half types: dtype.c's conversions (the same library) -------------------
 
-inline float bf16_to_float(uint16_t h) {
-  uint32_t u = uint32_t(h) << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-inline uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if (std::isnan(f)) return uint16_t((u >> 16) | 0x40);
-  u += 0x7fff + ((u >> 16) & 1);
-  return uint16_t(u >> 16);
-}
-
-inline float half_to_float(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-  if (exp == 0x1f) {
-    u = sign | 0x7f800000 | (man << 13);
-  } else if (exp == 0) {
-    if (man == 0) {
-      u = sign;
-    } else {
-      int e = -1;
-      do { man <<= 1; e++; } while (!(man & 0x400));
-      u = sign | (uint32_t(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
-    }
-  } else {
-    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-inline uint16_t float_to_half(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  uint16_t sign = uint16_t((u >> 16) & 0x8000);
-  uint32_t absu = u & 0x7fffffff;
-  if (absu >= 0x7f800000) return sign | 0x7c00 | (absu > 0x7f800000 ? 0x200 : 0);
-  if (absu >= 0x477ff000) return sign | 0x7c00;
-  if (absu < 0x38800000) {
-    float a;
-    memcpy(&a, &absu, 4);
-    return uint16_t(sign | uint16_t(lrintf(a * 16777216.0f)));
-  }
-  uint32_t mant_odd = (absu >> 13) & 1;
-  absu += 0xc8000fff + mant_odd;
-  return uint16_t(sign | uint16_t(absu >> 13));
+extern "C" {
+__attribute__((visibility("hidden"))) float bf16_to_float(uint16_t h);
+__attribute__((visibility("hidden"))) uint16_t float_to_bf16(float f);
+__attribute__((visibility("hidden"))) float half_to_float(uint16_t h);
+__attribute__((visibility("hidden"))) uint16_t float_to_half(float f);
 }
 
 // -- Reduce functions -------------------------------------------------------
