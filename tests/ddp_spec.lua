@@ -128,8 +128,8 @@ end
 print(("MAXREL %.3e EARLY %d UNUSED %d BUCKETS %d"):format(maxd / maxp, early, unused, dm:stats().buckets))
 ]]
 
-local function train(n, model, opt, mode, tol)
-  local env = ("T_MODEL=%s T_OPT=%s T_MODE=%s"):format(model, opt, mode)
+local function train(n, model, opt, mode, tol, extra_env)
+  local env = ("T_MODEL=%s T_OPT=%s T_MODE=%s %s"):format(model, opt, mode, extra_env or "")
   local out, err, rc = run((n > 1 and "--nproc " .. n .. " " or "") .. q(script(TRAIN)), env, 120)
   assert.equals(0, rc, err .. out)
   local seen, stats = 0, {}
@@ -184,6 +184,12 @@ describe("ddp.DDP trains as one process would", function()
     assert.is_true(st.rel > 0, "bf16 rounding should show")
   end)
   it("with a Lua comm hook", function() train(2, "cnn", "sgd", "custom", 1e-5) end)
+
+  for _, b in ipairs { "gloo", "hier" } do
+    it("over the " .. b .. " backend", function()
+      train(3, "mlp", "adamw", "unused", 1e-5, "DDP_BACKEND=" .. b)
+    end)
+  end
 end)
 
 describe("ddp.DDP wrapper", function()
@@ -261,6 +267,44 @@ print(("MAPS %d"):format(maps))
     out, err, rc = run("--nproc 3 " .. q(s), "DDP_SHM_ZERO_COPY=0")
     assert.equals(0, rc, err)
     assert.equals(3, select(2, out:gsub("MAPS 0", "")), out)
+  end)
+
+  it("reduces parameters of several dtypes in buckets of their own", function()
+    local s = script([[
+local nn = ddp.nn
+local a, b = nn.Linear(5, 4):double(), nn.Linear(4, 3)
+local M = nn.Module:extend("Mixed")
+function M:init() self.a, self.b = a, b end
+function M:forward(x) return self.b(self.a(x):float()) end
+local dm = ddp.DDP(M())
+ddp.manual_seed(ddp.rank())
+dm(ddp.randn(6, 5, { dtype = "float64" })):sum():backward()
+assert(#dm:buckets() == 2, "one bucket a dtype")
+for _, p in ipairs { a.weight, b.weight } do
+  local g = ddp.all_gather(p.grad:reshape(1, -1))
+  assert(g:narrow(0, 0, 1):equal(g:narrow(0, 1, 1)), "averaged " .. p.grad:dtype())
+end
+print("OK")
+]])
+    local out, err, rc = run("--nproc 2 " .. q(s))
+    assert.equals(0, rc, err)
+    assert.equals(2, select(2, out:gsub("OK", "")), out)
+  end)
+
+  it("fails the backward clearly within seconds when another rank exits", function()
+    local s = script([[
+local nn = ddp.nn
+local dm = ddp.DDP(nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2)))
+for step = 1, 3 do dm(ddp.ones(2, 8)):sum():backward() end
+if ddp.rank() == 1 then os.exit(0) end
+local t0 = os.time()
+local ok, err = pcall(function() dm(ddp.ones(2, 8)):sum():backward() end)
+io.stderr:write("RESULT ", tostring(err), "\n")
+assert(not ok and os.time() - t0 < 10)
+]])
+    local _, err, rc = run("--nproc 2 " .. q(s))
+    assert.equals(0, rc, err)
+    assert.truthy(err:find("RESULT .-all_reduce #%d+: rank 1 %(pid %d+%) has exited"), err)
   end)
 
   it("refuses misuse with clear errors", function()
