@@ -474,8 +474,15 @@ describe("data", function()
               "sampler must have an indices(epoch) method (the sampler protocol)")
         fails(function() with({ indices = function() return ddp.arange(4) end }) end,
               "the sampler has no len() method and no __len metamethod")
-        local l = with({ indices = function() return { 0, 1, 2, 3 } end, len = function() return 4 end })
-        fails(function() l:iter() end, "sampler:indices(0) must return a 1-D int64 tensor, got a table")
+        -- a Lua table of indices is fine; a table of something else is not
+        local l = with({ indices = function() return { 3, 2, 1, 0 } end, len = function() return 4 end })
+        local order = {}
+        for _, x in l:iter() do order[#order + 1] = x:item() end
+        assert.are.same({ 3, 2, 1, 0 }, order)
+        l = with({ indices = function() return { 0, "1", 2, 3 } end, len = function() return 4 end })
+        fails(function() l:iter() end, 'sampler:indices(0) item 2 is "1", not an integer index')
+        l = with({ indices = function() return "0123" end, len = function() return 4 end })
+        fails(function() l:iter() end, "sampler:indices(0) must return a 1-D int64 tensor or a table of indices")
         l = with({ indices = function() return ddp.arange(4):float() end, len = function() return 4 end })
         fails(function() l:iter() end, "got float32 [4]")
         l = with({ indices = function() return ddp.arange(3) end, len = function() return 4 end })

@@ -44,7 +44,7 @@ local ref = build()
 local opts = {}
 if MODE == "tiny" then opts = { bucket_cap_mb = 1e-6, first_bucket_mb = 1e-6 } end
 if MODE == "accum" then opts = { grad_accum = 2 } end
-if MODE == "bf16" then opts = { comm_hook = "bf16" } end
+if MODE == "bf16" or MODE == "fp16" then opts = { comm_hook = MODE } end
 if MODE == "custom" then
   opts = { comm_hook = function(b, info)
     assert(info.world_size == W)
@@ -79,8 +79,8 @@ end
 
 for epoch = 0, 1 do
   local all = {}
-  for q = 1, W do all[q] = samplers[q]:indices(epoch) end
-  local idx = mine:indices(epoch)
+  for q = 1, W do all[q] = samplers[q]:tensor(epoch) end
+  local idx = mine:tensor(epoch)
   assert(idx:equal(all[r + 1]), "the sampler is this rank's")
   local len = idx:numel()
   for s = 0, len - 1, B do
@@ -179,10 +179,12 @@ describe("ddp.DDP trains as one process would", function()
     assert.equals(4, st.unused)  -- the idle head and never
   end)
 
-  it("with bfloat16 buckets, close", function()
-    local st = train(2, "mlp", "sgd", "bf16", 2e-2)
-    assert.is_true(st.rel > 0, "bf16 rounding should show")
-  end)
+  for _, c in ipairs { { "bf16", 2e-2 }, { "fp16", 2e-3 } } do
+    it("with " .. c[1] .. " buckets, close", function()
+      local st = train(2, "mlp", "sgd", c[1], c[2])
+      assert.is_true(st.rel > 0, c[1] .. " rounding should show")
+    end)
+  end
   it("with a Lua comm hook", function() train(2, "cnn", "sgd", "custom", 1e-5) end)
 
   for _, b in ipairs { "gloo", "hier" } do

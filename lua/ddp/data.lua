@@ -5,9 +5,12 @@
 --
 -- The sampler protocol (how the DataLoader learns the order of an epoch; the
 -- DistributedSampler plugs in through it):
---   s:indices(epoch)  a 1-D int64 (or int32) tensor of dataset indices, in
---                     the order of that epoch (0-based; epoch counts from 0).
---                     The same epoch must give the same order.
+--   s:indices(epoch)  the dataset indices of that epoch, in order: a 1-D
+--                     int64 (or int32) tensor or a Lua table of numbers
+--                     (0-based; epoch counts from 0).  The same epoch must
+--                     give the same order.  A sampler may also offer
+--                     s:tensor(epoch), the same as a tensor (a DataLoader
+--                     then takes that).
 --   s:len() or #s     how many indices every epoch gives.
 --   s:epoch(), s:set_epoch(e)   optional: a sampler that keeps its own
 --                     epoch (DistributedSampler).  A DataLoader over it then
@@ -390,11 +393,11 @@ function DistributedSampler:set_epoch(e)
   self._epoch = epoch_arg(e, "DistributedSampler:set_epoch")
 end
 
--- s:indices([epoch]): this rank's indices of that epoch (default: the
--- current one) as a 1-D int64 tensor -- the sampler protocol.
-function DistributedSampler:indices(epoch)
+-- s:tensor([epoch]): this rank's indices of that epoch (default: the
+-- current one) as a 1-D int64 tensor.
+function DistributedSampler:tensor(epoch)
   if epoch == nil then epoch = self._epoch end
-  epoch_arg(epoch, "DistributedSampler:indices")
+  epoch_arg(epoch, "DistributedSampler:tensor")
   local n, m, w, r = self._n, self._m, self.num_replicas, self.rank
   local out = new(C.dl_empty, ffi.new("int64_t[1]", m), 1, C.DL_INT64)
   if m == 0 then return out end
@@ -411,18 +414,19 @@ function DistributedSampler:indices(epoch)
   return out
 end
 
--- s:list([epoch]): the same indices as a Lua table (0-based dataset
--- indices, as the tensor holds them).
-function DistributedSampler:list(epoch)
+-- s:indices([epoch]) (also s:list): the same indices as a Lua table of
+-- 0-based dataset indices -- the sampler protocol.
+function DistributedSampler:indices(epoch)
   if epoch == nil then epoch = self._epoch end
-  epoch_arg(epoch, "DistributedSampler:list")
-  local t = self:indices(epoch)
+  epoch_arg(epoch, "DistributedSampler:indices")
+  local t = self:tensor(epoch)
   local p = ffi.cast("const int64_t *", C.dl_tensor_data(t))
   local out = {}
   for j = 0, self._m - 1 do out[j + 1] = tonumber(p[j]) end
   t:free()
   return out
 end
+DistributedSampler.list = DistributedSampler.indices
 
 -- for i in s:iter() do ... end: this rank's indices of the current epoch;
 -- when the loop runs out the epoch advances (unless set_epoch was called
@@ -542,10 +546,19 @@ end
 local function epoch_indices(self, epoch)
   local op = "DataLoader"
   local s = self.sampler
-  local idx = s:indices(epoch)
+  local idx
+  if type(field(s, "tensor")) == "function" then idx = s:tensor(epoch) else idx = s:indices(epoch) end
   local n = length(s, op, "sampler")
+  if type(idx) == "table" and not is_tensor(idx) then
+    for i = 1, #idx do
+      if not is_integer(idx[i]) then
+        raise(("%s: sampler:indices(%d) item %d is %s, not an integer index"):format(op, epoch, i, show(idx[i])))
+      end
+    end
+    idx = #idx > 0 and ddp.tensor(idx, { dtype = "int64" }) or ddp.empty(0, { dtype = "int64" })
+  end
   if not is_tensor(idx) or idx:dim() ~= 1 or (idx:dtype() ~= "int64" and idx:dtype() ~= "int32") then
-    raise(("%s: sampler:indices(%d) must return a 1-D int64 tensor, got %s"):format(
+    raise(("%s: sampler:indices(%d) must return a 1-D int64 tensor or a table of indices, got %s"):format(
       op, epoch, is_tensor(idx) and (idx:dtype() .. " " .. core.fmt_shape(idx:shape())) or show(idx)))
   end
   if idx:size(0) ~= n then
