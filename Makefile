@@ -47,7 +47,7 @@ NVFLAGS  := -O2 -std=c++17 --cudart static \
             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
             -gencode arch=compute_90,code=compute_90
 
-.PHONY: all deps run test test-c test-lua bench clean install gpu-check fuzz fuzz-build
+.PHONY: all deps run test test-c test-lua bench clean install gpu-check fuzz fuzz-build gpu-bundle
 all: $(LIB) $(CLI) $(CDEF) $(CUDA_LIB)
 
 deps:
@@ -145,6 +145,12 @@ $(FUZZ_BIN): tests/fuzz/fuzz_safetensors.c $(FUZZ_OBJ)
 
 $(FUZZ_STORE): tests/fuzz/fuzz_store.c $(FUZZ_OBJ)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(GLOO_LIBS) $(LDLIBS)
+
+# `make gpu-bundle`: what tests/gpu/check.sh needs on a bare GPU machine --
+# the build, the test programs and the shared libraries they link beyond a
+# basic system, copied into build/gpu-libs (found there by LD_LIBRARY_PATH).
+gpu-bundle: all
+	@bash tests/gpu/check.sh --stage
 
 bench: deps all
 	@bash bench/run.sh

@@ -14,4 +14,12 @@
 ** valid until this thread's next call. */
 DL_HIDDEN void *cuda_sym(const char *name, const char **why);
 
+/* cuda_mem.c: device memory from the device's caching allocator, for use
+** on stream (0: the default stream); NULL with DL_ENOMEM naming the
+** allocator's statistics, or DL_EDEVICE without CUDA. */
+/* Default visibility (not in the public header) for tests/c/test_devalloc.c. */
+__attribute__((visibility("default"))) void *cuda_mem_alloc(int device, size_t size,
+                                                            uintptr_t stream);
+__attribute__((visibility("default"))) int cuda_mem_release(int device, void *ptr);
+
 #endif

@@ -268,6 +268,17 @@ describe("errors", function()
       fails(function() local _ = ddp.zeros(2, { device = dev }) end, "zeros:", "CUDA")
       fails(function() local _ = a23:to(dev) end, "to:", "CUDA")
     end)
+    it("device memory calls name the device, or say CUDA is not there", function()
+      fails(function() ddp.cuda.memory_stats("gpu0") end, "cuda.memory_stats:", '"cuda:N"', "gpu0")
+      if ddp.cuda.is_available() then
+        assert.are.equal(0, ddp.cuda.memory_stats().allocated)
+        fails(function() ddp.cuda.empty_cache(99) end, "cuda.empty_cache:", "no CUDA device 99")
+      else
+        fails(function() ddp.cuda.synchronize() end, "cuda.synchronize:", "CUDA is not available")
+        fails(function() ddp.cuda.memory_stats("cuda:0") end, "cuda.memory_stats:", "CUDA is not available")
+        fails(function() ddp.cuda.empty_cache() end, "cuda.empty_cache:", "CUDA is not available")
+      end
+    end)
     it("options that are not a table", function()
       fails(function() local _ = ddp.tensor({ 1, 2 }, "float32") end, "tensor:", "options", '"float32"')
     end)

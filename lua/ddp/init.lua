@@ -380,10 +380,43 @@ function ddp.max_memory_allocated() return tonumber(C.dl_mem_peak()) end
 function ddp.memory_cached() return tonumber(C.dl_mem_cached()) end
 function ddp.empty_cache() C.dl_empty_cache() end
 
+-- ddp.cuda: the device probe and device memory.  A device argument is an
+-- index or "cuda:N"; the default is this worker's GPU (LOCAL_RANK, as
+-- ddp.device() names it).
+local function cuda_index(op, d)
+  if d == nil then
+    local lr = tonumber(os.getenv("LOCAL_RANK") or "0") or 0
+    local n = C.dl_cuda_device_count()
+    return n > 0 and lr % n or 0
+  end
+  if type(d) == "string" then
+    local k = d:match("^cuda:(%d+)$") or (d == "cuda" and "0")
+    if k then return tonumber(k) end
+  elseif is_integer(d) and d >= 0 then
+    return d
+  end
+  raise(op .. ": device must be an index or \"cuda:N\", got " .. tostring(d))
+end
+local mem_stat_buf = ffi.new("int64_t[9]")
+local mem_stat_names = { "allocated", "reserved", "peak_allocated", "peak_reserved", "allocs",
+                         "cache_hits", "segments", "retries", "ooms" }
 ddp.cuda = {
   is_available = function() return C.dl_cuda_device_count() > 0 end,
   device_count = function() return C.dl_cuda_device_count() end,
   status = function() return ffi.string(C.dl_cuda_status()) end,
+  synchronize = function(d) check(C.dl_cuda_synchronize(cuda_index("cuda.synchronize", d))) end,
+  empty_cache = function(d) check(C.dl_cuda_empty_cache(cuda_index("cuda.empty_cache", d))) end,
+  reset_peak_memory_stats = function(d)
+    check(C.dl_cuda_reset_peak_memory_stats(cuda_index("cuda.reset_peak_memory_stats", d)))
+  end,
+  -- {allocated=, reserved=, peak_allocated=, peak_reserved=, allocs=,
+  -- cache_hits=, segments=, retries=, ooms=} (bytes and counts)
+  memory_stats = function(d)
+    check(C.dl_cuda_memory_stats(cuda_index("cuda.memory_stats", d), mem_stat_buf, 9))
+    local r = {}
+    for i, k in ipairs(mem_stat_names) do r[k] = tonumber(mem_stat_buf[i - 1]) end
+    return r
+  end,
 }
 
 local checkpoint = require "ddp.checkpoint"

@@ -90,6 +90,15 @@ DL_API const char *dl_cuda_status(void);
 /* Fills out[i] = i * scale on device `device` and copies it back: proves the
 ** kernel path end to end. */
 DL_API int dl_cuda_selftest(int device, float *out, int n, float scale);
+/* Device memory (runtime/devalloc.c: a caching allocator per device).
+** DL_EDEVICE, with the probe's status line, where CUDA is not available.
+** memory_stats fills up to n of: bytes allocated, reserved, peak
+** allocated, peak reserved, allocations, cache hits, segments, retries
+** after releasing the cache, out-of-memory failures. */
+DL_API int dl_cuda_synchronize(int device);
+DL_API int dl_cuda_memory_stats(int device, int64_t *out, int n);
+DL_API int dl_cuda_empty_cache(int device);
+DL_API int dl_cuda_reset_peak_memory_stats(int device);
 
 /* -- Tensors: lifetime and metadata -------------------------------------- */
 

@@ -43,8 +43,11 @@ stage() {
   "$cc" -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iruntime/include -Iruntime \
     tests/c/test_nccl.c -L"$BUILD" -lddplua -Wl,-rpath,"$ROOT/$BUILD" \
     -o "$BUILD/test_nccl" || return 1
+  "$cc" -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iruntime/include -Iruntime \
+    tests/c/test_devalloc.c -L"$BUILD" -lddplua -Wl,-rpath,"$ROOT/$BUILD" \
+    -o "$BUILD/test_devalloc" || return 1
   mkdir -p "$LIBS"
-  for f in "$BUILD"/test_device "$BUILD"/test_nccl "$BUILD"/*.so "$BUILD"/ddplua; do
+  for f in "$BUILD"/test_device "$BUILD"/test_nccl "$BUILD"/test_devalloc "$BUILD"/*.so "$BUILD"/ddplua; do
     [ -f "$f" ] || continue
     # ldd lines: "name => /path (addr)"; copy by the soname the loader asks for.
     ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' |
@@ -176,6 +179,25 @@ else
   # A GPU the driver lists but the test did not use is a failure, not a skip.
   if [ "$HAVE_GPU" = 1 ] && [ -n "$skip" ]; then
     row gpu-used FAIL "nvidia-smi lists a GPU but ddplua found none"
+  fi
+fi
+
+section "test_devalloc"
+if [ ! -x "$BUILD/test_devalloc" ]; then
+  echo "SKIP: $BUILD/test_devalloc not built (run tests/gpu/check.sh --stage)"
+  row test_devalloc FAIL "not built"
+else
+  out=$(run_limited 300 "$BUILD/test_devalloc" 2>&1)
+  rc=$?
+  echo "$out"
+  last=$(printf '%s\n' "$out" | grep '^test_devalloc:' | tail -1)
+  skip=$(printf '%s\n' "$out" | grep '^SKIP:' | head -1)
+  if [ "$rc" -ne 0 ] || [ -z "$last" ]; then
+    row test_devalloc FAIL "exit $rc${last:+, ${last#test_devalloc: }}"
+  elif [ -n "$skip" ]; then
+    row test_devalloc SKIP "${last#test_devalloc: }; ${skip#SKIP: }"
+  else
+    row test_devalloc PASS "${last#test_devalloc: }"
   fi
 fi
 
