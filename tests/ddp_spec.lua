@@ -271,6 +271,25 @@ print(("MAPS %d"):format(maps))
     assert.equals(3, select(2, out:gsub("MAPS 0", "")), out)
   end)
 
+  it("takes tied weights once", function()
+    local s = script([[
+local nn = ddp.nn
+local shared = nn.Linear(4, 4)
+local Tied = nn.Module:extend("Tied")
+function Tied:init() self.a = shared self.out = nn.Linear(4, 4) self.out.weight = shared.weight end
+function Tied:forward(x) return self.out(self.a(x):tanh()) end
+ddp.manual_seed(ddp.rank())
+local dm = ddp.DDP(Tied())
+for _ = 1, 2 do dm(ddp.randn(3, 4)):sum():backward() end
+local g = ddp.all_gather(shared.weight.grad:reshape(1, -1))
+assert(g:narrow(0, 0, 1):equal(g:narrow(0, 1, 1)), "averaged")
+print("OK " .. #dm:parameters())
+]])
+    local out, err, rc = run("--nproc 2 " .. q(s))
+    assert.equals(0, rc, err)
+    assert.equals(2, select(2, out:gsub("OK 3", "")), out)
+  end)
+
   it("reduces parameters of several dtypes in buckets of their own", function()
     local s = script([[
 local nn = ddp.nn

@@ -34,6 +34,25 @@ describe("modules", function()
     assert.equal(2, #m:children())
   end)
 
+  it("lists a shared module or tied weight once, as PyTorch, but saves every name", function()
+    local shared = nn.Linear(3, 3)
+    local Tied = nn.Module:extend("Tied")
+    function Tied:init()
+      self.a = shared
+      self.b = nn.Sequential(shared)
+      self.out = nn.Linear(3, 3)
+      self.out.weight = shared.weight
+    end
+    local m = Tied()
+    local names = {}
+    for _, p in ipairs(m:named_parameters()) do names[#names + 1] = p[1] end
+    assert.same({ "a.weight", "a.bias", "out.bias" }, names)
+    assert.equal(3, #m:parameters())
+    assert.equal(4, #m:modules())  -- Tied, shared (once), the Sequential, out
+    assert.same({ "a.bias", "a.weight", "b.0.bias", "b.0.weight", "out.bias", "out.weight" }, keys(m:state_dict()))
+    assert.equal(9 + 3 + 3, m:num_parameters())
+  end)
+
   it("calls forward when called, and custom methods directly", function()
     local Net = nn.Module:extend("Net")
     function Net:init() self.fc = nn.Linear(2, 2) end

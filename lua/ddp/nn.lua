@@ -11,6 +11,7 @@ local ddp = require "ddp"
 local core = require "ddp.core"
 local F = require "ddp.functional"
 local raise = core.raise
+local ffi = core.ffi
 
 core.add_lib_file(debug.getinfo(1, "S").source)
 
@@ -109,13 +110,25 @@ end
 
 -- -- Traversal ----------------------------------------------------------------------------
 
-function Module:named_modules(prefix, out)
-  out = out or {}
-  prefix = prefix or ""
+-- Every (name, module) pair, a module shared by two parents under both
+-- names (what state_dict walks).
+local function walk(self, prefix, out)
   out[#out + 1] = { prefix, self }
   for _, name in ipairs(self._modules) do
     local m = self._fields[name]
-    if m then m:named_modules(prefix == "" and name or (prefix .. "." .. name), out) end
+    if m then walk(m, prefix == "" and name or (prefix .. "." .. name), out) end
+  end
+  return out
+end
+
+-- As PyTorch, a module reached twice is listed once, under its first name.
+function Module:named_modules(prefix)
+  local out, seen = {}, {}
+  for _, pm in ipairs(walk(self, prefix or "", {})) do
+    if not seen[pm[2]] then
+      seen[pm[2]] = true
+      out[#out + 1] = pm
+    end
   end
   return out
 end
@@ -138,14 +151,18 @@ function Module:named_children()
   return r
 end
 
--- A list of {name, tensor}, in PyTorch's order.
-local function named(self, list_field, skip_nonpersistent)
-  local r = {}
-  for _, pm in ipairs(self:named_modules()) do
+-- A list of {name, tensor}, in PyTorch's order.  unique: a tensor held
+-- twice (tied weights) is listed once, under its first name, as PyTorch's
+-- named_parameters does; state_dict lists every name.
+local function named(self, list_field, skip_nonpersistent, unique)
+  local r, seen = {}, {}
+  for _, pm in ipairs(unique and self:named_modules() or walk(self, "", {})) do
     local prefix, m = pm[1], pm[2]
     for _, name in ipairs(m[list_field]) do
       local t = m._fields[name]
-      if t ~= nil and not (skip_nonpersistent and m._nonpersistent[name]) then
+      local key = t ~= nil and tostring(ffi.cast("intptr_t", t))
+      if t ~= nil and not (skip_nonpersistent and m._nonpersistent[name]) and not (unique and seen[key]) then
+        if unique then seen[key] = true end
         r[#r + 1] = { prefix == "" and name or (prefix .. "." .. name), t }
       end
     end
@@ -153,8 +170,8 @@ local function named(self, list_field, skip_nonpersistent)
   return r
 end
 
-function Module:named_parameters() return named(self, "_params") end
-function Module:named_buffers() return named(self, "_buffers") end
+function Module:named_parameters() return named(self, "_params", false, true) end
+function Module:named_buffers() return named(self, "_buffers", false, true) end
 
 function Module:parameters()
   local r = {}
