@@ -44,8 +44,10 @@ typedef struct rec {   /* one call, for DDP_DEBUG's comparison */
 
 typedef struct ctl {
   _Atomic uint64_t arrive;  /* epochs this rank reached */
-  rec r[2];                 /* by the call's seq parity */
   int32_t pid;              /* to tell a dead rank from a late one */
+  /* the records on a cache line of their own: writing one must not take
+  ** away the line the other ranks poll for arrivals */
+  _Alignas(64) rec r[2];    /* by the call's seq parity */
 } ctl;
 _Static_assert(sizeof(ctl) <= LINE, "control line");
 
@@ -76,6 +78,7 @@ typedef struct shm {
   size_t bytes;
   size_t slot_bytes, stride, data_off;
   int rank, world, debug, node, group;
+  int unchecked;  /* the current call's records are still to be compared */
   uint64_t epoch, step;
   int64_t seq;
   double timeout;
@@ -199,23 +202,26 @@ static int wait_for(shm *g, const waiter *w) {
 }
 
 /* Marks this rank's arrival at a new epoch and waits for every rank's. */
+static int check_calls(shm *g, const char *name);
+
+/* Marks this rank's arrival at a new epoch and waits for every rank's;
+** the first sync of a call also compares the ranks' calls. */
 static int sync_all(shm *g, const char *name) {
   uint64_t e = ++g->epoch;
   atomic_store_explicit(&ctl_of(g, g->rank)->arrive, e, memory_order_release);
   waiter w = { name, "to arrive", e, -1, NULL, 0 };
-  return wait_for(g, &w);
+  if (wait_for(g, &w)) return -1;
+  if (!g->unchecked) return 0;
+  g->unchecked = 0;
+  return check_calls(g, name);
 }
 
-/* Starts a call: its number, and under DDP_DEBUG the comparison of every
-** rank's call (records alternate by seq parity, so a fast rank's next call
-** never overwrites one a slow rank still reads). */
-static int begin(shm *g, const char *name, int kind, int arg, int dtype, int64_t numel) {
-  if (check_usable(g, name)) return -1;
-  g->seq++;
-  if (!g->debug) return 0;
-  rec *mine = &ctl_of(g, g->rank)->r[g->seq & 1];
-  *mine = (rec){ g->seq, numel, kind, arg, dtype, 0 };
-  if (sync_all(g, name)) return -1;
+/* Every rank recorded its call before this sync, and none can record its
+** next-but-one before this rank's next sync (records alternate by seq
+** parity, and every call syncs at least once), so the records read here
+** are this call's. */
+static int check_calls(shm *g, const char *name) {
+  const rec *mine = &ctl_of(g, g->rank)->r[g->seq & 1];
   int same = 1;
   for (int r = 0; r < g->world; r++) {
     const rec *o = &ctl_of(g, r)->r[g->seq & 1];
@@ -233,6 +239,17 @@ static int begin(shm *g, const char *name, int kind, int arg, int dtype, int64_t
   return fail(g, dl_err(EM_PG_MISMATCH, name, (long long)g->seq, msg));
 }
 
+/* Starts a call: its number and its record, which the call's first sync
+** compares with every rank's (always: it costs a few loads).  DDP_DEBUG=1
+** adds a sync of its own, so calls that move no data are checked too. */
+static int begin(shm *g, const char *name, int kind, int arg, int dtype, int64_t numel) {
+  if (check_usable(g, name)) return -1;
+  g->seq++;
+  ctl_of(g, g->rank)->r[g->seq & 1] = (rec){ g->seq, numel, kind, arg, dtype, 0 };
+  g->unchecked = 1;
+  return g->debug ? sync_all(g, name) : 0;
+}
+
 /* -- Collectives ----------------------------------------------------------- */
 
 static int64_t chunk_elems(shm *g, int es) { return (int64_t)(g->slot_bytes / es); }
@@ -246,6 +263,7 @@ static int shm_all_reduce(void *impl, dl_tensor *t, int op) {
   if (begin(g, "all_reduce", PG_ALL_REDUCE, op, t->dtype, n)) return -1;
   int es = dl_dtype_sizes[t->dtype];
   char *data = tensor_first(t);
+  if (n == 0) return sync_all(g, "all_reduce");  /* every call syncs: check_calls */
   size_t zoff;
   struct shbuf *zb = find_buf(g, data, (size_t)(n * es), &zoff);
   if (zb) return zc_all_reduce(g, zb, zoff, t, op);
@@ -279,6 +297,7 @@ static int shm_broadcast(void *impl, dl_tensor *t, int src) {
   shm *g = impl;
   int64_t n = dl_tensor_numel(t);
   if (begin(g, "broadcast", PG_BROADCAST, src, t->dtype, n)) return -1;
+  if (n == 0) return sync_all(g, "broadcast");
   int es = dl_dtype_sizes[t->dtype];
   char *data = tensor_first(t);
   int64_t ce = chunk_elems(g, es);
@@ -296,6 +315,7 @@ static int shm_all_gather(void *impl, dl_tensor *out, const dl_tensor *t) {
   shm *g = impl;
   int64_t n = dl_tensor_numel(t);
   if (begin(g, "all_gather", PG_ALL_GATHER, 0, t->dtype, n)) return -1;
+  if (n == 0) return sync_all(g, "all_gather");
   int es = dl_dtype_sizes[t->dtype];
   const char *data = tensor_first(t);
   char *o = tensor_first(out);
@@ -317,6 +337,7 @@ static int shm_reduce_scatter(void *impl, dl_tensor *out, const dl_tensor *t, in
   shm *g = impl;
   int64_t n = dl_tensor_numel(out);
   if (begin(g, "reduce_scatter", PG_REDUCE_SCATTER, op, t->dtype, n * g->world)) return -1;
+  if (n == 0) return sync_all(g, "reduce_scatter");
   int es = dl_dtype_sizes[t->dtype];
   const char *data = tensor_first(t);
   char *o = tensor_first(out);

@@ -623,9 +623,9 @@ DL_API int dl_nodelist_host(char *out, int cap, const char *list, int index);
 ** through a contiguous copy).  Each wait is bounded by the group's timeout;
 ** a timeout is a DL_ESTATE error naming the collective, its call number and
 ** the ranks that had not arrived, and leaves the group unusable, as does a
-** rank that exits (noticed within a second).  With the environment variable
-** DDP_DEBUG=1 every call also checks that all ranks of a node called the
-** same collective on the same dtype and size. */
+** rank that exits (noticed within a second).  Within a node every call
+** that moves data checks that all ranks called the same collective on the
+** same dtype and size; DDP_DEBUG=1 checks every call, also over Gloo. */
 typedef struct dl_pg dl_pg;
 typedef enum dl_reduce_op {
   DL_RED_SUM = 0, DL_RED_AVG, DL_RED_MAX, DL_RED_MIN, DL_RED_PROD
