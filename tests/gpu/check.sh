@@ -159,47 +159,37 @@ else
   row libraries PASS "all resolve"
 fi
 
-section "test_device"
-if [ ! -x "$BUILD/test_device" ]; then
-  echo "SKIP: $BUILD/test_device not built (run tests/gpu/check.sh --stage)"
-  row test_device FAIL "not built"
-else
-  out=$(run_limited 300 "$BUILD/test_device" 2>&1)
+# c_test NAME: runs build/NAME (a tests/c program) and adds its row; sets
+# SKIPPED to its first SKIP line.
+c_test() {
+  local name=$1 out rc last
+  SKIPPED=""
+  section "$name"
+  if [ ! -x "$BUILD/$name" ]; then
+    echo "SKIP: $BUILD/$name not built (run tests/gpu/check.sh --stage)"
+    row "$name" FAIL "not built"
+    return
+  fi
+  out=$(run_limited 300 "$BUILD/$name" 2>&1)
   rc=$?
   echo "$out"
-  last=$(printf '%s\n' "$out" | grep '^test_device:' | tail -1)
-  skip=$(printf '%s\n' "$out" | grep '^SKIP:' | head -1)
+  last=$(printf '%s\n' "$out" | grep "^$name:" | tail -1)
+  SKIPPED=$(printf '%s\n' "$out" | grep '^SKIP:' | head -1)
   if [ "$rc" -ne 0 ] || [ -z "$last" ]; then
-    row test_device FAIL "exit $rc${last:+, ${last#test_device: }}"
-  elif [ -n "$skip" ]; then
-    row test_device SKIP "${last#test_device: }; ${skip#SKIP: }"
+    row "$name" FAIL "exit $rc${last:+, ${last#"$name": }}"
+  elif [ -n "$SKIPPED" ]; then
+    row "$name" SKIP "${last#"$name": }; ${SKIPPED#SKIP: }"
   else
-    row test_device PASS "${last#test_device: }"
+    row "$name" PASS "${last#"$name": }"
   fi
-  # A GPU the driver lists but the test did not use is a failure, not a skip.
-  if [ "$HAVE_GPU" = 1 ] && [ -n "$skip" ]; then
-    row gpu-used FAIL "nvidia-smi lists a GPU but ddplua found none"
-  fi
-fi
+}
 
-section "test_devalloc"
-if [ ! -x "$BUILD/test_devalloc" ]; then
-  echo "SKIP: $BUILD/test_devalloc not built (run tests/gpu/check.sh --stage)"
-  row test_devalloc FAIL "not built"
-else
-  out=$(run_limited 300 "$BUILD/test_devalloc" 2>&1)
-  rc=$?
-  echo "$out"
-  last=$(printf '%s\n' "$out" | grep '^test_devalloc:' | tail -1)
-  skip=$(printf '%s\n' "$out" | grep '^SKIP:' | head -1)
-  if [ "$rc" -ne 0 ] || [ -z "$last" ]; then
-    row test_devalloc FAIL "exit $rc${last:+, ${last#test_devalloc: }}"
-  elif [ -n "$skip" ]; then
-    row test_devalloc SKIP "${last#test_devalloc: }; ${skip#SKIP: }"
-  else
-    row test_devalloc PASS "${last#test_devalloc: }"
-  fi
+c_test test_device
+# A GPU the driver lists but the test did not use is a failure, not a skip.
+if [ "$HAVE_GPU" = 1 ] && [ -n "$SKIPPED" ]; then
+  row gpu-used FAIL "nvidia-smi lists a GPU but ddplua found none"
 fi
+c_test test_devalloc
 
 section "test_nccl"
 # One rank on cuda:0, two forked ranks when there are two GPUs; without a
