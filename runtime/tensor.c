@@ -138,6 +138,16 @@ DL_API void dl_tensor_free_data(dl_tensor *t) {
   storage_release(s);
 }
 
+/* Tests only (not in ddplua.h): marks t's storage as lying on `device`
+** while its memory stays host memory, so a spec can check that every op
+** refuses a device tensor with an error instead of reading it; put -1
+** back before the tensor dies. */
+__attribute__((visibility("default"))) int dl_test_set_device(dl_tensor *t, int device) {
+  if (check_tensor_any("test_set_device", t)) return -1;
+  t->storage->device = device;
+  return 0;
+}
+
 DL_API int dl_tensor_is_freed(const dl_tensor *t) {
   return t && (t->flags & TF_FREED) != 0;
 }

@@ -76,7 +76,7 @@ static const char *fmt_strides(const dl_tensor *t) {
 
 DL_HIDDEN dl_tensor *fw_view(const dl_tensor *t, const int64_t *shape, int ndim) {
   int64_t s[DL_MAX_DIMS], st[DL_MAX_DIMS];
-  if (check_tensor("view", t) || infer_shape("view", t, shape, ndim, s))
+  if (check_tensor_any("view", t) || infer_shape("view", t, shape, ndim, s))
     return NULL;
   if (view_strides(t, s, ndim, st))
     return dl_errp(EM_VIEW_STRIDE, "view", fmt_shape(s, ndim), fmt_tshape(t),
@@ -87,7 +87,7 @@ DL_HIDDEN dl_tensor *fw_view(const dl_tensor *t, const int64_t *shape, int ndim)
 DL_HIDDEN dl_tensor *fw_reshape(const dl_tensor *t, const int64_t *shape,
                              int ndim) {
   int64_t s[DL_MAX_DIMS], st[DL_MAX_DIMS];
-  if (check_tensor("reshape", t) || infer_shape("reshape", t, shape, ndim, s))
+  if (check_tensor_any("reshape", t) || infer_shape("reshape", t, shape, ndim, s))
     return NULL;
   if (!view_strides(t, s, ndim, st))
     return tensor_alias(t, s, st, ndim, t->offset);
@@ -108,7 +108,7 @@ DL_API dl_tensor *dl_contiguous(const dl_tensor *t) {
 
 DL_HIDDEN dl_tensor *fw_transpose(const dl_tensor *t, int d0, int d1) {
   int a, b;
-  if (check_tensor("transpose", t) || norm_dim("transpose", d0, t->ndim, &a) ||
+  if (check_tensor_any("transpose", t) || norm_dim("transpose", d0, t->ndim, &a) ||
       norm_dim("transpose", d1, t->ndim, &b))
     return NULL;
   int64_t s[DL_MAX_DIMS], st[DL_MAX_DIMS];
@@ -122,7 +122,7 @@ DL_HIDDEN dl_tensor *fw_transpose(const dl_tensor *t, int d0, int d1) {
 }
 
 DL_HIDDEN dl_tensor *fw_permute(const dl_tensor *t, const int *perm, int ndim) {
-  if (check_tensor("permute", t)) return NULL;
+  if (check_tensor_any("permute", t)) return NULL;
   int seen[DL_MAX_DIMS] = {0}, p[DL_MAX_DIMS];
   int ok = ndim == t->ndim && (ndim == 0 || perm);
   for (int i = 0; ok && i < ndim; i++) {
@@ -142,7 +142,7 @@ DL_HIDDEN dl_tensor *fw_permute(const dl_tensor *t, const int *perm, int ndim) {
 DL_HIDDEN dl_tensor *fw_narrow(const dl_tensor *t, int dim, int64_t start,
                             int64_t length) {
   int d;
-  if (check_tensor("narrow", t)) return NULL;
+  if (check_tensor_any("narrow", t)) return NULL;
   if (t->ndim == 0)
     return dl_errp(EM_BADVALUE, "narrow", "cannot narrow a 0-dim tensor");
   if (norm_dim("narrow", dim, t->ndim, &d)) return NULL;
@@ -159,7 +159,7 @@ DL_HIDDEN dl_tensor *fw_narrow(const dl_tensor *t, int dim, int64_t start,
 
 DL_HIDDEN dl_tensor *fw_select(const dl_tensor *t, int dim, int64_t index) {
   int d;
-  if (check_tensor("select", t)) return NULL;
+  if (check_tensor_any("select", t)) return NULL;
   if (t->ndim == 0)
     return dl_errp(EM_BADVALUE, "select", "cannot index a 0-dim tensor");
   if (norm_dim("select", dim, t->ndim, &d)) return NULL;
@@ -185,7 +185,7 @@ static dl_tensor *drop_dims(const dl_tensor *t, const int *drop) {
 /* As PyTorch: squeezing a dim whose size is not 1 leaves the tensor as is. */
 DL_HIDDEN dl_tensor *fw_squeeze(const dl_tensor *t, int dim) {
   int d, drop[DL_MAX_DIMS] = {0};
-  if (check_tensor("squeeze", t) || norm_dim("squeeze", dim, t->ndim, &d))
+  if (check_tensor_any("squeeze", t) || norm_dim("squeeze", dim, t->ndim, &d))
     return NULL;
   if (t->ndim) drop[d] = t->shape[d] == 1;
   return drop_dims(t, drop);
@@ -193,14 +193,14 @@ DL_HIDDEN dl_tensor *fw_squeeze(const dl_tensor *t, int dim) {
 
 DL_HIDDEN dl_tensor *fw_squeeze_all(const dl_tensor *t) {
   int drop[DL_MAX_DIMS] = {0};
-  if (check_tensor("squeeze", t)) return NULL;
+  if (check_tensor_any("squeeze", t)) return NULL;
   for (int i = 0; i < t->ndim; i++) drop[i] = t->shape[i] == 1;
   return drop_dims(t, drop);
 }
 
 DL_HIDDEN dl_tensor *fw_unsqueeze(const dl_tensor *t, int dim) {
   int d;
-  if (check_tensor("unsqueeze", t) || norm_dim_incl("unsqueeze", dim, t->ndim, &d))
+  if (check_tensor_any("unsqueeze", t) || norm_dim_incl("unsqueeze", dim, t->ndim, &d))
     return NULL;
   if (t->ndim >= DL_MAX_DIMS)
     return dl_errp(EM_NDIM_MAX, "unsqueeze", t->ndim + 1);
@@ -218,7 +218,7 @@ DL_HIDDEN dl_tensor *fw_unsqueeze(const dl_tensor *t, int dim) {
 
 DL_HIDDEN dl_tensor *fw_expand(const dl_tensor *t, const int64_t *shape,
                             int ndim) {
-  if (check_tensor("expand", t)) return NULL;
+  if (check_tensor_any("expand", t)) return NULL;
   if (ndim < t->ndim || ndim > DL_MAX_DIMS || (ndim && !shape))
     return dl_errp(EM_BCAST_TO, "expand", fmt_tshape(t),
                    shape ? fmt_shape(shape, ndim < 0 ? 0 : ndim > 8 ? 8 : ndim) : "nil");
@@ -250,7 +250,7 @@ DL_HIDDEN dl_tensor *fw_expand(const dl_tensor *t, const int64_t *shape,
 
 DL_HIDDEN dl_tensor *fw_flatten(const dl_tensor *t, int start_dim, int end_dim) {
   int a, b;
-  if (check_tensor("flatten", t)) return NULL;
+  if (check_tensor_any("flatten", t)) return NULL;
   if (t->ndim == 0) {
     int64_t one = 1;
     return dl_reshape(t, &one, 1);
@@ -274,7 +274,7 @@ DL_HIDDEN dl_tensor *fw_flatten(const dl_tensor *t, int start_dim, int end_dim) 
 DL_HIDDEN dl_tensor *fw_as_strided(const dl_tensor *t, const int64_t *shape,
                                 const int64_t *strides, int ndim,
                                 int64_t offset) {
-  if (check_tensor("as_strided", t) || check_shape("as_strided", shape, ndim))
+  if (check_tensor_any("as_strided", t) || check_shape("as_strided", shape, ndim))
     return NULL;
   if (ndim > 0 && !strides) return dl_errp(EM_NULLARG, "as_strided", "strides");
   /* lowest and highest element reached; a product or sum that overflows

@@ -187,7 +187,11 @@ function M.format(t)
   local indent = #prefix
   local suffixes = {}
   local body
-  if numel == 0 then
+  if C.dl_tensor_is_freed(t) ~= 0 then return "tensor(<freed>)" end
+  if C.dl_tensor_device(t) >= 0 then
+    -- no values to show: the CPU cannot read device memory
+    body = ("<%s %s>"):format(core.dtype_name(dtype), "[" .. table.concat(core.shape_of(t), ", ") .. "]")
+  elseif numel == 0 then
     body = "[]"
     local shape = core.shape_of(t)
     if not (dims == 1 and shape[1] == 0) then
