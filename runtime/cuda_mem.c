@@ -4,6 +4,7 @@
 ** and the dl_cuda_* memory calls of ddplua.h.
 */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "devalloc.h"
@@ -14,6 +15,7 @@ enum { MAX_DEV = 64 };
 typedef int (*mem_alloc_fn)(int, size_t, void **, char *, size_t);
 typedef int (*mem_free_fn)(int, void *, char *, size_t);
 typedef int (*dev_sync_fn)(int, char *, size_t);
+typedef int (*memcpy_fn)(void *, const void *, size_t, int, char *, size_t);
 
 static struct {
   pthread_mutex_t mu;
@@ -21,6 +23,7 @@ static struct {
   mem_alloc_fn alloc;
   mem_free_fn free;
   dev_sync_fn sync;
+  memcpy_fn copy;
 } mem = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static int be_alloc(void *ctx, int device, size_t size, void **ptr) {
@@ -53,7 +56,8 @@ static devalloc *allocator(const char *op, int device) {
     mem.alloc = (mem_alloc_fn)cuda_sym("dlc_mem_alloc", &why);
     mem.free = (mem_free_fn)cuda_sym("dlc_mem_free", &why);
     mem.sync = (dev_sync_fn)cuda_sym("dlc_device_sync", &why);
-    if (!mem.alloc || !mem.free || !mem.sync) {
+    mem.copy = (memcpy_fn)cuda_sym("dlc_memcpy", &why);
+    if (!mem.alloc || !mem.free || !mem.sync || !mem.copy) {
       mem.alloc = NULL;
       pthread_mutex_unlock(&mem.mu);
       return dl_errp(EM_CUDA_UNAVAIL, op, why ? why : "libddplua_cuda.so lacks its memory calls");
@@ -108,4 +112,57 @@ DL_API int dl_cuda_reset_peak_memory_stats(int device) {
   if (!a) return -1;
   devalloc_reset_peak(a);
   return 0;
+}
+
+/* -- Moving tensors between devices -------------------------------------------- */
+
+static void device_deleter(void *ctx, void *data) {
+  if (data) cuda_mem_release((int)(intptr_t)ctx, data);
+}
+
+/* A tensor over n bytes of fresh memory on device, shaped like t. */
+static dl_tensor *device_tensor(const dl_tensor *t, int device, size_t n) {
+  void *p = n ? cuda_mem_alloc(device, n, 0) : NULL;
+  if (n && !p) return NULL;
+  dl_tensor *out = dl_from_blob(p, t->dtype, t->shape, NULL, t->ndim, device_deleter,
+                                (void *)(intptr_t)device);
+  if (!out) {
+    if (p) cuda_mem_release(device, p);
+    return NULL;
+  }
+  out->storage->device = device;
+  return out;
+}
+
+DL_API dl_tensor *dl_to_device(const dl_tensor *t, int device) {
+  const char *op = "to";
+  if (check_tensor_any(op, t)) return NULL;
+  int from = t->storage->device;
+  if (from == device) {
+    dl_tensor_retain((dl_tensor *)t);
+    return (dl_tensor *)t;
+  }
+  int dev = device >= 0 ? device : from;  /* the device whose copy engine runs */
+  if (!allocator(op, dev)) return NULL;
+  char err[300];
+  size_t n = (size_t)dl_tensor_numel(t) * dl_dtype_sizes[t->dtype];
+  dl_tensor *src = NULL, *out = NULL;
+  if (from < 0) {
+    if (!(src = dl_contiguous(t))) return NULL;
+  } else {
+    if (!dl_tensor_is_contiguous(t)) {
+      return dl_errp(EM_BADVALUE, op, "copying a non-contiguous CUDA tensor needs a CUDA kernel, "
+                                      "which this build does not have yet (copy a contiguous one)");
+    }
+    dl_tensor_retain((dl_tensor *)t);
+    src = (dl_tensor *)t;
+  }
+  out = device >= 0 ? device_tensor(t, device, n) : tensor_new(t->dtype, t->shape, t->ndim);
+  if (out && mem.copy(tensor_first(out), tensor_first(src), n, dev, err, sizeof err)) {
+    dl_err(EM_BADVALUE, op, err);
+    dl_tensor_release(out);
+    out = NULL;
+  }
+  dl_tensor_release(src);
+  return out;
 }

@@ -78,14 +78,18 @@ function M.load(path, opts)
     for k in pairs(opts) do
       if k ~= "device" then raise(("load: unknown option %s (expected device)"):format(core.show(k))) end
     end
-    core.device_arg(opts.device, "load")
   end
+  -- every rank reads into its own memory: the CPU unless {device=} says
+  -- (never all of them onto GPU 0)
+  local dev = core.device_arg(opts and opts.device, "load")
   local f = C.dl_st_open(path)
   if f == nil then core.raise_c() end
   f = ffi.gc(f, C.dl_st_close)
   local tensors, meta = {}, {}
   for i = 0, C.dl_st_count(f) - 1 do
-    tensors[ffi.string(C.dl_st_name(f, i))] = core.new(C.dl_st_tensor, f, i)
+    local t = core.new(C.dl_st_tensor, f, i)
+    if dev >= 0 then t = core.new(C.dl_to_device, t, dev) end
+    tensors[ffi.string(C.dl_st_name(f, i))] = t
   end
   for i = 0, C.dl_st_meta_count(f) - 1 do
     meta[ffi.string(C.dl_st_meta_key(f, i))] = ffi.string(C.dl_st_meta_value(f, i))

@@ -208,14 +208,23 @@ function M.dtype_name(d)
   return ffi.string(C.dl_dtype_name(d))
 end
 
--- Only the cpu exists until the CUDA backend lands; say so clearly.
+-- A device name as an index: -1 for "cpu", N for "cuda:N"; "cuda" is this
+-- worker's GPU (LOCAL_RANK among the devices, as ddp.device() names it).
+-- A CUDA device that is not there is an error saying why.
 function M.device_arg(dev, op)
   if dev == nil or dev == "cpu" then return -1 end
-  if type(dev) == "string" and dev:match("^cuda") then
-    raise(("%s: device %s: CUDA tensors are not supported by this build yet (%s)")
-          :format(op, dev, ffi.string(C.dl_cuda_status())))
+  local k = type(dev) == "string" and (dev:match("^cuda:(%d+)$") or (dev == "cuda" and ""))
+  if not k then
+    raise(("%s: unknown device %s (expected \"cpu\" or \"cuda:N\")"):format(op, show(dev)))
   end
-  raise(("%s: unknown device %s (expected \"cpu\" or \"cuda:N\")"):format(op, show(dev)))
+  local n = C.dl_cuda_device_count()
+  if n <= 0 then
+    raise(("%s: device %s: CUDA is not available: %s"):format(op, dev, ffi.string(C.dl_cuda_status())))
+  end
+  if k == "" then return (tonumber(os.getenv("LOCAL_RANK") or "0") or 0) % n end
+  k = tonumber(k)
+  if k >= n then raise(("%s: no CUDA device %d (%d device(s) found)"):format(op, k, n)) end
+  return k
 end
 
 -- An integer argument: a dim (C int) unless what names something else.

@@ -30,6 +30,14 @@ local function dtype_opt(opts, op, dflt)
   return core.dtype_arg(opts.dtype, op, dflt or core.default_dtype())
 end
 
+-- A tensor made on the CPU, moved where opts.device says (dtype_opt has
+-- checked the device is there before anything was made).
+local function placed(opts, op, t)
+  local d = opts and opts.device
+  if d == nil or d == "cpu" then return t end
+  return new(C.dl_to_device, t, core.device_arg(d, op))
+end
+
 -- -- From Lua values ---------------------------------------------------------
 
 -- Walks a nested table: its shape, and whether it holds fractions or
@@ -92,13 +100,13 @@ local function from_value(data, opts, op)
   opts = opts or {}
   if core.is_tensor(data) then
     local d = dtype_opt(opts, op, C.dl_tensor_dtype(data))
-    return new(C.dl_to_dtype, data, d)
+    return placed(opts, op, new(C.dl_to_dtype, data, d))
   end
   local td = type(data)
   if td == "number" or td == "boolean" then
     local v = td == "boolean" and (data and 1 or 0) or data
     local dflt = td == "boolean" and C.DL_BOOL or is_integer(v) and C.DL_INT64 or core.default_dtype()
-    return new(C.dl_full, nil, 0, dtype_opt(opts, op, dflt), v)
+    return placed(opts, op, new(C.dl_full, nil, 0, dtype_opt(opts, op, dflt), v))
   end
   if td ~= "table" then
     raise(op .. ": expected a number, boolean, table or tensor, got " .. td)
@@ -106,7 +114,7 @@ local function from_value(data, opts, op)
   local shape, values, inferred = scan(data, op)
   local d = dtype_opt(opts, op, inferred)
   local n = shape_args(op, false, shape)
-  return new(C.dl_from_doubles, values, shape_buf, n, d)
+  return placed(opts, op, new(C.dl_from_doubles, values, shape_buf, n, d))
 end
 function ddp.tensor(data, opts) return from_value(data, opts, "tensor") end
 core.tensor_from = function(data, opts, op) return from_value(data, opts, op or "tensor") end
@@ -122,15 +130,15 @@ end
 
 function ddp.empty(...)
   local n, opts = shape_args("empty", false, ...)
-  return new(C.dl_empty, shape_buf, n, dtype_opt(opts, "empty"))
+  return placed(opts, "empty", new(C.dl_empty, shape_buf, n, dtype_opt(opts, "empty")))
 end
 function ddp.zeros(...)
   local n, opts = shape_args("zeros", false, ...)
-  return new(C.dl_zeros, shape_buf, n, dtype_opt(opts, "zeros"))
+  return placed(opts, "zeros", new(C.dl_zeros, shape_buf, n, dtype_opt(opts, "zeros")))
 end
 function ddp.ones(...)
   local n, opts = shape_args("ones", false, ...)
-  return new(C.dl_full, shape_buf, n, dtype_opt(opts, "ones"), 1)
+  return placed(opts, "ones", new(C.dl_full, shape_buf, n, dtype_opt(opts, "ones"), 1))
 end
 -- full(shape, value[, opts]); the dtype follows the value when not given
 function ddp.full(shape, value, opts)
@@ -145,7 +153,7 @@ function ddp.full(shape, value, opts)
   opts = opts or {}
   local n = shape_args("full", false, shape)
   local dflt = is_integer(value) and C.DL_INT64 or core.default_dtype()
-  return new(C.dl_full, shape_buf, n, dtype_opt(opts, "full", dflt), value)
+  return placed(opts, "full", new(C.dl_full, shape_buf, n, dtype_opt(opts, "full", dflt), value))
 end
 
 -- arange(end), arange(start, end[, step])[, opts]
@@ -161,29 +169,29 @@ function ddp.arange(a, b, c, opts)
     end
   end
   local dflt = (is_integer(start) and is_integer(stop) and is_integer(step)) and C.DL_INT64 or core.default_dtype()
-  return new(C.dl_arange, start, stop, step, dtype_opt(opts, "arange", dflt))
+  return placed(opts, "arange", new(C.dl_arange, start, stop, step, dtype_opt(opts, "arange", dflt)))
 end
 function ddp.linspace(start, stop, steps, opts)
   opts = opts or {}
   if type(start) ~= "number" or type(stop) ~= "number" then raise("linspace: start and end must be numbers") end
   if not is_integer(steps) then raise("linspace: steps must be an integer, got " .. tostring(steps)) end
-  return new(C.dl_linspace, start, stop, steps, dtype_opt(opts, "linspace"))
+  return placed(opts, "linspace", new(C.dl_linspace, start, stop, steps, dtype_opt(opts, "linspace")))
 end
 function ddp.eye(n, m, opts)
   if type(m) == "table" then m, opts = nil, m end
   opts = opts or {}
   if not is_integer(n) or n < 0 then raise("eye: n must be a non-negative integer, got " .. tostring(n)) end
   if m ~= nil and (not is_integer(m) or m < 0) then raise("eye: m must be a non-negative integer, got " .. tostring(m)) end
-  return new(C.dl_eye, n, m or -1, dtype_opt(opts, "eye"))
+  return placed(opts, "eye", new(C.dl_eye, n, m or -1, dtype_opt(opts, "eye")))
 end
 
 function ddp.rand(...)
   local n, opts = shape_args("rand", false, ...)
-  return new(C.dl_rand, shape_buf, n, dtype_opt(opts, "rand"))
+  return placed(opts, "rand", new(C.dl_rand, shape_buf, n, dtype_opt(opts, "rand")))
 end
 function ddp.randn(...)
   local n, opts = shape_args("randn", false, ...)
-  return new(C.dl_randn, shape_buf, n, dtype_opt(opts, "randn"))
+  return placed(opts, "randn", new(C.dl_randn, shape_buf, n, dtype_opt(opts, "randn")))
 end
 -- randint(high, shape) or randint(low, high, shape)[, opts]
 function ddp.randint(a, b, c, opts)
@@ -193,12 +201,12 @@ function ddp.randint(a, b, c, opts)
   if not is_integer(low) or not is_integer(high) then raise("randint: low and high must be integers") end
   if type(shape) ~= "table" then raise("randint: shape must be a table, e.g. ddp.randint(0, 10, {3})") end
   local n = shape_args("randint", false, shape)
-  return new(C.dl_randint, low, high, shape_buf, n, dtype_opt(opts, "randint", C.DL_INT64))
+  return placed(opts, "randint", new(C.dl_randint, low, high, shape_buf, n, dtype_opt(opts, "randint", C.DL_INT64)))
 end
 function ddp.randperm(n, opts)
   opts = opts or {}
   if not is_integer(n) or n < 0 then raise("randperm: n must be a non-negative integer, got " .. tostring(n)) end
-  return new(C.dl_randperm, n, dtype_opt(opts, "randperm", C.DL_INT64))
+  return placed(opts, "randperm", new(C.dl_randperm, n, dtype_opt(opts, "randperm", C.DL_INT64)))
 end
 
 -- *_like(t[, opts]): same shape, same dtype unless opts.dtype says otherwise
@@ -207,7 +215,7 @@ local function like(name, make)
     t = core.tensor_arg(t, name .. "_like", "input")
     local opts = type(a) == "table" and a or b or {}
     dtype_opt(opts, name .. "_like")
-    local o = { dtype = opts.dtype or T.dtype(t), device = opts.device }
+    local o = { dtype = opts.dtype or T.dtype(t), device = opts.device or T.device(t) }
     return make(core.shape_of(t), o, a)
   end
 end

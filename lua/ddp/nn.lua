@@ -203,19 +203,25 @@ function Module:zero_grad()
 end
 
 -- to(dtype): parameters and floating buffers become new tensors of that
--- dtype (create optimizers after, as in PyTorch); to("cpu") is a no-op.
+-- dtype; to("cuda[:N]") / to("cpu"): parameters and all buffers move
+-- (create optimizers after, as in PyTorch).
 function Module:to(what)
-  if what == "cpu" then return self end
-  if type(what) == "string" and what:match("^cuda") then core.device_arg(what, "Module:to") end
+  local device = type(what) == "string" and (what == "cpu" or what:match("^cuda"))
+  if device then core.device_arg(what, "Module:to") end
   for _, m in ipairs(self:modules()) do
     local names = { unpack(m._params) }  -- _set reorders m._params
     for _, name in ipairs(names) do
       local p = m._fields[name]
-      m._fields[name] = ddp.no_grad(function() return p:to(what):clone() end):requires_grad_()
+      local q = ddp.no_grad(function()
+        local r = p:to(what)
+        if r == p then return p end
+        return device and r or r:clone()
+      end)
+      if q ~= p then m._fields[name] = q:requires_grad_() end
     end
     for _, name in ipairs(m._buffers) do
       local b = m._fields[name]
-      if b and b:is_floating_point() then m._fields[name] = b:to(what) end
+      if b and (device or b:is_floating_point()) then m._fields[name] = b:to(what) end
     end
   end
   return self

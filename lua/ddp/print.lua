@@ -188,9 +188,17 @@ function M.format(t)
   local suffixes = {}
   local body
   if C.dl_tensor_is_freed(t) ~= 0 then return "tensor(<freed>)" end
-  if C.dl_tensor_device(t) >= 0 then
-    -- no values to show: the CPU cannot read device memory
-    body = ("<%s %s>"):format(core.dtype_name(dtype), "[" .. table.concat(core.shape_of(t), ", ") .. "]")
+  local dev = C.dl_tensor_device(t)
+  if dev >= 0 then
+    -- the values come through a copy on the CPU, which cannot read device memory
+    local host = numel > 0 and C.dl_to_device(t, -1) or nil
+    if host ~= nil then
+      t = core.own(host)
+    elseif numel > 0 then
+      body = ("<%s %s>"):format(core.dtype_name(dtype), "[" .. table.concat(core.shape_of(t), ", ") .. "]")
+    end
+  end
+  if body then  -- shown as a summary
   elseif numel == 0 then
     body = "[]"
     local shape = core.shape_of(t)
@@ -207,7 +215,6 @@ function M.format(t)
       body = tensor_str(node, dims, indent, f)
     end
   end
-  local dev = C.dl_tensor_device(t)
   if dev >= 0 then suffixes[#suffixes + 1] = "device='cuda:" .. dev .. "'" end
   if dtype ~= core.default_dtype() and dtype ~= C.DL_INT64 and dtype ~= C.DL_BOOL then
     suffixes[#suffixes + 1] = "dtype=torch." .. core.dtype_name(dtype)

@@ -75,11 +75,19 @@ function T.to(t, what, opts)
   elseif what ~= nil then
     raise("to: expected a dtype or device name, got " .. core.describe(what))
   end
-  core.device_arg(device, "to")
-  if dtype == nil then return t end
-  local d = core.dtype_arg(dtype, "to")
-  if d == C.dl_tensor_dtype(t) and not opts.copy then return t end
-  return new(C.dl_to_dtype, t, d)
+  local dev = device ~= nil and core.device_arg(device, "to") or nil
+  if dev ~= nil and dev == C.dl_tensor_device(t) then dev = nil end
+  -- dtypes convert on the CPU: before going to a device, after leaving one
+  if dev ~= nil and dev >= 0 and C.dl_tensor_device(t) >= 0 then
+    t = new(C.dl_to_device, t, -1)
+  end
+  if dev ~= nil and dev < 0 then t = new(C.dl_to_device, t, -1) dev = nil end
+  if dtype ~= nil then
+    local d = core.dtype_arg(dtype, "to")
+    if d ~= C.dl_tensor_dtype(t) or opts.copy then t = new(C.dl_to_dtype, t, d) end
+  end
+  if dev ~= nil then t = new(C.dl_to_device, t, dev) end
+  return t
 end
 T.type = function(t, dtype)
   if dtype == nil then return "ddp." .. T.dtype(t) end
@@ -90,8 +98,12 @@ for _, name in ipairs { "float", "double", "half", "bfloat16", "long", "int", "b
   T[name] = function(t) return T.to(t, core.dtype_name(d)) end
 end
 T.byte = function(t) return T.to(t, "uint8") end
-T.cpu = function(t) return t end
-T.cuda = function(t) core.device_arg("cuda", "cuda") return t end
+T.cpu = function(t) return T.to(t, "cpu") end
+-- t:cuda([n]): on this worker's GPU, or on cuda:n
+T.cuda = function(t, n)
+  if n ~= nil and not core.is_integer(n) then raise("cuda: device must be an index, got " .. core.show(n)) end
+  return T.to(t, n and ("cuda:" .. n) or "cuda")
+end
 
 function T.clone(t) return new(C.dl_clone, t) end
 function T.contiguous(t) return new(C.dl_contiguous, t) end

@@ -60,3 +60,13 @@ DLC_API int dlc_mem_info(int device, size_t *free_b, size_t *total_b, char *err,
   cudaError_t e = cudaMemGetInfo(free_b, total_b);
   return e == cudaSuccess ? 0 : fail(e, "cudaMemGetInfo", device, err, errlen);
 }
+
+/* n bytes between host and device memory or two devices (unified
+** addressing tells which); synchronous. */
+DLC_API int dlc_memcpy(void *dst, const void *src, size_t n, int device, char *err, size_t errlen) {
+  if (n == 0) return 0;
+  on_device d(device);
+  if (d.e != cudaSuccess) return fail(d.e, "cudaSetDevice", device, err, errlen);
+  cudaError_t e = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
+  return e == cudaSuccess ? 0 : fail(e, "cudaMemcpy", device, err, errlen);
+}

@@ -165,6 +165,10 @@ DL_API int dl_released_anchors(int64_t *out, int max);  /* count popped */
 DL_API int dl_anchors_pending(void);
 DL_API dl_tensor *dl_clone(const dl_tensor *t);
 DL_API dl_tensor *dl_to_dtype(const dl_tensor *t, int dtype); /* new ref */
+/* t on device (-1: the CPU): t itself (a new reference) when it is there
+** already, else a contiguous copy.  A CUDA source must be contiguous
+** until the CUDA kernels come. */
+DL_API dl_tensor *dl_to_device(const dl_tensor *t, int device);
 /* Copies src into dst (broadcast to dst's shape, cast to dst's dtype). */
 DL_API int dl_copy_(dl_tensor *dst, const dl_tensor *src);
 DL_API int dl_fill_(dl_tensor *t, double value);

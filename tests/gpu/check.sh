@@ -190,6 +190,11 @@ if [ "$HAVE_GPU" = 1 ] && [ -n "$SKIPPED" ]; then
   row gpu-used FAIL "nvidia-smi lists a GPU but ddplua found none"
 fi
 c_test test_devalloc
+# tests/gpu/cuda_tensors.lua through the ddplua program, rowed like a C test
+CUDA_TENSORS="$BUILD/cuda_tensors"
+printf '#!/usr/bin/env bash\nexec "%s/%s/ddplua" "%s/tests/gpu/cuda_tensors.lua"\n' "$ROOT" "$BUILD" "$ROOT" >"$CUDA_TENSORS"
+chmod +x "$CUDA_TENSORS"
+c_test cuda_tensors
 
 section "test_nccl"
 # One rank on cuda:0, two forked ranks when there are two GPUs; without a
