@@ -26,6 +26,7 @@ local DDP = {}                      -- the wrapper's own methods
 local mt = {}                       -- the wrapper's metatable
 local wrapped = setmetatable({}, { __mode = "k" })  -- model -> true
 local live = setmetatable({}, { __mode = "k" })     -- wrappers with Lua comm hooks
+local all = setmetatable({}, { __mode = "k" })      -- every wrapper, for shutdown
 
 local options = { bucket_cap_mb = true, first_bucket_mb = true, broadcast_buffers = true,
                   grad_accum = true, comm_hook = true, find_unused_parameters = true,
@@ -174,6 +175,7 @@ function M.DDP(model, opts)
   new_reducer(self, hook)
   if accum > 1 then core.check(C.dl_reducer_set_accum(self._r, accum)) end
   wrapped[model] = true
+  all[self] = true
   return self
 end
 
@@ -194,8 +196,28 @@ local function sync_buffers(self)
   end
 end
 
+-- The reducer, or an error once ddp.shutdown() took the group away.
+local function reducer(self)
+  local r = rawget(self, "_r")
+  if r == nil then raise("ddp.DDP: the process group was shut down (ddp.shutdown()); wrap the model again after ddp.init()") end
+  return r
+end
+
 local function prepare(self)
-  if autograd.is_grad_enabled() then core.check(C.dl_reducer_prepare(self._r)) end
+  if autograd.is_grad_enabled() then core.check(C.dl_reducer_prepare(reducer(self))) end
+end
+
+-- ddp.shutdown() frees the group the reducers use: they go first (their
+-- hooks leave the parameters, which keep their last gradients).
+dist._on_shutdown[#dist._on_shutdown + 1] = function()
+  for self in pairs(all) do
+    local r = rawget(self, "_r")
+    if r ~= nil then
+      C.dl_reducer_free(ffi.gc(r, nil))
+      rawset(self, "_r", nil)
+      live[self] = nil
+    end
+  end
 end
 
 function DDP:forward(...)
@@ -210,9 +232,10 @@ mt.__call = function(self, ...) return self:forward(...) end
 -- up locally and the next backward outside it reduces the sum.
 function DDP:no_sync(fn, ...)
   if type(fn) ~= "function" then raise("no_sync: expected a function, got " .. show(fn)) end
-  local was = C.dl_reducer_set_no_sync(self._r, 1)
+  local r = reducer(self)
+  local was = C.dl_reducer_set_no_sync(r, 1)
   local res = { pcall(fn, ...) }
-  C.dl_reducer_set_no_sync(self._r, was)
+  if rawget(self, "_r") == r then C.dl_reducer_set_no_sync(r, was) end
   if not res[1] then error(res[2], 0) end
   return unpack(res, 2)
 end
@@ -231,7 +254,7 @@ local stat_buf = ffi.new("int64_t[?]", C.DL_REDUCER_NSTATS)
 
 -- dmodel:stats(): what the reducer did in the last synced backward.
 function DDP:stats()
-  C.dl_reducer_stats(self._r, stat_buf, C.DL_REDUCER_NSTATS)
+  C.dl_reducer_stats(reducer(self), stat_buf, C.DL_REDUCER_NSTATS)
   local s = stat_buf
   return { syncs = tonumber(s[C.DL_RS_SYNCS]), buckets = tonumber(s[C.DL_RS_BUCKETS]),
            launched_during_backward = tonumber(s[C.DL_RS_EARLY]),
@@ -242,7 +265,8 @@ end
 -- The flat bucket tensors (views of the gradients), for inspection.
 function DDP:buckets()
   local r = {}
-  for b = 0, C.dl_reducer_num_buckets(self._r) - 1 do r[#r + 1] = core.new(C.dl_reducer_bucket, self._r, b) end
+  local red = reducer(self)
+  for b = 0, C.dl_reducer_num_buckets(red) - 1 do r[#r + 1] = core.new(C.dl_reducer_bucket, red, b) end
   return r
 end
 

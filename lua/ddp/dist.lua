@@ -232,9 +232,13 @@ end
 
 -- ddp.shutdown(): leaves the process group; safe to repeat.  The store
 -- connection is also closed when the program ends.
+-- Run before the group goes (ddp.DDP lets go of its reducers there).
+M._on_shutdown = {}
+
 function M.shutdown()
   if not state then return end
   local s, pg = state.store, state.pg
+  for _, f in ipairs(M._on_shutdown) do f() end
   state = nil
   if pg then
     ffi.gc(pg, nil)
