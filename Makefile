@@ -77,7 +77,7 @@ $(CLI): $(CLI_OBJ) $(LIB)
 
 $(CLI_OBJ): runtime/cli.h
 $(BUILD)/obj/safetensors.o $(BUILD)/obj/safetensors_save.o: runtime/safetensors.h
-$(BUILD)/obj/store.o: runtime/store.h
+$(BUILD)/obj/store.o $(BUILD)/obj/store_server.o: runtime/store.h
 
 $(CDEF): runtime/include/ddplua.h scripts/gen_cdef.sh
 	@mkdir -p $(dir $@)
