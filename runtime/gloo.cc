@@ -373,6 +373,20 @@ int bad_arg(char *err, size_t errlen, const char *what, const std::string &why) 
   return -1;
 }
 
+// The reduce function and element size of a reduction, or -1 (err set)
+// for a dtype or op that has none.
+int red_args(const char *what, int dtype, int op, RedFn *fn, size_t *es, char *err,
+             size_t errlen) {
+  *fn = red_for(dtype, op);
+  *es = elem_size(dtype);
+  if (!*fn || !*es)
+    return bad_arg(err, errlen, what,
+                   "unsupported dtype " + std::to_string(dtype) + " or op " + op_name(op));
+  if (op == DL_RED_AVG && !is_float(dtype))
+    return bad_arg(err, errlen, what, "avg needs a floating dtype");
+  return 0;
+}
+
 // One Gloo allreduce over n elements of size es, typed by size for Gloo.
 void allreduce_chunk(dlg *g, void *buf, size_t n, size_t es, RedFn fn) {
   gloo::AllreduceOptions opts(g->ctx);
@@ -462,13 +476,9 @@ int dlg_world(const dlg *g) { return g ? g->world : 0; }
 int dlg_all_reduce(dlg *g, void *buf, int64_t n, int dtype, int op, char *err,
                    size_t errlen) {
   const char *what = "all_reduce";
-  RedFn fn = red_for(dtype, op);
-  size_t es = elem_size(dtype);
-  if (!fn || !es)
-    return bad_arg(err, errlen, what, "unsupported dtype " + std::to_string(dtype) + " or op " +
-                                          op_name(op));
-  if (op == DL_RED_AVG && !is_float(dtype))
-    return bad_arg(err, errlen, what, "avg needs a floating dtype");
+  RedFn fn;
+  size_t es;
+  if (red_args(what, dtype, op, &fn, &es, err, errlen)) return -1;
   if (n < 0 || (n > 0 && !buf)) return bad_arg(err, errlen, what, "bad buffer");
   return guard(g, what, err, errlen, [&] {
     if (n == 0 || g->world == 1) return;
@@ -535,13 +545,9 @@ int dlg_all_gather(dlg *g, void *out, const void *in, int64_t nbytes, char *err,
 int dlg_reduce_scatter(dlg *g, void *out, const void *in, int64_t n_per_rank, int dtype,
                        int op, char *err, size_t errlen) {
   const char *what = "reduce_scatter";
-  RedFn fn = red_for(dtype, op);
-  size_t es = elem_size(dtype);
-  if (!fn || !es)
-    return bad_arg(err, errlen, what, "unsupported dtype " + std::to_string(dtype) + " or op " +
-                                          op_name(op));
-  if (op == DL_RED_AVG && !is_float(dtype))
-    return bad_arg(err, errlen, what, "avg needs a floating dtype");
+  RedFn fn;
+  size_t es;
+  if (red_args(what, dtype, op, &fn, &es, err, errlen)) return -1;
   if (n_per_rank < 0 || (n_per_rank > 0 && (!out || !in)))
     return bad_arg(err, errlen, what, "bad buffer");
   return guard(g, what, err, errlen, [&] {

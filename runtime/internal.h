@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <time.h>
 
 #include "ddplua.h"
 
@@ -79,6 +80,13 @@ typedef enum {
 DL_HIDDEN int dl_err(dl_errmsg em, ...);
 /* The same, returning NULL for pointer-returning calls. */
 DL_HIDDEN void *dl_errp(dl_errmsg em, ...);
+/* Seconds on the monotonic clock (for timeouts and durations). */
+static inline double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* Puts back an error saved from dl_last_error_code/dl_last_error. */
 DL_HIDDEN int dl_err_set(int code, const char *msg);
 

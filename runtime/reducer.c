@@ -62,11 +62,6 @@ struct dl_reducer {
   double t_first, t_end;
 };
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Errors inside hooks cannot return: keep the first for the end hook. */
 static void keep_error(dl_reducer *r) {
@@ -187,7 +182,7 @@ static int launch_one(dl_reducer *r, rbucket *b) {
 /* Starts every bucket that is complete and whose predecessors started. */
 static void launch_ready(dl_reducer *r) {
   while (r->next_launch < r->nb && r->bs[r->next_launch].pending == 0) {
-    if (r->t_first == 0) r->t_first = now();
+    if (r->t_first == 0) r->t_first = now_s();
     if (!r->err_code && launch_one(r, &r->bs[r->next_launch])) keep_error(r);
     r->next_launch++;
   }
@@ -235,13 +230,15 @@ static void on_grad(void *ctx, dl_tensor *leaf) {
 /* -- The end of backward -------------------------------------------------------- */
 
 static int finish(dl_reducer *r) {
-  r->t_end = now();
-  /* parameters without a gradient this pass count as zero */
-  for (int i = 0; i < r->n; i++) {
+  r->t_end = now_s();
+  /* parameters without a gradient this pass count as zero (and come last
+  ** in the first pass's order, in reverse registration order) */
+  for (int i = r->n - 1; i >= 0; i--) {
     rparam *rp = &r->ps[i];
     if (rp->ready) continue;
     rp->ready = 1;
     r->bs[rp->bucket].pending--;
+    if (!r->rebuilt) r->order[r->nready++] = i;
   }
   int launched_early = r->next_launch;
   launch_ready(r);
@@ -282,11 +279,6 @@ static int finish(dl_reducer *r) {
   r->stats[DL_RS_OVERLAP_NS] = r->t_first > 0 ? (int64_t)((r->t_end - r->t_first) * 1e9) : 0;
   if (!r->rebuilt && !r->err_code) {
     /* rank 0's ready order for everyone, then buckets in that order */
-    for (int i = r->n - 1; i >= 0 && r->nready < r->n; i--) {
-      int seen = 0;
-      for (int k = 0; k < r->nready && !seen; k++) seen = r->order[k] == i;
-      if (!seen) r->order[r->nready++] = i;
-    }
     int64_t n = r->n;
     dl_tensor *ot = dl_empty(&n, 1, DL_INT64);
     int64_t *o = ot ? dl_tensor_data(ot) : NULL;

@@ -96,11 +96,6 @@ static char *slot_of(shm *g, int set, int r) {
   return g->base + g->data_off + (size_t)(set * g->world + r) * g->stride;
 }
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -186,7 +181,7 @@ static int wait_for(shm *g, const waiter *w) {
       nanosleep(&ts, NULL);
       if (sleep_ns < 200000) sleep_ns += sleep_ns / 4;
     }
-    double t = now();
+    double t = now_s();
     if (t0 == 0) t0 = next_check = t;  /* spinning before took well under 1 ms */
     int late = t - t0 > g->timeout;
     if (!late && t < next_check) continue;
@@ -368,6 +363,30 @@ static int shm_barrier(void *impl) {
   return sync_all(g, "barrier");
 }
 
+/* A new shared-memory object of `bytes`, named "<prefix><n><suffix>" for
+** the first n from `first` no other object has, reserved up front so a
+** full /dev/shm fails here and not with SIGBUS at first touch.  Its fd, or
+** -1 with the error set (op, the name tried, why); nothing is left behind. */
+static int create_segment(char *name, size_t cap, const char *prefix, int first,
+                          const char *suffix, size_t bytes, const char *op) {
+  int fd = -1;
+  for (int n = first; n < first + 1000; n++) {
+    snprintf(name, cap, "%s%d%s", prefix, n, suffix);
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd >= 0 || errno != EEXIST) break;
+  }
+  if (fd < 0) return dl_err(EM_PG_OS, op, name, strerror(errno)), -1;
+  int e = ftruncate(fd, (off_t)bytes) ? errno : posix_fallocate(fd, 0, (off_t)bytes);
+  if (!e) return fd;
+  char why[200];
+  snprintf(why, sizeof why, "cannot reserve %zu bytes (%s); is /dev/shm large enough?", bytes,
+           strerror(e));
+  dl_err(EM_PG_OS, op, name, why);
+  close(fd);
+  shm_unlink(name);
+  return -1;
+}
+
 /* -- Point to point ----------------------------------------------------------- */
 
 /* The link with rank p: the lower rank makes a small arena for the pair
@@ -384,15 +403,12 @@ static peer *link_to(shm *g, int p, const char *name) {
   snprintf(key, sizeof key, "ddp/shm/%s/n%d/%d/p2p/%d-%d", g->id, g->node, g->group, lo, hi);
   int fd = -1;
   if (g->rank == lo) {
-    for (int n = 0; n < 1000; n++) {
-      snprintf(path, sizeof path, "/ddplua-%s-%dp%dx%dx%d", g->id, n, g->group, lo, hi);
-      fd = shm_open(path, O_CREAT | O_EXCL | O_RDWR, 0600);
-      if (fd >= 0 || errno != EEXIST) break;
-    }
-    if (fd < 0) { dl_err(EM_PG_OS, name, path, strerror(errno)); return NULL; }
-    int e = ftruncate(fd, (off_t)PAIR_BYTES) ? errno : posix_fallocate(fd, 0, (off_t)PAIR_BYTES);
-    if (e || dl_store_set(g->store, key, path, (int64_t)strlen(path))) {
-      if (e) dl_err(EM_PG_OS, name, path, strerror(e));
+    char prefix[128], suffix[64];
+    snprintf(prefix, sizeof prefix, "/ddplua-%s-", g->id);
+    snprintf(suffix, sizeof suffix, "p%dx%dx%d", g->group, lo, hi);
+    fd = create_segment(path, sizeof path, prefix, 0, suffix, PAIR_BYTES, name);
+    if (fd < 0) return NULL;
+    if (dl_store_set(g->store, key, path, (int64_t)strlen(path))) {
       close(fd);
       shm_unlink(path);
       return NULL;
@@ -565,16 +581,10 @@ DL_HIDDEN dl_tensor *shm_shared_zeros(void *impl, int64_t numel, int dtype) {
   if (g->rank == 0) {
     struct statvfs sv;
     if (statvfs("/dev/shm", &sv) == 0 && bytes <= (size_t)sv.f_bavail * sv.f_frsize / 2) {
-      for (int k = 0; k < 1000; k++) {
-        snprintf(name, sizeof name, "/ddplua-%s-%d", g->id, 500 + k);
-        fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-        if (fd >= 0 || errno != EEXIST) break;
-      }
-      if (fd >= 0 && (ftruncate(fd, (off_t)bytes) || posix_fallocate(fd, 0, (off_t)bytes))) {
-        close(fd);
-        shm_unlink(name);
-        fd = -1;
-      }
+      char prefix[128];
+      snprintf(prefix, sizeof prefix, "/ddplua-%s-", g->id);
+      /* on failure the ranks agree on private memory instead */
+      fd = create_segment(name, sizeof name, prefix, 500, "", bytes, op);
       if (fd < 0) snprintf(name, sizeof name, "-");
     }
     snprintf(val, sizeof val, "%s", name);
@@ -706,21 +716,11 @@ DL_HIDDEN void *shm_new(dl_store *store, int rank, int world, const char *job_id
       size_t avail = (size_t)sv.f_bavail * sv.f_frsize;
       while (g->bytes > avail / 2 && g->slot_bytes > (64u << 10)) layout(g, g->slot_bytes / 2);
     }
-    for (int n = 0; n < 1000; n++) {
-      if (no_id) snprintf(name, sizeof name, "/ddplua-p%ld-%d", (long)getpid(), n);
-      else snprintf(name, sizeof name, "/ddplua-%s-%d", id, n);
-      fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-      if (fd >= 0 || errno != EEXIST) break;
-    }
-    if (fd < 0) { dl_err(EM_PG_OS, op, name, strerror(errno)); goto fail; }
+    char prefix[128];
+    if (no_id) snprintf(prefix, sizeof prefix, "/ddplua-p%ld-", (long)getpid());
+    else snprintf(prefix, sizeof prefix, "/ddplua-%s-", id);
+    if ((fd = create_segment(name, sizeof name, prefix, 0, "", g->bytes, op)) < 0) goto fail;
     created = 1;
-    int e = ftruncate(fd, (off_t)g->bytes) ? errno : posix_fallocate(fd, 0, (off_t)g->bytes);
-    if (e) {
-      char why[200];
-      snprintf(why, sizeof why, "cannot reserve %zu bytes (%s); is /dev/shm large enough?", g->bytes, strerror(e));
-      dl_err(EM_PG_OS, op, name, why);
-      goto fail;
-    }
     if (map_fd(g, fd, name, PROT_READ | PROT_WRITE)) goto fail;
     close(fd);
     fd = -1;

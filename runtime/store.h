@@ -33,11 +33,6 @@ static inline uint64_t get64(const unsigned char *p) {
   return v;
 }
 
-static inline double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 
 /* A strict decimal int64, as add stores its counters; -1 when p is not one. */

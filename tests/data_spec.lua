@@ -13,17 +13,7 @@ int unsetenv(const char *name);
 
 -- f (written in this file) must raise an error located in this file whose
 -- message holds every string given (plain text).
-local function fails(f, ...)
-  local ok, err = pcall(f)
-  assert(not ok, "expected an error, but the call succeeded")
-  err = tostring(err)
-  assert(err:match("^[^:]*data_spec%.lua:%d+: "), "the error is not located in data_spec.lua: " .. err)
-  for i = 1, select("#", ...) do
-    local needle = select(i, ...)
-    assert(err:find(needle, 1, true), ("the message lacks %q: %s"):format(needle, err))
-  end
-  return err
-end
+local fails = require("helpers.fails").located("data_spec.lua")
 
 local function values(t) return t:totable() end
 

@@ -269,11 +269,7 @@ function M.barrier(name, opts)
   name = check_name("ddp.barrier", name)
   local st = need_init("ddp.barrier")
   if not st.store then return end
-  local pg = st.pg
-  local old = M._push_timeout(pg, "ddp.barrier", opts)
-  local rc = C.dl_pg_barrier(pg)
-  if old then C.dl_pg_set_timeout(pg, old) end
-  if rc ~= 0 then
+  if M._timed(st.pg, "ddp.barrier", opts, C.dl_pg_barrier, st.pg) ~= 0 then
     raise(("ddp.barrier(%q): %s"):format(name, core.last_error()))
   end
 end
@@ -498,21 +494,24 @@ local function push_timeout(pg, op, opts)
   C.dl_pg_set_timeout(pg, t)
   return old
 end
-M._push_timeout = push_timeout
 
--- Calls f(...) (a C call returning 0 or an error) under opts' timeout.
-local function call(pg, op, opts, f, ...)
+-- f(...) under opts' timeout; the group's own timeout comes back after.
+local function timed(pg, op, opts, f, ...)
   local old = push_timeout(pg, op, opts)
-  local rc = f(...)
+  local r = f(...)
   if old then C.dl_pg_set_timeout(pg, old) end
-  if rc ~= 0 then raise("ddp." .. core.last_error()) end
+  return r
+end
+M._timed = timed  -- for ddp.barrier, defined above
+
+-- A C call returning 0 or an error, under opts' timeout.
+local function call(pg, op, opts, f, ...)
+  if timed(pg, op, opts, f, ...) ~= 0 then raise("ddp." .. core.last_error()) end
 end
 
 -- As call, for C calls returning a new tensor.
 local function call_new(pg, op, opts, f, ...)
-  local old = push_timeout(pg, op, opts)
-  local p = f(...)
-  if old then C.dl_pg_set_timeout(pg, old) end
+  local p = timed(pg, op, opts, f, ...)
   if p == nil then raise("ddp." .. core.last_error()) end
   return core.own(p)
 end
@@ -616,9 +615,7 @@ function M.all_reduce_async(t, op, opts)
   if type(op) == "table" and opts == nil then op, opts = nil, op end
   local o = red_arg(name, op)
   local pg = group(name)
-  local old = push_timeout(pg, name, opts)
-  local w = C.dl_pg_all_reduce_async(pg, t, o)
-  if old then C.dl_pg_set_timeout(pg, old) end
+  local w = timed(pg, name, opts, C.dl_pg_all_reduce_async, pg, t, o)
   if w == nil then raise("ddp." .. core.last_error()) end
   return setmetatable({ w = ffi.gc(w, C.dl_work_free), t = t }, Work)
 end
