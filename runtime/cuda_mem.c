@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "devalloc.h"
 #include "device.h"
@@ -134,6 +135,24 @@ static dl_tensor *device_tensor(const dl_tensor *t, int device, size_t n) {
   return out;
 }
 
+DL_HIDDEN dl_tensor *tensor_new_on(int device, int dtype, const int64_t *shape, int ndim) {
+  if (device < 0) return tensor_new(dtype, shape, ndim);
+  if (check_shape("alloc", shape, ndim)) return NULL;
+  dl_tensor tmpl;
+  memset(&tmpl, 0, sizeof tmpl);
+  tmpl.dtype = (int8_t)dtype;
+  tmpl.ndim = (int8_t)ndim;
+  for (int i = 0; i < ndim; i++) tmpl.shape[i] = shape[i];
+  return device_tensor(&tmpl, device, (size_t)shape_numel(shape, ndim) * dl_dtype_sizes[dtype]);
+}
+
+DL_HIDDEN int cuda_copy_bytes(const char *op, void *dst, const void *src, size_t n, int device) {
+  char err[300];
+  if (!allocator(op, device)) return -1;
+  if (mem.copy(dst, src, n, device, err, sizeof err)) return dl_err(EM_CUDA_CALL, op, device, err);
+  return 0;
+}
+
 DL_API dl_tensor *dl_to_device(const dl_tensor *t, int device) {
   const char *op = "to";
   if (check_tensor_any(op, t)) return NULL;
@@ -150,12 +169,8 @@ DL_API dl_tensor *dl_to_device(const dl_tensor *t, int device) {
   if (from < 0) {
     if (!(src = dl_contiguous(t))) return NULL;
   } else {
-    if (!dl_tensor_is_contiguous(t)) {
-      return dl_errp(EM_BADVALUE, op, "copying a non-contiguous CUDA tensor needs a CUDA kernel, "
-                                      "which this build does not have yet (copy a contiguous one)");
-    }
-    dl_tensor_retain((dl_tensor *)t);
-    src = (dl_tensor *)t;
+    /* made contiguous on its own device first, by a kernel */
+    if (!(src = dl_contiguous(t))) return NULL;
   }
   out = device >= 0 ? device_tensor(t, device, n) : tensor_new(t->dtype, t->shape, t->ndim);
   if (out && mem.copy(tensor_first(out), tensor_first(src), n, dev, err, sizeof err)) {

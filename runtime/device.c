@@ -80,7 +80,7 @@ static void cuda_versions(char *out, size_t cap) {
 
 /* Finds libddplua_cuda.so: $DDPLUA_CUDA_LIB, else next to libddplua.so.
 ** Returns 0, or -1 with cuda.status saying why. */
-static int cuda_load_lib(void) {
+static int cuda_load_lib(const char *file) {
   char self[PATH_MAX], path[PATH_MAX + 32];
   const char *env = getenv("DDPLUA_CUDA_LIB");
   self_path(self, sizeof self);
@@ -90,16 +90,16 @@ static int cuda_load_lib(void) {
     const char *slash = strrchr(self, '/');
     int dirlen = slash ? (int)(slash - self) : 0;
     if (slash)
-      snprintf(path, sizeof path, "%.*s/libddplua_cuda.so", dirlen, self);
+      snprintf(path, sizeof path, "%.*s/%s", dirlen, self, file);
     else
-      snprintf(path, sizeof path, "libddplua_cuda.so");
+      snprintf(path, sizeof path, "%s", file);
   }
   if (access(path, F_OK) != 0) {
     if (env && *env)
       status_set("ddplua CUDA library not found at DDPLUA_CUDA_LIB=%s", env);
     else
-      status_set("ddplua was built without CUDA (libddplua_cuda.so not "
-                 "found next to %s)", self[0] ? self : "libddplua.so");
+      status_set("ddplua was built without CUDA (%s not "
+                 "found next to %s)", file, self[0] ? self : "libddplua.so");
     return -1;
   }
   cuda.lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -130,6 +130,19 @@ static void cuda_probe(void) {
   char err[256] = "", vers[64] = "";
   int n = 0;
   cuda.ndev = 0;
+  /* DDPLUA_CUDA_EMU=N: N devices emulated on the CPU by the same kernel
+  ** sources built with g++ (runtime/cuda/emu), for tests without a GPU. */
+  const char *emu = getenv("DDPLUA_CUDA_EMU");
+  if (emu && *emu && strcmp(emu, "0") != 0) {
+    if (cuda_load_lib("libddplua_cudaemu.so") != 0) return;
+    if (cuda.device_count(&n, err, sizeof err) != 0 || n <= 0) {
+      status_set("CUDA emulator found no device: %s", err);
+      return;
+    }
+    cuda.ndev = n;
+    status_set("%d emulated CUDA device(s) (DDPLUA_CUDA_EMU: kernels run on the CPU)", n);
+    return;
+  }
   /* Checked first and apart from cudart (which dlopens it again itself) so
   ** a machine without the driver gets a plain answer. */
   cuda.libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -137,7 +150,7 @@ static void cuda_probe(void) {
     status_set("no CUDA driver (libcuda.so.1 not found)");
     return;
   }
-  if (cuda_load_lib() != 0) return;
+  if (cuda_load_lib("libddplua_cuda.so") != 0) return;
   /* Also covers a driver too old for our cudart (cudaErrorInsufficientDriver):
   ** the versions tell the user which side to upgrade. */
   if (cuda.device_count(&n, err, sizeof err) != 0 || n <= 0) {

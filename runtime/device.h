@@ -6,6 +6,7 @@
 #define DL_DEVICE_H
 
 #include "internal.h"
+#include "cuda/dlc.h"
 
 /* dlsym of the loaded libddplua_cuda.so (probing CUDA first if needed).
 ** NULL when the library is not loaded (*why: the probe's status line, as
@@ -21,5 +22,30 @@ DL_HIDDEN void *cuda_sym(const char *name, const char **why);
 __attribute__((visibility("default"))) void *cuda_mem_alloc(int device, size_t size,
                                                             uintptr_t stream);
 __attribute__((visibility("default"))) int cuda_mem_release(int device, void *ptr);
+
+/* A new contiguous tensor on device (-1: the CPU), uninitialised. */
+DL_HIDDEN dl_tensor *tensor_new_on(int device, int dtype, const int64_t *shape, int ndim);
+/* n bytes between host and device memory (device: whose copy engine). */
+DL_HIDDEN int cuda_copy_bytes(const char *op, void *dst, const void *src, size_t n, int device);
+
+/* -- cuda_ops.c ------------------------------------------------------------ */
+
+/* The device an op on ts[0..n) runs on (-1: the CPU), NULLs skipped; CPU
+** 0-dim tensors go with any device.  -2 with the error set when the
+** tensors are on different devices (or one is freed). */
+DL_HIDDEN int op_device(const char *op, int n, const dl_tensor *const *ts);
+/* The launcher sym, looked up once into *slot; NULL with the error set. */
+DL_HIDDEN void *cuda_fn(void **slot, const char *op, const char *sym);
+/* rc of a launcher into the runtime's error (0 stays 0). */
+DL_HIDDEN int cuda_err(const char *op, int device, int rc);
+/* An iter_t (iter.c) of ops as a launcher takes it. */
+DL_HIDDEN int cuda_iter(dlc_iter *d, const iter_t *it, dl_tensor *const *ops);
+/* The elementwise launchers of runtime/cuda/elementwise.cu over ops. */
+DL_HIDDEN int cuda_cast(const char *op, dl_tensor *dst, const dl_tensor *src);
+DL_HIDDEN int cuda_fill(const char *op, dl_tensor *t, uint64_t bytes);
+DL_HIDDEN int cuda_binary(const char *op, int binop, int dtype, dl_tensor *const *ops);
+DL_HIDDEN int cuda_unary(const char *op, int unop, int dtype, dl_tensor *const *ops);
+DL_HIDDEN int cuda_clamp(const char *op, int dtype, double lo, double hi, dl_tensor *const *ops);
+DL_HIDDEN int cuda_where(const char *op, dl_tensor *const *ops);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "autograd.h"
+#include "device.h"
 
 /* The integer templates also serve uint8, where "< 0" is always false. */
 #pragma GCC diagnostic ignored "-Wtype-limits"
@@ -398,11 +399,16 @@ static int binary_into(const char *name, int op, dl_tensor *out,
   int rc = -1;
   if (!cb) goto done;
   if (out->dtype != od) {  /* half result: compute in float32 first */
-    tmp = tensor_new(od, out->shape, out->ndim);
+    tmp = tensor_new_on(out->storage->device, od, out->shape, out->ndim);
     if (!tmp) goto done;
     dst = tmp;
   }
   dl_tensor *ops[3] = {dst, ca, cb};
+  if (out->storage->device >= 0) {
+    rc = cuda_binary(name, op, kd, ops);
+    if (!rc && tmp) rc = dl_copy_(out, tmp);
+    goto done;
+  }
   iter_t it;
   if (iter_init(&it, name, ops, 3)) goto done;
   kctx c;
@@ -423,7 +429,9 @@ done:
 DL_API dl_tensor *dl_binary(int op, const dl_tensor *a, const dl_tensor *b) {
   if (op < 0 || op >= DL_NBINOPS) return dl_errp(EM_BADVALUE, "binary", "unknown op");
   const char *name = binop_names[op];
-  if (check_cpu(name, a) || check_cpu(name, b)) return NULL;
+  const dl_tensor *args[2] = {a, b};
+  int dev = op_device(name, 2, args);
+  if (dev < -1) return NULL;
   int cd, od, nd;
   int64_t shape[DL_MAX_DIMS];
   bin_dtypes(op, a, b, &cd, &od);
@@ -432,7 +440,7 @@ DL_API dl_tensor *dl_binary(int op, const dl_tensor *a, const dl_tensor *b) {
                    "subtracting two bool tensors is not supported; use logical_xor or ~");
   if (broadcast_shape(name, a->shape, a->ndim, b->shape, b->ndim, shape, &nd))
     return NULL;
-  dl_tensor *out = tensor_new(od, shape, nd);
+  dl_tensor *out = tensor_new_on(dev, od, shape, nd);
   if (out && binary_into(name, op, out, a, b, cd)) {
     dl_tensor_release(out);
     return NULL;
@@ -456,7 +464,10 @@ static dl_tensor *unalias(const dl_tensor *dst, const dl_tensor *b) {
 DL_API int dl_binary_(int op, dl_tensor *a, const dl_tensor *b) {
   if (op < 0 || op >= DL_NBINOPS) return dl_err(EM_BADVALUE, "binary_", "unknown op");
   const char *name = inplace_name(binop_names[op]);
-  if (check_cpu(name, a) || check_cpu(name, b)) return -1;
+  const dl_tensor *args[2] = {a, b};
+  if (op_device(name, 2, args) < -1) return -1;
+  if (a->ndim == 0 && a->storage->device < 0 && b->storage->device >= 0)
+    return dl_err(EM_DEVICE_MIX, name, "cpu", 1, "cuda", 2);
   int cd, od, nd;
   int64_t shape[DL_MAX_DIMS];
   bin_dtypes(op, a, b, &cd, &od);
@@ -476,7 +487,7 @@ DL_API int dl_binary_(int op, dl_tensor *a, const dl_tensor *b) {
   if (od == a->dtype && !is_half_dtype(od)) {
     rc = binary_into(name, op, a, a, ub, cd);
   } else {  /* compute in the op's dtype, then cast into a */
-    dl_tensor *r = tensor_new(od, shape, nd);
+    dl_tensor *r = tensor_new_on(a->storage->device, od, shape, nd);
     rc = r ? binary_into(name, op, r, a, ub, cd) : -1;
     if (!rc) rc = dl_copy_(a, r);
     dl_tensor_release(r);
@@ -501,11 +512,16 @@ static int unary_into(const char *name, int op, dl_tensor *out,
   int rc = -1;
   if (!ca) return -1;
   if (out->dtype != od) {
-    tmp = tensor_new(od, out->shape, out->ndim);
+    tmp = tensor_new_on(out->storage->device, od, out->shape, out->ndim);
     if (!tmp) goto done;
     dst = tmp;
   }
   dl_tensor *ops[2] = {dst, ca};
+  if (out->storage->device >= 0) {
+    rc = cuda_unary(name, op, kd, ops);
+    if (!rc && tmp) rc = dl_copy_(out, tmp);
+    goto done;
+  }
   iter_t it;
   if (iter_init(&it, name, ops, 2)) goto done;
   kctx c;
@@ -529,8 +545,8 @@ static int unary_out_dtype(int op, int dtype) {
 DL_API dl_tensor *dl_unary(int op, const dl_tensor *a) {
   if (op < 0 || op >= DL_NUNOPS) return dl_errp(EM_BADVALUE, "unary", "unknown op");
   const char *name = unop_names[op];
-  if (check_cpu(name, a)) return NULL;
-  dl_tensor *out = tensor_new(unary_out_dtype(op, a->dtype), a->shape, a->ndim);
+  if (check_tensor_any(name, a)) return NULL;
+  dl_tensor *out = tensor_new_on(a->storage->device, unary_out_dtype(op, a->dtype), a->shape, a->ndim);
   if (out && unary_into(name, op, out, a)) {
     dl_tensor_release(out);
     return NULL;
@@ -541,13 +557,13 @@ DL_API dl_tensor *dl_unary(int op, const dl_tensor *a) {
 DL_API int dl_unary_(int op, dl_tensor *a) {
   if (op < 0 || op >= DL_NUNOPS) return dl_err(EM_BADVALUE, "unary_", "unknown op");
   const char *name = inplace_name(unop_names[op]);
-  if (check_cpu(name, a)) return -1;
+  if (check_tensor_any(name, a)) return -1;
   int od = unary_out_dtype(op, a->dtype);
   if (!can_cast(od, a->dtype))
     return dl_err(EM_INPLACE_DTYPE, name, fmt_dtype(od), fmt_dtype(a->dtype));
   if (ag_check_inplace(name, a)) return -1;
   if (od == a->dtype && !is_half_dtype(od)) return unary_into(name, op, a, a);
-  dl_tensor *r = tensor_new(od, a->shape, a->ndim);
+  dl_tensor *r = tensor_new_on(a->storage->device, od, a->shape, a->ndim);
   if (r && unary_into(name, op, r, a)) {
     dl_tensor_release(r);
     r = NULL;
@@ -585,7 +601,7 @@ static const loop_fn clamp_table[K_N] = {clamp_f32, clamp_f64, clamp_i32,
 
 static int clamp_into(const char *name, dl_tensor *out, const dl_tensor *a,
                       double lo, double hi) {
-  if (check_cpu(name, a)) return -1;
+  if (check_tensor_any(name, a)) return -1;
   if (lo == lo && hi == hi && lo > hi) {
     /* PyTorch: min > max sets every element to max */
     lo = hi;
@@ -594,14 +610,18 @@ static int clamp_into(const char *name, dl_tensor *out, const dl_tensor *a,
   loop_fn fn = clamp_table[kslot(kd)];
   if (!fn) return dl_err(EM_DTYPE_UNSUP, name, fmt_dtype(a->dtype));
   dl_tensor *ca = as_dtype(a, kd);
-  dl_tensor *dst = out->dtype == kd ? out : tensor_new(kd, out->shape, out->ndim);
+  dl_tensor *dst = out->dtype == kd ? out : tensor_new_on(out->storage->device, kd, out->shape, out->ndim);
   int rc = -1;
   if (ca && dst) {
     dl_tensor *ops[2] = {dst, ca};
     iter_t it;
     clamp_ctx c = {lo, hi};
-    rc = iter_init(&it, name, ops, 2);
-    if (!rc) iter_run(&it, fn, &c);
+    if (out->storage->device >= 0) {
+      rc = cuda_clamp(name, kd, lo, hi, ops);
+    } else {
+      rc = iter_init(&it, name, ops, 2);
+      if (!rc) iter_run(&it, fn, &c);
+    }
     if (!rc && dst != out) rc = dl_copy_(out, dst);
   }
   dl_tensor_release(ca);
@@ -626,10 +646,10 @@ static int clamp_dtype(int dtype, double lo, double hi) {
 }
 
 DL_API dl_tensor *dl_clamp(const dl_tensor *a, double lo, double hi) {
-  if (check_cpu("clamp", a)) return NULL;
+  if (check_tensor_any("clamp", a)) return NULL;
   int od = clamp_dtype(a->dtype, lo, hi);
   dl_tensor *ca = as_dtype(a, od);
-  dl_tensor *out = ca ? tensor_new(od, a->shape, a->ndim) : NULL;
+  dl_tensor *out = ca ? tensor_new_on(a->storage->device, od, a->shape, a->ndim) : NULL;
   if (out && clamp_into("clamp", out, ca, lo, hi)) {
     dl_tensor_release(out);
     out = NULL;
@@ -639,7 +659,7 @@ DL_API dl_tensor *dl_clamp(const dl_tensor *a, double lo, double hi) {
 }
 
 DL_API int dl_clamp_(dl_tensor *a, double lo, double hi) {
-  if (check_cpu("clamp_", a)) return -1;
+  if (check_tensor_any("clamp_", a)) return -1;
   int od = clamp_dtype(a->dtype, lo, hi);
   if (od != a->dtype)
     return dl_err(EM_INPLACE_DTYPE, "clamp_", fmt_dtype(od), fmt_dtype(a->dtype));
@@ -662,8 +682,9 @@ WHERE_FN(where8, uint64_t)
 
 DL_API dl_tensor *dl_where(const dl_tensor *cond, const dl_tensor *a,
                            const dl_tensor *b) {
-  if (check_cpu("where", cond) || check_cpu("where", a) || check_cpu("where", b))
-    return NULL;
+  const dl_tensor *args[3] = {cond, a, b};
+  int dev = op_device("where", 3, args);
+  if (dev < -1) return NULL;
   if (cond->dtype != DL_BOOL && cond->dtype != DL_UINT8)
     return dl_errp(EM_DTYPE_NEED_BOOL, "where", "condition", fmt_dtype(cond->dtype));
   int64_t s1[DL_MAX_DIMS], s2[DL_MAX_DIMS];
@@ -673,8 +694,14 @@ DL_API dl_tensor *dl_where(const dl_tensor *cond, const dl_tensor *a,
     return NULL;
   int od = dl_result_type(a, b);
   dl_tensor *ca = as_dtype(a, od), *cb = ca ? as_dtype(b, od) : NULL;
-  dl_tensor *out = cb ? tensor_new(od, s2, n2) : NULL;
-  if (out) {
+  dl_tensor *out = cb ? tensor_new_on(dev, od, s2, n2) : NULL;
+  if (out && dev >= 0) {
+    dl_tensor *ops[4] = {out, (dl_tensor *)cond, ca, cb};
+    if (cuda_where("where", ops)) {
+      dl_tensor_release(out);
+      out = NULL;
+    }
+  } else if (out) {
     static const loop_fn fns[9] = {0, where1, where2, 0, where4, 0, 0, 0, where8};
     dl_tensor *ops[4] = {out, (dl_tensor *)cond, ca, cb};
     iter_t it;

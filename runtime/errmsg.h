@@ -49,6 +49,7 @@ ERRDEF(NEG_BOOL, DL_EDTYPE, "%s: negation (-) of a bool tensor is not supported;
 /* Devices */
 ERRDEF(CUDA_UNAVAIL, DL_EDEVICE, "%s: CUDA is not available: %s")
 ERRDEF(CUDA_DEVICE, DL_EDEVICE, "%s: no CUDA device %d (%d device(s) found)")
+ERRDEF(DEVICE_MIX, DL_EDEVICE, "%s: expected all tensors on the same device, got %s (argument %d) and %s (argument %d)")
 ERRDEF(CUDA_CALL, DL_EDEVICE, "%s: CUDA failed on cuda:%d: %s")
 ERRDEF(CUDA_OOM, DL_ENOMEM, "%s: out of CUDA memory on cuda:%d: %s")
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "autograd.h"
+#include "device.h"
 
 /* -- Storage -------------------------------------------------------------- */
 
@@ -388,9 +389,9 @@ DL_API int dl_released_anchors(int64_t *out, int max) {
 }
 
 DL_API dl_tensor *dl_to_dtype(const dl_tensor *t, int dtype) {
-  if (check_tensor("to", t)) return NULL;
+  if (check_tensor_any("to", t)) return NULL;
   if (dtype < 0 || dtype >= DL_NDTYPES) return dl_errp(EM_BADDTYPE, "to", dtype);
-  dl_tensor *r = tensor_new(dtype, t->shape, t->ndim);
+  dl_tensor *r = tensor_new_on(t->storage->device, dtype, t->shape, t->ndim);
   if (r && dl_copy_(r, t)) {
     dl_tensor_release(r);
     return NULL;
@@ -399,13 +400,29 @@ DL_API dl_tensor *dl_to_dtype(const dl_tensor *t, int dtype) {
 }
 
 DL_API dl_tensor *dl_clone(const dl_tensor *t) {
-  if (check_tensor("clone", t)) return NULL;
+  if (check_tensor_any("clone", t)) return NULL;
   return dl_to_dtype(t, t->dtype);
 }
 
+/* copy_ across devices: src is brought to dst's device (contiguous, in
+** its own dtype) and cast there. */
+static int copy_across(dl_tensor *dst, const dl_tensor *src) {
+  int to = dst->storage->device;
+  dl_tensor *moved = dl_to_device(src, to);
+  if (!moved) return -1;
+  int rc = dl_copy_(dst, moved);
+  dl_tensor_release(moved);
+  return rc;
+}
+
 DL_API int dl_copy_(dl_tensor *dst, const dl_tensor *src) {
-  if (check_cpu("copy_", dst) || check_cpu("copy_", src)) return -1;
+  if (check_tensor_any("copy_", dst) || check_tensor_any("copy_", src)) return -1;
   if (ag_check_inplace("copy_", dst)) return -1;
+  int dev = dst->storage->device;
+  if (src->storage->device != dev) {
+    /* a CPU scalar into a device tensor: broadcast by the kernel */
+    if (!(src->storage->device < 0 && src->ndim == 0)) return copy_across(dst, src);
+  }
   dl_tensor *tmp = NULL;
   if (dst->storage == src->storage && dst != src) {
     /* overlapping views would read what they just wrote */
@@ -415,8 +432,13 @@ DL_API int dl_copy_(dl_tensor *dst, const dl_tensor *src) {
   }
   dl_tensor *ops[2] = {dst, (dl_tensor *)src};
   iter_t it;
-  int rc = iter_init(&it, "copy_", ops, 2);
-  if (!rc) iter_run(&it, cast_loop(dst->dtype, src->dtype), NULL);
+  int rc;
+  if (dev >= 0) {
+    rc = cuda_cast("copy_", dst, src);
+  } else {
+    rc = iter_init(&it, "copy_", ops, 2);
+    if (!rc) iter_run(&it, cast_loop(dst->dtype, src->dtype), NULL);
+  }
   dl_tensor_release(tmp);
   return rc;
 }
@@ -438,10 +460,11 @@ FILL_FN(fill4, uint32_t)
 FILL_FN(fill8, uint64_t)
 
 DL_API int dl_fill_(dl_tensor *t, double value) {
-  if (check_cpu("fill_", t)) return -1;
+  if (check_tensor_any("fill_", t)) return -1;
   if (ag_check_inplace("fill_", t)) return -1;
   uint64_t bytes = 0;
   store_double((char *)&bytes, t->dtype, value);
+  if (t->storage->device >= 0) return cuda_fill("fill_", t, bytes);
   static const loop_fn fills[9] = {0, fill1, fill2, 0, fill4, 0, 0, 0, fill8};
   iter_t it;
   if (iter_init(&it, "fill_", &t, 1)) return -1;
@@ -462,33 +485,53 @@ static const char *elem_ptr(const dl_tensor *t, int64_t linear) {
 }
 
 static int check_linear(const char *op, const dl_tensor *t, int64_t linear) {
-  if (check_cpu(op, t)) return -1;
+  if (check_tensor_any(op, t)) return -1;
   int64_t n = dl_tensor_numel(t);
   if (linear < 0 || linear >= n)
     return dl_err(EM_LINEAR_RANGE, op, (long long)linear, (long long)n);
   return 0;
 }
 
+/* One element's bytes, from a device tensor through a copy (which waits
+** for the kernels before it: reading a value synchronises, as .item()). */
+static int elem_get(const char *op, const dl_tensor *t, int64_t linear, char *buf) {
+  const char *p = elem_ptr(t, linear);
+  size_t n = (size_t)dl_dtype_sizes[t->dtype];
+  if (t->storage->device < 0) {
+    memcpy(buf, p, n);
+    return 0;
+  }
+  return cuda_copy_bytes(op, buf, p, n, t->storage->device);
+}
+
 DL_API int dl_get_double(const dl_tensor *t, int64_t linear, double *out) {
-  if (check_linear("get", t, linear)) return -1;
-  *out = load_double(elem_ptr(t, linear), t->dtype);
+  char buf[8];
+  if (check_linear("get", t, linear) || elem_get("get", t, linear, buf)) return -1;
+  *out = load_double(buf, t->dtype);
   return 0;
 }
 
 DL_API int dl_get_int64(const dl_tensor *t, int64_t linear, int64_t *out) {
-  if (check_linear("get", t, linear)) return -1;
-  *out = load_int64(elem_ptr(t, linear), t->dtype);
+  char buf[8];
+  if (check_linear("get", t, linear) || elem_get("get", t, linear, buf)) return -1;
+  *out = load_int64(buf, t->dtype);
   return 0;
 }
 
 DL_API int dl_set_double(dl_tensor *t, int64_t linear, double value) {
   if (check_linear("set", t, linear) || ag_check_inplace("set", t)) return -1;
+  if (t->storage->device >= 0) {
+    char buf[8];
+    store_double(buf, t->dtype, value);
+    return cuda_copy_bytes("set", (char *)elem_ptr(t, linear), buf,
+                           (size_t)dl_dtype_sizes[t->dtype], t->storage->device);
+  }
   store_double((char *)elem_ptr(t, linear), t->dtype, value);
   return 0;
 }
 
 DL_API int dl_to_doubles(const dl_tensor *t, double *out) {
-  if (check_cpu("totable", t)) return -1;
+  if (check_tensor_any("totable", t)) return -1;
   dl_tensor *o = dl_from_blob(out, DL_FLOAT64, t->shape, NULL, t->ndim, NULL, NULL);
   if (!o) return -1;
   int rc = dl_copy_(o, t);

@@ -98,7 +98,7 @@ DL_HIDDEN dl_tensor *fw_reshape(const dl_tensor *t, const int64_t *shape,
 }
 
 DL_API dl_tensor *dl_contiguous(const dl_tensor *t) {
-  if (check_tensor("contiguous", t)) return NULL;
+  if (check_tensor_any("contiguous", t)) return NULL;
   if (dl_tensor_is_contiguous(t)) {
     dl_tensor_retain((dl_tensor *)t);
     return (dl_tensor *)t;

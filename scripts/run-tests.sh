@@ -37,22 +37,42 @@ for src in tests/c/test_*.c; do
 done
 
 # -- busted specs (TAP: "ok", "not ok", "ok ... # SKIP")
-specs=$(ls tests/*_spec.lua 2>/dev/null)
-if [ -n "$specs" ]; then
-  busted --lua=luajit -o TAP $specs >"$out/busted.tap" 2>&1
-  p=$(grep -E '^ok ' "$out/busted.tap" | grep -vc '# SKIP')
-  s=$(grep -cE '^ok .*# SKIP' "$out/busted.tap")
-  f=$(grep -cE '^not ok ' "$out/busted.tap")
-  grep -E '^ok .*# SKIP' "$out/busted.tap" | sed -E 's/^ok [0-9]+ - # SKIP/SKIP:/'
+run_busted() {  # $1: label, $2: TAP file, rest: spec files
+  local label=$1 tap=$2
+  shift 2
+  busted --lua=luajit -o TAP "$@" >"$tap" 2>&1
+  local p s f
+  p=$(grep -E '^ok ' "$tap" | grep -vc '# SKIP')
+  s=$(grep -cE '^ok .*# SKIP' "$tap")
+  f=$(grep -cE '^not ok ' "$tap")
+  grep -E '^ok .*# SKIP' "$tap" | sed -E 's/^ok [0-9]+ - # SKIP/SKIP:/'
   if [ "$f" -gt 0 ]; then
-    echo "busted failures:"
-    awk '/^not ok /{show=1} /^ok /{show=0} show' "$out/busted.tap" | head -n 200
+    echo "$label failures:"
+    awk '/^not ok /{show=1} /^ok /{show=0} show' "$tap" | head -n 200
   fi
-  if [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then
-    echo "busted ran no test:"; tail -n 30 "$out/busted.tap"; f=1
+  if [ "$p" -eq 0 ] && [ "$f" -eq 0 ] && [ "$s" -eq 0 ]; then
+    echo "$label ran no test:"; tail -n 30 "$tap"; f=1
   fi
-  echo "busted: $p passed, $f failed, $s skipped"
+  echo "$label: $p passed, $f failed, $s skipped"
   count "$p" "$f" "$s"
+}
+
+specs=$(ls tests/*_spec.lua 2>/dev/null)
+[ -n "$specs" ] && run_busted busted "$out/busted.tap" $specs
+
+# -- CUDA op specs (tests/cuda): on a GPU where there is one; else on the
+# CUDA emulator (the same kernel sources built for the CPU, selected by
+# DDPLUA_CUDA_EMU=1), so every CUDA path runs in CI too.
+cuda_specs=$(ls tests/cuda/*_spec.lua 2>/dev/null)
+if [ -n "$cuda_specs" ]; then
+  ndev=$(DDPLUA_CUDA_EMU=0 "$BUILD/ddplua" -e 'io.write(require("ddp").cuda.device_count())' 2>/dev/null || echo 0)
+  if [ "${ndev:-0}" -gt 0 ]; then
+    DDPLUA_CUDA_EMU=0 run_busted "cuda specs (GPU)" "$out/busted-cuda.tap" $cuda_specs
+  elif [ -e "$BUILD/libddplua_cudaemu.so" ]; then
+    DDPLUA_CUDA_EMU=1 run_busted "cuda specs (emulated on the CPU)" "$out/busted-cuda.tap" $cuda_specs
+  else
+    echo "SKIP: CUDA op specs (no GPU, and the CUDA emulator was not built)"; count 0 0 1
+  fi
 fi
 
 # -- fuzz smoke: the safetensors reader under libFuzzer, ASan and UBSan for

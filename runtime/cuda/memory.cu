@@ -2,11 +2,7 @@
 ** the only place that calls cudaMalloc, cudaFree and a device-wide sync. */
 #include <stdio.h>
 
-#include <cuda_runtime.h>
-
-#include "ddplua.h"
-
-#define DLC_API extern "C" __attribute__((visibility("default")))
+#include "common.cuh"
 
 static int fail(cudaError_t e, const char *call, int device, char *err, size_t errlen) {
   if (err && errlen)

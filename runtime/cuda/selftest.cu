@@ -9,11 +9,7 @@
 #include <stdio.h>
 #include <stddef.h>
 
-#include <cuda_runtime.h>
-
-#include "ddplua.h"
-
-#define DLC_API extern "C" __attribute__((visibility("default")))
+#include "common.cuh"
 
 /* -- Errors -------------------------------------------------------------- */
 
@@ -111,7 +107,7 @@ DLC_API int dlc_iota(int device, float *out, int n, float scale, char *err,
     int threads = 256;
     int blocks = (int)(((long long)n + threads - 1) / threads);
     if (blocks > 65535) blocks = 65535;
-    dlc_iota_kernel<<<blocks, threads>>>(d, n, scale);
+    DLC_LAUNCH(dlc_iota_kernel, blocks, threads, 0, 0, d, n, scale);
   }
   /* Launch errors (bad config, no kernel image for this arch) show here;
   ** faults while running show at the synchronous copy below. */

@@ -1,0 +1,140 @@
+/*
+** cuda_ops.c -- what the ops need to run on CUDA tensors: which device an
+** op runs on, new tensors there, the launchers of libddplua_cuda.so by
+** name, elementwise loops handed to them, and their errors.
+*/
+#include <stdio.h>
+#include <string.h>
+
+#include "device.h"
+
+DL_HIDDEN int op_device(const char *op, int n, const dl_tensor *const *ts) {
+  int dev = -1, first = -1;
+  for (int i = 0; i < n; i++) {
+    const dl_tensor *t = ts[i];
+    if (!t) continue;
+    if (check_tensor_any(op, t)) return -2;
+    int d = t->storage->device;
+    /* A CPU scalar (a Lua number, a 0-dim tensor) goes with any device,
+    ** as in PyTorch. */
+    if (d < 0 && t->ndim == 0) continue;
+    if (first < 0) {
+      first = i;
+      dev = d;
+    } else if (d != dev) {
+      char a[16], b[16];
+      snprintf(a, sizeof a, dev < 0 ? "cpu" : "cuda:%d", dev);
+      snprintf(b, sizeof b, d < 0 ? "cpu" : "cuda:%d", d);
+      dl_err(EM_DEVICE_MIX, op, a, first + 1, b, i + 1);
+      return -2;
+    }
+  }
+  if (first < 0) {  /* only CPU scalars, or a device 0-dim tensor among them */
+    for (int i = 0; i < n; i++)
+      if (ts[i] && ts[i]->storage->device >= 0) return ts[i]->storage->device;
+  }
+  return dev;
+}
+
+DL_HIDDEN void *cuda_fn(void **slot, const char *op, const char *sym) {
+  void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+  if (f) return f;
+  const char *why = NULL;
+  f = cuda_sym(sym, &why);
+  if (!f) return dl_errp(EM_CUDA_UNAVAIL, op, why ? why : "no CUDA library");
+  __atomic_store_n(slot, f, __ATOMIC_RELEASE);
+  return f;
+}
+
+DL_HIDDEN int cuda_err(const char *op, int device, int rc) {
+  if (rc == 0) return 0;
+  static void *slot;
+  dlc_last_error_fn last = cuda_fn(&slot, op, "dlc_last_error");
+  const char *msg = last ? last() : "unknown CUDA error";
+  if (rc == DL_ENOMEM) return dl_err(EM_CUDA_OOM, op, device, msg);
+  if (rc == DL_EINVAL && strstr(msg, "division by zero")) return dl_err(EM_INT_DIV_ZERO, op, "integer");
+  if (rc == DL_EINVAL && strstr(msg, "negative integer power")) return dl_err(EM_INT_NEG_POW, op, "integer");
+  if (rc == DL_EDTYPE) return dl_err(EM_BADVALUE, op, msg);
+  return dl_err(EM_CUDA_CALL, op, device, msg);
+}
+
+DL_HIDDEN int cuda_iter(dlc_iter *d, const iter_t *it, dl_tensor *const *ops) {
+  memset(d, 0, sizeof *d);
+  d->ndim = it->ndim;
+  d->nops = it->nops;
+  d->numel = it->numel;
+  for (int k = 0; k < it->ndim; k++) d->shape[k] = it->shape[k];
+  for (int i = 0; i < it->nops; i++) {
+    d->dtype[i] = ops[i]->dtype;
+    for (int k = 0; k < it->ndim; k++) d->strides[i][k] = it->strides[i][k];
+    if (ops[i]->storage->device < 0) {  /* a CPU scalar: its value rides along */
+      memcpy(&d->scalar[i], it->data[i], (size_t)dl_dtype_sizes[ops[i]->dtype]);
+      d->scalar_mask |= 1u << i;
+      for (int k = 0; k < it->ndim; k++) d->strides[i][k] = 0;
+    } else {
+      d->data[i] = it->data[i];
+    }
+  }
+  return 0;
+}
+
+/* -- Elementwise launchers ------------------------------------------------- */
+
+static int iter_call(const char *op, dl_tensor *const *ops, int nops, dlc_iter *d) {
+  iter_t it;
+  if (iter_init(&it, op, ops, nops)) return -1;
+  return cuda_iter(d, &it, ops);
+}
+
+DL_HIDDEN int cuda_cast(const char *op, dl_tensor *dst, const dl_tensor *src) {
+  static void *slot;
+  dl_tensor *ops[2] = {dst, (dl_tensor *)src};
+  dlc_iter d;
+  dlc_cast_fn f = cuda_fn(&slot, op, "dlc_cast");
+  if (!f || iter_call(op, ops, 2, &d)) return -1;
+  return cuda_err(op, dst->storage->device, f(dst->storage->device, &d));
+}
+
+DL_HIDDEN int cuda_fill(const char *op, dl_tensor *t, uint64_t bytes) {
+  static void *slot;
+  dlc_iter d;
+  dlc_fill_fn f = cuda_fn(&slot, op, "dlc_fill");
+  if (!f || iter_call(op, &t, 1, &d)) return -1;
+  return cuda_err(op, t->storage->device, f(t->storage->device, &d, bytes));
+}
+
+DL_HIDDEN int cuda_binary(const char *op, int binop, int dtype, dl_tensor *const *ops) {
+  static void *slot;
+  int dev = ops[0]->storage->device;
+  dlc_iter d;
+  dlc_binary_fn f = cuda_fn(&slot, op, "dlc_binary");
+  if (!f || iter_call(op, ops, 3, &d)) return -1;
+  return cuda_err(op, dev, f(dev, binop, dtype, &d));
+}
+
+DL_HIDDEN int cuda_unary(const char *op, int unop, int dtype, dl_tensor *const *ops) {
+  static void *slot;
+  int dev = ops[0]->storage->device;
+  dlc_iter d;
+  dlc_unary_fn f = cuda_fn(&slot, op, "dlc_unary");
+  if (!f || iter_call(op, ops, 2, &d)) return -1;
+  return cuda_err(op, dev, f(dev, unop, dtype, &d));
+}
+
+DL_HIDDEN int cuda_clamp(const char *op, int dtype, double lo, double hi, dl_tensor *const *ops) {
+  static void *slot;
+  int dev = ops[0]->storage->device;
+  dlc_iter d;
+  dlc_clamp_fn f = cuda_fn(&slot, op, "dlc_clamp");
+  if (!f || iter_call(op, ops, 2, &d)) return -1;
+  return cuda_err(op, dev, f(dev, dtype, lo, hi, &d));
+}
+
+DL_HIDDEN int cuda_where(const char *op, dl_tensor *const *ops) {
+  static void *slot;
+  int dev = ops[0]->storage->device;
+  dlc_iter d;
+  dlc_where_fn f = cuda_fn(&slot, op, "dlc_where");
+  if (!f || iter_call(op, ops, 4, &d)) return -1;
+  return cuda_err(op, dev, f(dev, &d));
+}
