@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "autograd.h"
+#include "device.h"
 
 /* Per-tensor state, allocated on first use. */
 typedef struct {
@@ -54,7 +55,7 @@ DL_API int dl_is_leaf(const dl_tensor *t) {
 }
 
 DL_API int dl_requires_grad_(dl_tensor *t, int requires) {
-  if (check_tensor("requires_grad_", t)) return -1;
+  if (check_tensor_any("requires_grad_", t)) return -1;
   ag_meta *m = meta_of(t);
   if (m && m->grad_fn) {
     if (requires) return 0;  /* already tracked */
@@ -76,7 +77,7 @@ DL_API dl_tensor *dl_grad(const dl_tensor *t) {
 }
 
 DL_API int dl_set_grad(dl_tensor *t, dl_tensor *g) {
-  if (check_tensor("grad", t)) return -1;
+  if (check_tensor_any("grad", t)) return -1;
   if (g) {
     if (g->ndim != t->ndim || memcmp(g->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim))
       return dl_err(EM_AG_GRAD_SHAPE, "grad", fmt_tshape(g), fmt_tshape(t));
@@ -92,7 +93,7 @@ DL_API int dl_set_grad(dl_tensor *t, dl_tensor *g) {
 }
 
 DL_API dl_tensor *dl_detach(const dl_tensor *t) {
-  if (check_tensor("detach", t)) return NULL;
+  if (check_tensor_any("detach", t)) return NULL;
   return tensor_alias(t, t->shape, t->stride, t->ndim, t->offset);
 }
 
@@ -102,7 +103,7 @@ DL_API const char *dl_grad_fn_name(const dl_tensor *t) {
 }
 
 DL_API int dl_add_grad_hook(dl_tensor *leaf, dl_grad_hook fn, void *ctx) {
-  if (check_tensor("add_grad_hook", leaf)) return -1;
+  if (check_tensor_any("add_grad_hook", leaf)) return -1;
   if (!fn) return dl_err(EM_NULLARG, "add_grad_hook", "fn");
   ag_meta *m = meta_get(leaf);
   void *h = m ? realloc(m->hooks, sizeof(*m->hooks) * (size_t)(m->nhooks + 1)) : NULL;
@@ -554,7 +555,7 @@ static int run_node(ag_node *x, int retain, heap_t *ready, unsigned pass) {
 }
 
 DL_API int dl_backward(dl_tensor *root, const dl_tensor *grad, int retain) {
-  if (check_tensor("backward", root)) return -1;
+  if (check_tensor_any("backward", root)) return -1;
   ag_meta *m = meta_of(root);
   if (!m || !(m->requires_grad || m->grad_fn)) return dl_err(EM_AG_NOGRAD, "backward");
   dl_tensor *g;
@@ -565,7 +566,7 @@ DL_API int dl_backward(dl_tensor *root, const dl_tensor *grad, int retain) {
     g = as_dtype(grad, root->dtype);
   } else {
     if (dl_tensor_numel(root) != 1) return dl_err(EM_AG_SCALAR, "backward", fmt_tshape(root));
-    g = dl_full(root->shape, root->ndim, root->dtype, 1.0);
+    g = full_on(root->storage->device, root->shape, root->ndim, root->dtype, 1.0);
   }
   if (!g) return -1;
   int was = dl_set_grad_enabled(0);

@@ -138,3 +138,21 @@ DL_HIDDEN int cuda_where(const char *op, dl_tensor *const *ops) {
   if (!f || iter_call(op, ops, 4, &d)) return -1;
   return cuda_err(op, dev, f(dev, &d));
 }
+
+DL_HIDDEN int cuda_act_backward(const char *op, int act, int dtype, dl_tensor *const *ops) {
+  static void *slot;
+  int dev = ops[0]->storage->device;
+  dlc_iter d;
+  dlc_act_backward_fn f = cuda_fn(&slot, op, "dlc_act_backward");
+  if (!f || iter_call(op, ops, 3, &d)) return -1;
+  return cuda_err(op, dev, f(dev, act, dtype, &d));
+}
+
+DL_HIDDEN dl_tensor *full_on(int device, const int64_t *shape, int ndim, int dtype, double v) {
+  dl_tensor *t = tensor_new_on(device, dtype, shape, ndim);
+  if (t && dl_fill_(t, v)) {
+    dl_tensor_release(t);
+    return NULL;
+  }
+  return t;
+}

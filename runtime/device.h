@@ -47,5 +47,8 @@ DL_HIDDEN int cuda_binary(const char *op, int binop, int dtype, dl_tensor *const
 DL_HIDDEN int cuda_unary(const char *op, int unop, int dtype, dl_tensor *const *ops);
 DL_HIDDEN int cuda_clamp(const char *op, int dtype, double lo, double hi, dl_tensor *const *ops);
 DL_HIDDEN int cuda_where(const char *op, dl_tensor *const *ops);
+DL_HIDDEN int cuda_act_backward(const char *op, int act, int dtype, dl_tensor *const *ops);
+/* A new tensor on device filled with v (dl_full's device-aware twin). */
+DL_HIDDEN dl_tensor *full_on(int device, const int64_t *shape, int ndim, int dtype, double v);
 
 #endif

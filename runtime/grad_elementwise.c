@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "autograd.h"
+#include "device.h"
 
 /* -- Binary ---------------------------------------------------------------- */
 
@@ -151,8 +152,14 @@ static dl_tensor *act_backward(int op, const dl_tensor *g, const dl_tensor *x) {
   loop_fn fn = op == DL_RELU ? (cd == DL_FLOAT64 ? relu_f64 : relu_f32)
                              : (cd == DL_FLOAT64 ? act_f64 : act_f32);
   dl_tensor *gc = as_dtype(g, cd), *xc = gc ? as_dtype(x, cd) : NULL;
-  dl_tensor *out = xc ? tensor_new(cd, g->shape, g->ndim) : NULL;
-  if (out) {
+  dl_tensor *out = xc ? tensor_new_on(g->storage->device, cd, g->shape, g->ndim) : NULL;
+  if (out && g->storage->device >= 0) {
+    dl_tensor *ops[3] = {out, gc, xc};
+    if (cuda_act_backward("backward", op, cd, ops)) {
+      dl_tensor_release(out);
+      out = NULL;
+    }
+  } else if (out) {
     dl_tensor *ops[3] = {out, gc, xc};
     iter_t it;
     act_ctx c = {op};

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "autograd.h"
+#include "device.h"
 #include "forward.h"
 
 static dl_tensor *record(dl_tensor *out, const char *name, ag_backward_fn fn,
@@ -120,13 +121,13 @@ static int index_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   dl_tensor *idx = n->saved[0], *G = (dl_tensor *)g;
   switch (n->op) {
     case 0: {  /* index_select */
-      dl_tensor *z = K(&s, dl_zeros(n->in_shape[0], n->in_ndim[0], g->dtype));
+      dl_tensor *z = K(&s, full_on(g->storage->device, n->in_shape[0], n->in_ndim[0], g->dtype, 0.0));
       dl_tensor *gi = G->ndim ? gather_index(&s, idx, G, dim) : idx;
       gin[0] = R(&s, dl_scatter(z, dim, gi, G, 1));
       break;
     }
     case 1: {  /* gather */
-      dl_tensor *z = K(&s, dl_zeros(n->in_shape[0], n->in_ndim[0], g->dtype));
+      dl_tensor *z = K(&s, full_on(g->storage->device, n->in_shape[0], n->in_ndim[0], g->dtype, 0.0));
       gin[0] = R(&s, dl_scatter(z, dim, idx, G, 1));
       break;
     }
@@ -135,7 +136,7 @@ static int index_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
         if (n->op == 3) {
           gin[0] = R(&s, dl_clone(G));
         } else {
-          dl_tensor *src0 = K(&s, dl_zeros(idx->shape, idx->ndim, g->dtype));
+          dl_tensor *src0 = K(&s, full_on(g->storage->device, idx->shape, idx->ndim, g->dtype, 0.0));
           gin[0] = R(&s, dl_scatter(G, dim, idx, src0, 0));
         }
       }
@@ -202,7 +203,7 @@ static int mask_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
       dl_tensor *full = K(&s, dl_expand(mask, shape, nd));
       dl_tensor *flat = K(&s, dl_reshape(full, &numel, 1));
       dl_tensor *pos = K(&s, dl_reshape(K(&s, dl_nonzero(flat)), &m1, 1));
-      dl_tensor *z = K(&s, dl_zeros(&numel, 1, g->dtype));
+      dl_tensor *z = K(&s, full_on(g->storage->device, &numel, 1, g->dtype, 0.0));
       dl_tensor *sc = K(&s, dl_scatter(z, 0, pos, g, 0));
       gin[0] = R(&s, dl_reshape(sc, shape, nd));
     } else {

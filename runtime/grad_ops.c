@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "autograd.h"
+#include "device.h"
 #include "forward.h"
 
 /* g of a reduction, with the reduced dims put back (size 1). */
@@ -36,7 +37,7 @@ static int reduce_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
     if (red) count *= n->in_shape[0][i];
   }
   double p = n->darg[0];
-  dl_tensor *ones = K(&s, dl_full(n->in_shape[0], n->in_ndim[0], g->dtype, 1.0));
+  dl_tensor *ones = K(&s, full_on(g->storage->device, n->in_shape[0], n->in_ndim[0], g->dtype, 1.0));
   switch (n->op) {
     case DL_SUM:
       gin[0] = R(&s, dl_binary(DL_MUL, gk, ones));
@@ -136,7 +137,7 @@ static int index_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
     idx = K(&s, dl_unsqueeze(idx, dim));
     G = K(&s, dl_unsqueeze(G, dim));
   }
-  dl_tensor *z = K(&s, dl_zeros(n->in_shape[0], n->in_ndim[0], g->dtype));
+  dl_tensor *z = K(&s, full_on(g->storage->device, n->in_shape[0], n->in_ndim[0], g->dtype, 0.0));
   gin[0] = R(&s, dl_scatter(z, dim, idx, G, n->op));
   return ag_scope_end(&s);
 }

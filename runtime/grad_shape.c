@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "autograd.h"
+#include "device.h"
 #include "forward.h"
 
 /* A view of a: the node has a as its one input and saves nothing. */
@@ -90,7 +91,7 @@ DL_API dl_tensor *dl_permute(const dl_tensor *t, const int *perm, int ndim) {
 
 static int slice_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   ag_scope s = {0};
-  dl_tensor *z = R(&s, dl_zeros(n->in_shape[0], n->in_ndim[0], g->dtype));
+  dl_tensor *z = R(&s, full_on(g->storage->device, n->in_shape[0], n->in_ndim[0], g->dtype, 0.0));
   dl_tensor *part = n->op ? K(&s, dl_select(z, (int)n->iarg[0], n->iarg[1]))
                           : K(&s, dl_narrow(z, (int)n->iarg[0], n->iarg[1], n->iarg[2]));
   if (part && dl_copy_(part, g)) s.err = 1;

@@ -50,6 +50,8 @@ typedef int (*dlc_unary_fn)(int device, int op, int dtype, const dlc_iter *it);
 typedef int (*dlc_clamp_fn)(int device, int dtype, double lo, double hi, const dlc_iter *it);
 /* out = cond ? a : b; cond bool, a and b already in out's dtype. */
 typedef int (*dlc_where_fn)(int device, const dlc_iter *it);
+/* out = g * act'(x) for gelu, gelu_tanh, silu, relu (dl_unop), float32/64. */
+typedef int (*dlc_act_backward_fn)(int device, int op, int dtype, const dlc_iter *it);
 
 #ifdef __cplusplus
 }

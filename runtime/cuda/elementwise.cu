@@ -326,3 +326,38 @@ DLC_API int dlc_where(int device, const dlc_iter *it) {
     default: return dlc_run<4>("where", device, *it, where_f<uint8_t>{});
   }
 }
+
+/* -- Activation gradients (grad_elementwise.c) --------------------------------- */
+
+/* gelu, gelu_tanh, silu: g * f'(x), computed in double as the CPU does;
+** relu: g where x > 0 (or NaN), else 0. */
+template <class T> struct act_f {
+  int op;
+  __device__ void operator()(char **p) const {
+    T g = *(const T *)p[1];
+    double x = (double)*(const T *)p[2], d;
+    if (op == DL_RELU) {
+      *(T *)p[0] = x <= 0 ? (T)0 : g;
+      return;
+    }
+    if (op == DL_GELU) {
+      d = 0.5 * (1.0 + erf(x * 0.70710678118654752440)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
+    } else if (op == DL_GELU_TANH) {
+      const double k = 0.7978845608028654, c = 0.044715;
+      double u = k * (x + c * x * x * x), t = tanh(u);
+      d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x);
+    } else {
+      double sg = 1.0 / (1.0 + exp(-x));
+      d = sg * (1 + x * (1 - sg));
+    }
+    *(T *)p[0] = (T)(g * d);
+  }
+};
+
+/* out, g, x in float32 or float64. */
+DLC_API int dlc_act_backward(int device, int op, int dtype, const dlc_iter *it) {
+  if (dtype == DL_FLOAT32) return dlc_run<3>("backward", device, *it, act_f<float>{op});
+  if (dtype == DL_FLOAT64) return dlc_run<3>("backward", device, *it, act_f<double>{op});
+  dlc_set_error("activation backward has no CUDA kernel for dtype %d", dtype);
+  return DL_EDTYPE;
+}
