@@ -1,7 +1,7 @@
 /*
 ** cuda_reduce.c -- reductions, max/min with indices, scans and softmax on
 ** CUDA tensors: the strided layout of the input as the launchers of
-** runtime/cuda/reduce.cu and scan.cu take it, their workspaces, and the
+** runtime/cuda/reduce.cu, scan.cu and sort.cu take it, their workspaces, and the
 ** second pass of var, std and logsumexp.
 */
 #include <string.h>
@@ -81,6 +81,17 @@ DL_HIDDEN int cuda_reduce(const char *op, const dl_tensor *x, const int *red, in
   return rc;
 }
 
+/* Slices along dim d: the other dims in order, fastest first. */
+static void along_dim(dlc_reduce *r, const dl_tensor *x, int d) {
+  memset(r, 0, sizeof *r);
+  r->in_dtype = x->dtype, r->x = tensor_first(x);
+  r->N = x->ndim ? x->shape[d] : 1;
+  r->M = r->N ? dl_tensor_numel(x) / r->N : 0;
+  r->nr = 1, r->rshape[0] = r->N, r->rstride[0] = x->ndim ? x->stride[d] : 0;
+  for (int i = x->ndim - 1; i >= 0; i--)
+    if (i != d) push_dim(r->kshape, r->kstride, &r->nk, x->shape[i], x->stride[i]);
+}
+
 DL_HIDDEN int cuda_argreduce(const char *op, const dl_tensor *x, int d, int mx,
                              dl_tensor *values, dl_tensor *indices) {
   static void *slot;
@@ -88,12 +99,8 @@ DL_HIDDEN int cuda_argreduce(const char *op, const dl_tensor *x, int d, int mx,
   dlc_argreduce_fn f = cuda_fn(&slot, op, "dlc_argreduce");
   if (!f) return -1;
   dlc_reduce r;
-  memset(&r, 0, sizeof r);
-  r.in_dtype = x->dtype, r.M = dl_tensor_numel(indices), r.x = tensor_first(x);
-  r.N = x->ndim ? x->shape[d] : 1;
-  r.nr = 1, r.rshape[0] = r.N, r.rstride[0] = x->ndim ? x->stride[d] : 0;
-  for (int i = x->ndim - 1; i >= 0; i--)
-    if (i != d) push_dim(r.kshape, r.kstride, &r.nk, x->shape[i], x->stride[i]);
+  along_dim(&r, x, d);
+  r.M = dl_tensor_numel(indices);
   void *v = values ? tensor_first(values) : NULL;
   return cuda_err(op, dev, f(dev, mx, &r, v, (int64_t *)tensor_first(indices)));
 }
@@ -105,4 +112,24 @@ DL_HIDDEN int cuda_dimop(const char *op, int kind, const dl_tensor *x, dl_tensor
   dlc_dimop_fn f = cuda_fn(&slot, op, "dlc_dimop");
   if (!f) return -1;
   return cuda_err(op, dev, f(dev, kind, x->dtype, O, N, I, tensor_first(x), tensor_first(y)));
+}
+
+DL_HIDDEN int cuda_sort(const char *op, const dl_tensor *x, int d, int desc, int64_t k,
+                        dl_tensor *values, dl_tensor *indices) {
+  static void *s_ws, *s_run;
+  int dev = x->storage->device;
+  dlc_sort_ws_fn ws = cuda_fn(&s_ws, op, "dlc_sort_ws");
+  dlc_sort_fn run = ws ? cuda_fn(&s_run, op, "dlc_sort") : NULL;
+  if (!run) return -1;
+  dlc_reduce r;
+  along_dim(&r, x, d);
+  if (r.M == 0 || k == 0) return 0;
+  int64_t inner = 1, nb = (int64_t)ws(&r);
+  for (int i = d + 1; i < x->ndim; i++) inner *= x->shape[i];
+  dl_tensor *w = tensor_new_on(dev, DL_UINT8, &nb, 1);
+  if (!w) return -1;
+  int rc = cuda_err(op, dev, run(dev, desc, k, inner, &r, tensor_first(values),
+                                 (int64_t *)tensor_first(indices), tensor_first(w)));
+  dl_tensor_release(w);
+  return rc;
 }

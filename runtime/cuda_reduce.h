@@ -1,7 +1,7 @@
 /*
 ** cuda_reduce.h -- the reductions, max/min with indices, scans and
 ** softmax of reduce.c and scan.c on CUDA tensors (cuda_reduce.c hands
-** them to runtime/cuda/reduce.cu and scan.cu).
+** them to runtime/cuda/reduce.cu, scan.cu and sort.cu), and sort.c's sort.
 */
 #ifndef DL_CUDA_REDUCE_H
 #define DL_CUDA_REDUCE_H
@@ -21,5 +21,9 @@ DL_HIDDEN int cuda_argreduce(const char *op, const dl_tensor *x, int d, int mx,
 ** int64 for the scans): kind 0 cumsum, 1 cumprod, 2 softmax, 3 log_softmax. */
 DL_HIDDEN int cuda_dimop(const char *op, int kind, const dl_tensor *x, dl_tensor *y,
                          int64_t O, int64_t N, int64_t I);
+/* sort.c's sort and topk on x's device: the first k of each slice along
+** dim d (ascending, or descending when desc) into values and indices. */
+DL_HIDDEN int cuda_sort(const char *op, const dl_tensor *x, int d, int desc, int64_t k,
+                        dl_tensor *values, dl_tensor *indices);
 
 #endif

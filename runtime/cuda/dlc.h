@@ -90,6 +90,13 @@ typedef int (*dlc_argreduce_fn)(int device, int max, const dlc_reduce *r, void *
 ** (float32, float64). */
 typedef int (*dlc_dimop_fn)(int device, int op, int dtype, int64_t O, int64_t N, int64_t I,
                             const void *x, void *y);
+/* Stable sort (sort.cu) of r's M slices along its one reduced dim (any
+** dtype; desc: descending, NaN first), the first k of each into values
+** (in_dtype) and int64 indices, contiguous with k in the dim's place and
+** `inner` elements after it.  ws: dlc_sort_ws(r) bytes of device memory. */
+typedef size_t (*dlc_sort_ws_fn)(const dlc_reduce *r);
+typedef int (*dlc_sort_fn)(int device, int desc, int64_t k, int64_t inner, const dlc_reduce *r,
+                           void *values, int64_t *indices, void *ws);
 
 #ifdef __cplusplus
 }

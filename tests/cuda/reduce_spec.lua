@@ -286,3 +286,45 @@ H.describe("CUDA scans and softmax", function()
     end
   end)
 end)
+
+H.describe("CUDA sort and topk", function()
+  it("sort in every dtype along every dim, both directions, stable ties and NaNs", function()
+    for _, dt in ipairs(DTYPES) do
+      local x = sample(dt, {3, 4, 37}, 18)
+      if dt ~= "bool" and dt ~= "uint8" then x = (x / 2):round():to(dt) end  -- many ties
+      for _, dim in ipairs({0, 1, 2, -1}) do
+        for _, desc in ipairs({false, true}) do
+          both("sort " .. dt .. " dim " .. dim .. (desc and " desc" or ""),
+               function(t) return t:sort(dim, desc) end, {x})
+        end
+        both("sort transposed " .. dt .. " dim " .. dim,
+             function(t) return t:transpose(0, 2):sort(dim, true) end, {x})
+      end
+    end
+    local z = ddp.tensor({0.0, -0.0, 0 / 0, 1, -1 / 0, 0 / 0, -0.0, 1 / 0})
+    H.check("sort signed zeros and NaNs", function(t) return t:sort() end, {z})
+    H.check("sort signed zeros and NaNs desc", function(t) return t:sort(0, true) end, {z})
+    local long = (sample("float32", {2, 3000}, 19, false) * 4):round()
+    H.check("sort long rows (global network)", function(t) return t:sort(1) end, {long})
+    H.check("sort long columns desc", function(t) return t:t():sort(0, true) end, {long})
+    H.check("sort 0-dim", function(t) return t:sort() end, {ddp.tensor(1.5)})
+    both("sort empty", function(t) return t:sort(0) end, {ddp.zeros({0, 3})})
+    both("sort empty other dim", function(t) return t:sort(1) end, {ddp.zeros({0, 3})})
+  end)
+
+  it("topk: k from 0 to n, largest and smallest, dims, errors", function()
+    for _, dt in ipairs({"float32", "int64", "float16", "uint8"}) do
+      local x = sample(dt, {5, 9, 6}, 20)
+      for _, k in ipairs({0, 1, 3, 6}) do
+        for _, largest in ipairs({true, false}) do
+          both("topk " .. dt .. " k " .. k .. (largest and "" or " smallest"),
+               function(t) return t:topk(k, -1, largest) end, {x})
+          both("topk dim 0 " .. dt .. " k " .. k, function(t) return t:topk(k, 0, largest) end, {x})
+        end
+      end
+      both("topk k too large " .. dt, function(t) return t:topk(7) end, {x})
+      both("topk k negative " .. dt, function(t) return t:topk(-1) end, {x})
+    end
+    H.check("topk long row", function(t) return t:topk(10, 1) end, {sample("float64", {2, 3000}, 21)})
+  end)
+end)
