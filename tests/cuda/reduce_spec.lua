@@ -145,6 +145,17 @@ H.describe("CUDA reductions", function()
     both("sum repeated dim", function(t) return t:sum({1, 1}) end, {x})
     both("mean of int64", function(t) return t:mean() end, {sample("int64", {2, 3})})
     H.check("0-dim sum", function(t) return t:sum() end, {ddp.tensor(2.5)})
+    local one = sample("float32", {1, 4}, 22, false)
+    for _, c in ipairs({0, 1, 2}) do
+      H.check("var of one element, correction " .. c, function(t) return t:var(0, {correction = c}) end, {one})
+      H.check("std of 4, correction " .. c, function(t) return t:std(1, {correction = c}) end, {one})
+    end
+    for _, op in ipairs({"softmax", "log_softmax", "cumprod", "argmax", "max"}) do
+      both(op .. " 0-dim", function(t) return t[op](t, 0) end, {ddp.tensor(-1.5)})
+    end
+    local inf = ddp.tensor({{1 / 0, 1 / 0}, {-1 / 0, -1 / 0}, {-1 / 0, 3}})
+    H.check("logsumexp of infinities", function(t) return t:logsumexp(1) end, {inf})
+    H.check("logsumexp over nothing", function(t) return t:logsumexp(1) end, {ddp.zeros({2, 0})})
   end)
 
   it("mixed devices fail", function()
