@@ -44,6 +44,35 @@ __global__ void __launch_bounds__(THREADS) cum_rows(int64_t O, int64_t N, const 
   }
 }
 
+/* Long rows along the last dim: a block per row, THREADS elements a step;
+** each warp's scan, then the totals of the warps before it and the carry. */
+template <class T, bool PROD>
+__global__ void __launch_bounds__(THREADS) cum_rows_block(int64_t N, const T *x, T *y) {
+  typedef typename scan_acc<T>::type A;
+  __shared__ A wsum[WARPS];
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  x += (int64_t)blockIdx.x * N, y += (int64_t)blockIdx.x * N;
+  A carry = PROD ? 1 : 0;
+  for (int64_t base = 0; base < N; base += THREADS) {
+    int64_t n = base + threadIdx.x;
+    A v = n < N ? (A)x[n] : (A)(PROD ? 1 : 0);
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      A u = __shfl_up_sync(0xffffffffu, v, o);
+      if (lane >= o) v = sc_op<PROD, A>(u, v);
+    }
+    if (lane == 31) wsum[warp] = v;
+    __syncthreads();
+    A pre = carry, tot;
+    for (int w = 0; w < warp; w++) pre = sc_op<PROD, A>(pre, wsum[w]);
+    tot = pre;
+    for (int w = warp; w < WARPS; w++) tot = sc_op<PROD, A>(tot, wsum[w]);
+    if (n < N) y[n] = (T)sc_op<PROD, A>(pre, v);
+    carry = tot;
+    __syncthreads();  /* wsum is written again next step */
+  }
+}
+
 /* Other dims: a thread per (o, i) column, neighbours reading neighbours. */
 template <class T, bool PROD>
 __global__ void __launch_bounds__(THREADS) cum_cols(int64_t O, int64_t N, int64_t I, const T *x,
@@ -133,9 +162,12 @@ template <class T, bool B> static void run_dimop(int op, int64_t O, int64_t N, i
     if (I > 1) {
       auto k = cum_cols<T, B>;
       DLC_LAUNCH(k, cols, THREADS, 0, st, O, N, I, x, y);
-    } else {
+    } else if (N <= WARP_ROW_MAX) {
       auto k = cum_rows<T, B>;
       DLC_LAUNCH(k, warps, THREADS, 0, st, O, N, x, y);
+    } else {
+      auto k = cum_rows_block<T, B>;
+      DLC_LAUNCH(k, (unsigned)O, THREADS, 0, st, N, x, y);
     }
   } else if constexpr (!std::is_same<T, int64_t>::value) {
     if (I > 1) {

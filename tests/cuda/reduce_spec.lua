@@ -251,6 +251,7 @@ H.describe("CUDA scans and softmax", function()
     local long = sample("float64", {2, 3000}, 13, false) / 10
     H.check("cumsum long rows", function(t) return t:cumsum(1) end, {long})
     H.check("cumprod long rows", function(t) return (t / 10 + 1):cumprod(1) end, {long})
+    H.check("cumsum int64 long rows", function(t) return t:cumsum(1) end, {sample("int64", {2, 3000}, 23)})
     H.check("cumsum long columns", function(t) return t:t():cumsum(0) end, {long})
     both("cumsum empty", function(t) return t:cumsum(0) end, {ddp.zeros({0, 3})})
     both("cumsum bad dim", function(t) return t:cumsum(3) end, {ddp.zeros({2, 3})})
