@@ -94,15 +94,22 @@ static void along_dim(dlc_reduce *r, const dl_tensor *x, int d) {
 
 DL_HIDDEN int cuda_argreduce(const char *op, const dl_tensor *x, int d, int mx,
                              dl_tensor *values, dl_tensor *indices) {
-  static void *slot;
+  static void *s_ws, *s_run;
   int dev = x->storage->device;
-  dlc_argreduce_fn f = cuda_fn(&slot, op, "dlc_argreduce");
+  dlc_argreduce_ws_fn ws = cuda_fn(&s_ws, op, "dlc_argreduce_ws");
+  dlc_argreduce_fn f = ws ? cuda_fn(&s_run, op, "dlc_argreduce") : NULL;
   if (!f) return -1;
   dlc_reduce r;
   along_dim(&r, x, d);
   r.M = dl_tensor_numel(indices);
+  int64_t nb = (int64_t)ws(&r);
+  dl_tensor *w = nb ? tensor_new_on(dev, DL_UINT8, &nb, 1) : NULL;
+  if (nb && !w) return -1;
   void *v = values ? tensor_first(values) : NULL;
-  return cuda_err(op, dev, f(dev, mx, &r, v, (int64_t *)tensor_first(indices)));
+  int rc = cuda_err(op, dev, f(dev, mx, &r, v, (int64_t *)tensor_first(indices),
+                               w ? tensor_first(w) : NULL));
+  dl_tensor_release(w);
+  return rc;
 }
 
 DL_HIDDEN int cuda_dimop(const char *op, int kind, const dl_tensor *x, dl_tensor *y,

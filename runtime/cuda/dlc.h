@@ -82,9 +82,11 @@ typedef size_t (*dlc_reduce_ws_fn)(const dlc_reduce *r);
 typedef int (*dlc_reduce_fn)(int device, const dlc_reduce *r, void *ws);
 /* Max (max != 0) or min over r's one reduced dim, ties to the first and a
 ** NaN winning, as reduce.c: values (NULL: not wanted) in in_dtype (any
-** but the half types) and int64 indices, both contiguous. */
+** but the half types) and int64 indices, both contiguous; ws: the bytes
+** dlc_argreduce_ws(r) says of device memory (NULL when 0). */
+typedef size_t (*dlc_argreduce_ws_fn)(const dlc_reduce *r);
 typedef int (*dlc_argreduce_fn)(int device, int max, const dlc_reduce *r, void *values,
-                                int64_t *indices);
+                                int64_t *indices, void *ws);
 /* Along N of a contiguous [O, N, I] tensor, y the same: op 0 cumsum,
 ** 1 cumprod (dtype float32, float64, int64), 2 softmax, 3 log_softmax
 ** (float32, float64). */

@@ -345,42 +345,58 @@ template <class V> __device__ __forceinline__ bool arg_better(bool mx, V v, i64 
   return mx ? v > w : v < w;
 }
 
-template <class T, int G>
-__global__ void __launch_bounds__(THREADS) arg_rows(dlc_reduce r, bool mx, T *vals, int64_t *idx) {
-  typedef typename wide<T>::type V;
-  __shared__ V sv[WARPS];
-  __shared__ i64 si[WARPS];
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int64_t m = G == 32 ? (int64_t)blockIdx.x * WARPS + warp : blockIdx.x;
-  int t = G == 32 ? lane : threadIdx.x;
-  V best = 0;
-  i64 bi = -1;  /* -1: nothing seen */
-  if (m < r.M) {
-    const T *x = (const T *)r.x + off_of(m, r.nk, r.kshape, r.kstride);
-    int64_t st = r.rstride[0];
-    for (int64_t n = t; n < r.N; n += G) {
-      V v = (V)x[n * st];
-      if (bi < 0 || arg_better<V>(mx, v, n, best, bi)) best = v, bi = n;
-    }
-  }
+/* (best, bi) combined with (v, j) across lanes o apart. */
+template <class V> __device__ __forceinline__ void arg_warp(bool mx, V &best, i64 &bi) {
   for (int o = 16; o > 0; o >>= 1) {
     V v = __shfl_down_sync(0xffffffffu, best, o);
     i64 j = __shfl_down_sync(0xffffffffu, bi, o);
     if (j >= 0 && (bi < 0 || arg_better<V>(mx, v, j, best, bi))) best = v, bi = j;
   }
+}
+
+/* A warp (G = 32) or a block per output, like row_kernel; slice s of S
+** (grid.y) leaves its winner in pv/pi[m * S + s].  PART: the input is
+** such partials (pv, pi; S of them per output) rather than x. */
+template <class T, int G, bool PART>
+__global__ void __launch_bounds__(THREADS) arg_rows(dlc_reduce r, bool mx, int64_t S, int64_t chunk,
+                                                   typename wide<T>::type *pv, i64 *pi, T *vals,
+                                                   int64_t *idx) {
+  typedef typename wide<T>::type V;
+  __shared__ V sv[WARPS];
+  __shared__ i64 si[WARPS];
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int64_t m = G == 32 ? (int64_t)blockIdx.x * WARPS + warp : blockIdx.x, s = blockIdx.y;
+  int t = G == 32 ? lane : threadIdx.x;
+  V best = 0;
+  i64 bi = -1;  /* -1: nothing seen */
+  if (m < r.M && PART) {
+    for (int64_t n = t; n < S; n += G) {
+      V v = pv[m * S + n];
+      i64 j = pi[m * S + n];
+      if (bi < 0 || arg_better<V>(mx, v, j, best, bi)) best = v, bi = j;
+    }
+  } else if (m < r.M) {
+    const T *x = (const T *)r.x + off_of(m, r.nk, r.kshape, r.kstride);
+    int64_t st = r.rstride[0], lo = s * chunk, hi = lo + chunk < r.N ? lo + chunk : r.N;
+    for (int64_t n = lo + t; n < hi; n += G) {
+      V v = (V)x[n * st];
+      if (bi < 0 || arg_better<V>(mx, v, n, best, bi)) best = v, bi = n;
+    }
+  }
+  arg_warp<V>(mx, best, bi);
   if constexpr (G == THREADS) {
     if (lane == 0) sv[warp] = best, si[warp] = bi;
     __syncthreads();
     if (warp != 0) return;
     best = lane < WARPS ? sv[lane] : (V)0;
     bi = lane < WARPS ? si[lane] : -1;
-    for (int o = 16; o > 0; o >>= 1) {
-      V v = __shfl_down_sync(0xffffffffu, best, o);
-      i64 j = __shfl_down_sync(0xffffffffu, bi, o);
-      if (j >= 0 && (bi < 0 || arg_better<V>(mx, v, j, best, bi))) best = v, bi = j;
-    }
+    arg_warp<V>(mx, best, bi);
   }
   if (lane != 0 || m >= r.M) return;
+  if (!PART && S > 1) {
+    pv[m * S + s] = best, pi[m * S + s] = bi;
+    return;
+  }
   idx[m] = bi;
   if (vals) vals[m] = (T)best;
 }
@@ -404,29 +420,63 @@ __global__ void __launch_bounds__(THREADS) arg_cols(dlc_reduce r, bool mx, T *va
   if (vals) vals[m] = best;
 }
 
+/* Slices of each output's elements when there are too few outputs to
+** fill the GPU: their number, and the elements in each. */
+static int64_t arg_slices(const dlc_reduce &r, int64_t *chunk) {
+  int64_t S = 1;
+  if (r.M < TARGET_BLOCKS && r.N > 8 * GROUP_LONG) {
+    S = cdiv(r.N, 4 * GROUP_LONG);
+    int64_t want = cdiv(TARGET_BLOCKS, r.M);
+    S = S < want ? S : want;
+  }
+  *chunk = cdiv(r.N, S);
+  return cdiv(r.N, *chunk);
+}
+
+static bool arg_by_rows(const dlc_reduce &r) {
+  return r.nk == 0 || llabs(r.rstride[0]) < min_abs(r.kstride, r.nk) || r.M < TARGET_THREADS / 64;
+}
+
+DLC_API size_t dlc_argreduce_ws(const dlc_reduce *r) {
+  int64_t chunk, S = r->M && r->N ? arg_slices(*r, &chunk) : 1;
+  return S > 1 && arg_by_rows(*r) ? (size_t)(r->M * S) * 16 : 0;
+}
+
 DLC_API int dlc_argreduce(int device, int max, const dlc_reduce *r, void *values,
-                          int64_t *indices) {
+                          int64_t *indices, void *ws) {
   if (r->M == 0) return 0;
   DLC_ON(device, "max/min");
   cudaStream_t st = dlc_stream(device);
-  bool rows = r->nk == 0 || llabs(r->rstride[0]) < min_abs(r->kstride, r->nk) ||
-              r->M < TARGET_THREADS / 64;
+  bool rows = arg_by_rows(*r);
+  int64_t chunk, S = arg_slices(*r, &chunk);
+  if (!rows || !ws) S = 1, chunk = r->N;
   bool known = false;
   dlc_dispatch(r->in_dtype, [&](auto tag) {
     typedef decltype(tag) T;
+    typedef typename wide<T>::type V;
     if constexpr (!std::is_same<T, bf16_t>::value && !std::is_same<T, f16_t>::value) {
       known = true;
       T *v = (T *)values;
       bool mx = max != 0;
+      i64 *pi = S > 1 ? (i64 *)ws : NULL;
+      V *pv = S > 1 ? (V *)(pi + r->M * S) : NULL;
       if (!rows) {
         auto k = arg_cols<T>;
         DLC_LAUNCH(k, (unsigned)cdiv(r->M, THREADS), THREADS, 0, st, *r, mx, v, indices);
+      } else if (S > 1) {
+        auto k = arg_rows<T, THREADS, false>;
+        DLC_LAUNCH(k, dim3((unsigned)r->M, (unsigned)S), THREADS, 0, st, *r, mx, S, chunk, pv, pi,
+                   v, indices);
+        auto k2 = arg_rows<T, 32, true>;
+        DLC_LAUNCH(k2, (unsigned)cdiv(r->M, WARPS), THREADS, 0, st, *r, mx, S, chunk, pv, pi, v,
+                   indices);
       } else if (r->N <= GROUP_LONG) {
-        auto k = arg_rows<T, 32>;
-        DLC_LAUNCH(k, (unsigned)cdiv(r->M, WARPS), THREADS, 0, st, *r, mx, v, indices);
+        auto k = arg_rows<T, 32, false>;
+        DLC_LAUNCH(k, (unsigned)cdiv(r->M, WARPS), THREADS, 0, st, *r, mx, S, chunk, pv, pi, v,
+                   indices);
       } else {
-        auto k = arg_rows<T, THREADS>;
-        DLC_LAUNCH(k, (unsigned)r->M, THREADS, 0, st, *r, mx, v, indices);
+        auto k = arg_rows<T, THREADS, false>;
+        DLC_LAUNCH(k, (unsigned)r->M, THREADS, 0, st, *r, mx, S, chunk, pv, pi, v, indices);
       }
     }
   });

@@ -213,6 +213,17 @@ H.describe("CUDA max/min with indices", function()
       H.check(fn .. " long ties transposed", function(t) return t:t()[fn](t:t(), 0) end, {long})
       H.check(fn .. " long flat", function(t) return t[fn](t) end, {long})
     end
+    -- rows long enough to be cut into slices: ties and NaNs across them
+    local sl = ddp.zeros({2, 20000})
+    sl:set(0, 19000, 2) sl:set(0, 5000, 2) sl:set(0, 12000, -3) sl:set(0, 300, -3)
+    sl:set(1, 15000, 0 / 0) sl:set(1, 9000, 0 / 0) sl:set(1, 100, 7)
+    for _, fn in ipairs({"max", "min"}) do
+      H.check(fn .. " sliced rows", function(t) return t[fn](t, 1) end, {sl})
+    end
+    H.check("argmax sliced flat", function(t) return t:argmax() end, {sl})
+    local si = sl:narrow(0, 0, 1):to("int64")
+    H.check("argmin sliced flat int64", function(t) return t:argmin() end, {si})
+    H.check("argmax sliced flat int64", function(t) return t:argmax() end, {si})
     local wide = ddp.zeros({5000, 3}):to("int32")
     H.check("argmax all ties, many outputs", function(t) return t:argmax(1) end, {wide})
     H.check("argmin all ties, columns", function(t) return t:argmin(0) end, {wide})
