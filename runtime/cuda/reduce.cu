@@ -12,6 +12,11 @@
 
 #include "common.cuh"
 
+/* Everything in its own namespace: templates and helpers of the same
+** name in other kernel files must not merge at link time (the launchers
+** keep their C names). */
+namespace dlc_reduce_kernels {
+
 typedef long long i64;  /* int64 as the shuffle overloads spell it */
 
 enum { THREADS = 256, WARPS = THREADS / 32, GROUP_LONG = 1024 };
@@ -486,3 +491,5 @@ DLC_API int dlc_argreduce(int device, int max, const dlc_reduce *r, void *values
   }
   return dlc_check_launch("max/min", device);
 }
+
+}  // namespace dlc_reduce_kernels

@@ -8,6 +8,11 @@
 
 #include "common.cuh"
 
+/* Everything in its own namespace: templates and helpers of the same
+** name in other kernel files must not merge at link time (the launchers
+** keep their C names). */
+namespace dlc_scan_kernels {
+
 enum { THREADS = 256, WARPS = THREADS / 32, WARP_ROW_MAX = 1024 };
 
 typedef unsigned long long u64;
@@ -202,3 +207,5 @@ DLC_API int dlc_dimop(int device, int op, int dtype, int64_t O, int64_t N, int64
          : run_dimop<int64_t, false>(op, O, N, I, x, y, st);
   return dlc_check_launch("dim op", device);
 }
+
+}  // namespace dlc_scan_kernels

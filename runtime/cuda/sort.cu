@@ -9,6 +9,11 @@
 
 #include "common.cuh"
 
+/* Everything in its own namespace: templates and helpers of the same
+** name in other kernel files must not merge at link time (the launchers
+** keep their C names). */
+namespace dlc_sort_kernels {
+
 enum { THREADS = 256, SMEM_MAX = 2048 /* pairs a block sorts in shared memory */ };
 
 struct pair_t {
@@ -157,3 +162,5 @@ DLC_API int dlc_sort(int device, int desc, int64_t k, int64_t inner, const dlc_r
   }
   return dlc_check_launch("sort", device);
 }
+
+}  // namespace dlc_sort_kernels
