@@ -75,7 +75,9 @@ static devalloc *allocator(const char *op, int device) {
 
 void *cuda_mem_alloc(int device, size_t size, uintptr_t stream) {
   devalloc *a = allocator("cuda alloc", device);
-  return a ? devalloc_alloc(a, size, stream) : NULL;
+  void *p = a ? devalloc_alloc(a, size, stream) : NULL;
+  if (p) mem_gc_credit(size);
+  return p;
 }
 
 int cuda_mem_release(int device, void *ptr) {
