@@ -169,6 +169,13 @@ DL_API dl_tensor *dl_to_dtype(const dl_tensor *t, int dtype); /* new ref */
 ** already, else a contiguous copy.  A CUDA source must be contiguous
 ** until the CUDA kernels come. */
 DL_API dl_tensor *dl_to_device(const dl_tensor *t, int device);
+/* t:to(device, {non_blocking = true}): from a pinned CPU tensor the copy
+** runs on the device's stream while the host goes on (ops on the result
+** are ordered after it); otherwise the same as dl_to_device. */
+DL_API dl_tensor *dl_to_device_async(const dl_tensor *t, int device);
+/* A copy of a CPU tensor in page-locked memory (t itself if it is one). */
+DL_API dl_tensor *dl_pin_memory(const dl_tensor *t);
+DL_API int dl_tensor_is_pinned(const dl_tensor *t);
 /* Copies src into dst (broadcast to dst's shape, cast to dst's dtype). */
 DL_API int dl_copy_(dl_tensor *dst, const dl_tensor *src);
 DL_API int dl_fill_(dl_tensor *t, double value);
