@@ -53,6 +53,32 @@ typedef int (*dlc_where_fn)(int device, const dlc_iter *it);
 /* out = g * act'(x) for gelu, gelu_tanh, silu, relu (dl_unop), float32/64. */
 typedef int (*dlc_act_backward_fn)(int device, int op, int dtype, const dlc_iter *it);
 
+/* -- Linear algebra, convolution, pooling -- */
+
+/* C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for i < batch, in
+** cuBLAS's column-major terms (m x n results, k inner; ta/tb 0: as is,
+** 1: transposed); dtype float32, float64, bfloat16 or float16 (half types
+** accumulate in float32).  tf32: float32 may use TF32 tensor cores.
+** Strides in elements; beta 0 never reads C. */
+typedef int (*dlc_gemm_fn)(int device, int dtype, int ta, int tb, int m, int n, int k,
+                           double alpha, const void *a, int64_t lda, int64_t sa,
+                           const void *b, int64_t ldb, int64_t sb, double beta, void *c,
+                           int64_t ldc, int64_t sc, int64_t batch, int tf32);
+
+/* A plain batched product for what cuBLAS does not take (integers, k = 0):
+** row-major out [nbatch, m, n] contiguous = alpha * A @ B + beta * out, A
+** and B strided in elements, their nb batch dims broadcast (stride 0).
+** Integers wrap as on the CPU (alpha, beta truncated to integers). */
+typedef struct dlc_mm {
+  int dtype, nb;
+  int64_t bshape[DLC_MAX_DIMS], ast[DLC_MAX_DIMS], bst[DLC_MAX_DIMS];
+  int64_t nbatch, m, k, n, as0, as1, bs0, bs1;
+  const void *a, *b;
+  void *c;
+  double alpha, beta;
+} dlc_mm;
+typedef int (*dlc_matmul_naive_fn)(int device, const dlc_mm *p);
+
 #ifdef __cplusplus
 }
 #endif
