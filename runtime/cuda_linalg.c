@@ -112,3 +112,148 @@ DL_HIDDEN dl_tensor *cuda_finish(dl_tensor *work, int dtype) {
   dl_tensor_release(work);
   return r;
 }
+
+/* -- conv2d ----------------------------------------------------------------------- */
+
+/* Column buffers are made for this many elements at most (256 MiB of
+** float32): the samples go through in chunks that fit. */
+#define COL_BUDGET ((int64_t)1 << 26)
+
+#define CONV_FN(var, type, sym)        \
+  static void *var##_slot;             \
+  type var = cuda_fn(&var##_slot, op, sym); \
+  if (!var) return -1
+
+static int64_t conv_chunk(const dlc_conv *g) {
+  int64_t per = g->C * g->kh * g->kw * g->HW;
+  int64_t n = per > 0 ? COL_BUDGET / per : g->N;
+  return n < 1 ? 1 : n > g->N ? g->N : n;
+}
+
+/* A scratch device buffer of n elements of dtype. */
+static dl_tensor *scratch(int dev, int dtype, int64_t n) {
+  return tensor_new_on(dev, dtype, &n, 1);
+}
+
+static int64_t es_of(int dtype) { return dl_dtype_sizes[dtype]; }
+
+DL_HIDDEN int cuda_conv2d_forward(const char *op, int dev, int kd, const dlc_conv *g,
+                                  const void *x, const void *w, const void *b, void *out) {
+  if (g->N * g->O * g->HW == 0) return 0;
+  CONV_FN(gemm, dlc_gemm_fn, "dlc_gemm");
+  CONV_FN(im2col, dlc_im2col_fn, "dlc_im2col");
+  int64_t nc = conv_chunk(g), es = es_of(kd);
+  dl_tensor *col = scratch(dev, kd, g->groups * g->K * nc * g->HW);
+  if (!col) return -1;
+  int rc = 0;
+  for (int64_t n0 = 0; !rc && n0 < g->N; n0 += nc) {
+    int64_t cnt = g->N - n0 < nc ? g->N - n0 : nc;
+    const char *cp = tensor_first(col);
+    rc = im2col(dev, kd, g, x, (void *)cp, n0, cnt);
+    /* per group, per sample: out[n, group] (Og x HW) = W[group] @ col[group][., n, .];
+    ** column-major: out^T (HW x Og) = col^T (HW x K, ld cnt*HW) @ W^T */
+    for (int64_t gr = 0; !rc && gr < g->groups; gr++)
+      rc = gemm(dev, kd, 0, 0, (int)g->HW, (int)g->Og, (int)g->K, 1.0,
+                cp + gr * g->K * cnt * g->HW * es, cnt * g->HW, g->HW,
+                (const char *)w + gr * g->Og * g->K * es, g->K, 0, 0.0,
+                (char *)out + (n0 * g->O + gr * g->Og) * g->HW * es, g->HW, g->O * g->HW, cnt,
+                cuda_tf32());
+  }
+  if (!rc && b) {
+    CONV_FN(bias, dlc_bias_add_fn, "dlc_bias_add");
+    rc = bias(dev, kd, out, b, g->N, g->O, g->HW);
+  }
+  dl_tensor_release(col);
+  return cuda_err(op, dev, rc);
+}
+
+/* rc = a launcher's result as the runtime's error (0 stays 0). */
+#define LAUNCH(expr) (rc = cuda_err(op, dev, (expr)))
+
+DL_HIDDEN int cuda_conv2d_backward(const char *op, int dev, int kd, const dlc_conv *g,
+                                   const void *x, const void *w, const void *gout, void *gx,
+                                   void *gw, void *gb) {
+  CONV_FN(gemm, dlc_gemm_fn, "dlc_gemm");
+  int rc = 0;
+  if (gb) {
+    CONV_FN(bgrad, dlc_bias_grad_fn, "dlc_bias_grad");
+    if (LAUNCH(bgrad(dev, kd, gout, gb, g->N, g->O, g->HW))) return rc;
+  }
+  if (!gx && !gw) return 0;
+  int64_t es = es_of(kd), wn = g->O * g->K;
+  if (gw && (g->N == 0 || g->HW == 0)) {  /* nothing to sum: zeros, as on the CPU */
+    dlc_mm z = {.dtype = kd, .nbatch = 1, .m = 1, .n = wn, .k = 0, .c = gw};
+    if ((rc = naive(op, dev, &z))) return rc;
+    gw = NULL;
+  }
+  if (g->N == 0 || (!gx && !gw)) return 0;
+  CONV_FN(im2col, dlc_im2col_fn, "dlc_im2col");
+  CONV_FN(col2im, dlc_col2im_fn, "dlc_col2im");
+  CONV_FN(swap, dlc_swap01_fn, "dlc_swap01");
+  int64_t nc = conv_chunk(g), coln = g->groups * g->K * nc * g->HW;
+  dl_tensor *col = gw ? scratch(dev, kd, coln) : NULL;
+  dl_tensor *gcol = gx ? scratch(dev, kd, coln) : NULL;
+  dl_tensor *gt = gw ? scratch(dev, kd, g->O * nc * g->HW) : NULL;
+  if ((gw && (!col || !gt)) || (gx && !gcol)) rc = -1;
+  for (int64_t n0 = 0; !rc && n0 < g->N; n0 += nc) {
+    int64_t cnt = g->N - n0 < nc ? g->N - n0 : nc, ld = cnt * g->HW;
+    const char *go = (const char *)gout + n0 * g->O * g->HW * es;
+    if (gw) {
+      char *cp = tensor_first(col), *tp = tensor_first(gt);
+      /* g^T [O, cnt, HW], so a group's rows are one Og x cnt*HW matrix */
+      if (LAUNCH(im2col(dev, kd, g, x, cp, n0, cnt)) ||
+          LAUNCH(swap(dev, kd, go, tp, cnt, g->O, g->HW)))
+        break;
+      /* gw[group] (Og x K) += gT[group] @ col[group]^T; column-major:
+      ** gw^T (K x Og) = col (K x ld, read transposed) @ gT^T */
+      for (int64_t gr = 0; !rc && gr < g->groups; gr++)
+        LAUNCH(gemm(dev, kd, 1, 0, (int)g->K, (int)g->Og, (int)ld, 1.0,
+                    cp + gr * g->K * ld * es, ld, 0, tp + gr * g->Og * ld * es, ld, 0,
+                    n0 ? 1.0 : 0.0, (char *)gw + gr * g->Og * g->K * es, g->K, 0, 1,
+                    cuda_tf32()));
+    }
+    if (gx && !rc) {
+      char *cp = tensor_first(gcol);
+      /* per sample: gcol[group][., n, .] (K x HW) = W[group]^T @ g[n, group];
+      ** column-major: gcol^T (HW x K) = g^T (HW x Og) @ W (Og x K, read
+      ** transposed from its K x Og column-major form) */
+      for (int64_t gr = 0; !rc && gr < g->groups; gr++)
+        LAUNCH(gemm(dev, kd, 0, 1, (int)g->HW, (int)g->K, (int)g->Og, 1.0,
+                    go + gr * g->Og * g->HW * es, g->HW, g->O * g->HW,
+                    (const char *)w + gr * g->Og * g->K * es, g->K, 0, 0.0,
+                    cp + gr * g->K * ld * es, ld, g->HW, cnt, cuda_tf32()));
+      if (!rc) LAUNCH(col2im(dev, kd, g, cp, gx, n0, cnt));
+    }
+  }
+  dl_tensor_release(col);
+  dl_tensor_release(gcol);
+  dl_tensor_release(gt);
+  return rc;
+}
+
+/* -- Pooling ------------------------------------------------------------------------ */
+
+DL_HIDDEN int cuda_max_pool(const char *op, int dev, int kd, const dlc_pool *g, const void *x,
+                            void *out, int64_t *idx) {
+  CONV_FN(f, dlc_max_pool_fn, "dlc_max_pool");
+  return cuda_err(op, dev, f(dev, kd, g, x, out, idx));
+}
+
+DL_HIDDEN int cuda_max_pool_backward(const char *op, int dev, int kd, int64_t planes,
+                                     int64_t in_plane, int64_t out_plane, const void *gout,
+                                     const int64_t *idx, void *gx) {
+  CONV_FN(f, dlc_max_pool_backward_fn, "dlc_max_pool_backward");
+  return cuda_err(op, dev, f(dev, kd, planes, in_plane, out_plane, gout, idx, gx));
+}
+
+DL_HIDDEN int cuda_avg_pool(const char *op, int dev, int kd, const dlc_pool *g, const void *x,
+                            void *out) {
+  CONV_FN(f, dlc_avg_pool_fn, "dlc_avg_pool");
+  return cuda_err(op, dev, f(dev, kd, g, x, out));
+}
+
+DL_HIDDEN int cuda_avg_pool_backward(const char *op, int dev, int kd, const dlc_pool *g,
+                                     const void *gout, void *gx) {
+  CONV_FN(f, dlc_avg_pool_backward_fn, "dlc_avg_pool_backward");
+  return cuda_err(op, dev, f(dev, kd, g, gout, gx));
+}
