@@ -124,6 +124,12 @@ DL_HIDDEN dl_tensor *cuda_finish(dl_tensor *work, int dtype) {
   type var = cuda_fn(&var##_slot, op, sym); \
   if (!var) return -1
 
+/* 1x1, stride 1, no padding: each sample's group is its own K x HW column
+** matrix (leading dim HW, C * HW apart), so no unfolding / folding. */
+static int pointwise(const dlc_conv *g) {
+  return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
+}
+
 static int64_t conv_chunk(const dlc_conv *g) {
   int64_t per = g->C * g->kh * g->kw * g->HW;
   int64_t n = per > 0 ? COL_BUDGET / per : g->N;
@@ -143,10 +149,19 @@ DL_HIDDEN int cuda_conv2d_forward(const char *op, int dev, int kd, const dlc_con
   CONV_FN(gemm, dlc_gemm_fn, "dlc_gemm");
   CONV_FN(im2col, dlc_im2col_fn, "dlc_im2col");
   int64_t nc = conv_chunk(g), es = es_of(kd);
-  dl_tensor *col = scratch(dev, kd, g->groups * g->K * nc * g->HW);
-  if (!col) return -1;
   int rc = 0;
-  for (int64_t n0 = 0; !rc && n0 < g->N; n0 += nc) {
+  dl_tensor *col = NULL;
+  if (pointwise(g)) {  /* as below, x itself the columns (ld HW, C * HW per sample) */
+    for (int64_t gr = 0; !rc && gr < g->groups; gr++)
+      rc = gemm(dev, kd, 0, 0, (int)g->HW, (int)g->Og, (int)g->K, 1.0,
+                (const char *)x + gr * g->Cg * g->HW * es, g->HW, g->C * g->HW,
+                (const char *)w + gr * g->Og * g->K * es, g->K, 0, 0.0,
+                (char *)out + gr * g->Og * g->HW * es, g->HW, g->O * g->HW, g->N, cuda_tf32());
+    nc = g->N;  /* the loop below has nothing left */
+  } else if (!(col = scratch(dev, kd, g->groups * g->K * nc * g->HW))) {
+    return -1;
+  }
+  for (int64_t n0 = 0; !rc && col && n0 < g->N; n0 += nc) {
     int64_t cnt = g->N - n0 < nc ? g->N - n0 : nc;
     const char *cp = tensor_first(col);
     rc = im2col(dev, kd, g, x, (void *)cp, n0, cnt);
@@ -187,6 +202,16 @@ DL_HIDDEN int cuda_conv2d_backward(const char *op, int dev, int kd, const dlc_co
     gw = NULL;
   }
   if (g->N == 0 || (!gx && !gw)) return 0;
+  if (gx && pointwise(g)) {  /* gx[n, group] = W[group]^T @ g[n, group] straight into gx */
+    for (int64_t gr = 0; !rc && gr < g->groups; gr++)
+      LAUNCH(gemm(dev, kd, 0, 1, (int)g->HW, (int)g->K, (int)g->Og, 1.0,
+                  (const char *)gout + gr * g->Og * g->HW * es, g->HW, g->O * g->HW,
+                  (const char *)w + gr * g->Og * g->K * es, g->K, 0, 0.0,
+                  (char *)gx + gr * g->Cg * g->HW * es, g->HW, g->C * g->HW, g->N, cuda_tf32()));
+    if (rc) return rc;
+    gx = NULL;
+    if (!gw) return 0;
+  }
   CONV_FN(im2col, dlc_im2col_fn, "dlc_im2col");
   CONV_FN(col2im, dlc_col2im_fn, "dlc_col2im");
   CONV_FN(swap, dlc_swap01_fn, "dlc_swap01");

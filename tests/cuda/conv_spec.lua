@@ -46,6 +46,8 @@ H.describe("CUDA conv2d and pooling", function()
       {x = {1, 4, 8, 8}, w = {6, 2, 3, 3}, o = {groups = 2, dilation = {2, 1}, padding = 1}},
       {x = {3, 4, 5, 5}, w = {4, 1, 2, 2}, o = {groups = 4, stride = 2}},
       {x = {2, 3, 5, 5}, w = {5, 3, 1, 1}, o = {}},               -- pointwise
+      {x = {2, 4, 3, 5}, w = {6, 2, 1, 1}, o = {groups = 2}},     -- pointwise, grouped
+      {x = {2, 4, 5, 5}, w = {2, 4, 1, 1}, o = {stride = 2}},     -- 1x1, strided
       {x = {3, 6, 6}, w = {2, 3, 3, 3}, o = {padding = 1}},        -- unbatched
     }
     for _, dt in ipairs({"float32", "float64"}) do
