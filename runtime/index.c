@@ -461,6 +461,22 @@ DL_HIDDEN dl_tensor *fw_masked_fill(const dl_tensor *t, const dl_tensor *mask,
   return r;
 }
 
+/* t itself (retained) when it is contiguous on dev in v's shape, else v
+** (t seen in the broadcast shape) copied into a new tensor there. */
+static dl_tensor *dense_on(int dev, const dl_tensor *t, const dl_tensor *v) {
+  if (t->storage->device == dev && t->ndim == v->ndim && dl_tensor_is_contiguous(t) &&
+      !memcmp(t->shape, v->shape, sizeof(int64_t) * (size_t)t->ndim)) {
+    dl_tensor_retain((dl_tensor *)t);
+    return (dl_tensor *)t;
+  }
+  dl_tensor *c = tensor_new_on(dev, t->dtype, v->shape, v->ndim);
+  if (c && dl_copy_(c, v)) {
+    dl_tensor_release(c);
+    return NULL;
+  }
+  return c;
+}
+
 /* Walks tv and mv (same shape) in row-major order; copies the selected
 ** elements to out when given and returns how many there are. */
 static int64_t select_walk(const dl_tensor *tv, const dl_tensor *mv, char *out) {
@@ -499,11 +515,9 @@ DL_HIDDEN dl_tensor *fw_masked_select(const dl_tensor *t, const dl_tensor *mask)
   dl_tensor tv, mv;
   expand_view(&tv, t, shape, nd);
   expand_view(&mv, mask, shape, nd);
-  if (dev >= 0) {  /* both made contiguous in the broadcast shape, then compacted */
-    dl_tensor *ct = tensor_new_on(dev, t->dtype, shape, nd);
-    dl_tensor *cm = ct ? tensor_new_on(dev, DL_BOOL, shape, nd) : NULL;
-    dl_tensor *out = NULL;
-    if (cm && !dl_copy_(ct, &tv) && !dl_copy_(cm, &mv)) out = cuda_compact(op, ct, cm);
+  if (dev >= 0) {  /* both contiguous in the broadcast shape, then compacted */
+    dl_tensor *ct = dense_on(dev, t, &tv), *cm = ct ? dense_on(dev, mask, &mv) : NULL;
+    dl_tensor *out = cm ? cuda_compact(op, ct, cm) : NULL;
     dl_tensor_release(ct);
     dl_tensor_release(cm);
     return out;

@@ -30,7 +30,6 @@ end
 local function both(what, f, args, pat)
   local ok, cerr = pcall(f, table.unpack(args))
   if not ok then
-    if os.getenv("IDX_DEBUG") then io.stderr:write(what, ": ", tostring(cerr), "\n") end
     local dok, err = pcall(f, table.unpack(H.todev(args)))
     assert(not dok, what .. ": fails on cpu (" .. tostring(cerr) .. ") but not on cuda")
     if pat then
