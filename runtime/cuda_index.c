@@ -8,6 +8,13 @@
 
 #include "cuda_index.h"
 
+/* Two int64 of device memory for a launcher's results, from the caching
+** allocator (no shared static words: ops may run on several threads). */
+static dl_tensor *words_on(int device) {
+  int64_t two = 2;
+  return tensor_new_on(device, DL_INT64, &two, 1);
+}
+
 static int loop_of(const char *op, dl_tensor *const *ops, int nops, dlc_iter *d) {
   iter_t it;
   if (iter_init(&it, op, ops, nops)) return -1;
@@ -20,9 +27,11 @@ DL_HIDDEN int cuda_index_check(const char *op, const dl_tensor *index, int dim, 
   dlc_iter d;
   dlc_index_check_fn f = cuda_fn(&slot, op, "dlc_index_check");
   dl_tensor *ops[1] = {(dl_tensor *)index};
-  if (!f || loop_of(op, ops, 1, &d)) return -1;
+  dl_tensor *w;
+  if (!f || loop_of(op, ops, 1, &d) || !(w = words_on(dev))) return -1;
   int64_t bad = 0;
-  int rc = f(dev, &d, size, &bad);
+  int rc = f(dev, &d, size, (int64_t *)tensor_first(w), &bad);
+  dl_tensor_release(w);
   if (rc == 1) return dl_err(EM_INDEX_RANGE, op, (long long)bad, dim, (long long)size);
   return cuda_err(op, dev, rc);
 }
@@ -33,8 +42,11 @@ DL_HIDDEN int cuda_index_minmax(const char *op, const dl_tensor *index, int64_t 
   dlc_iter d;
   dlc_index_minmax_fn f = cuda_fn(&slot, op, "dlc_index_minmax");
   dl_tensor *ops[1] = {(dl_tensor *)index};
-  if (!f || loop_of(op, ops, 1, &d)) return -1;
-  return cuda_err(op, dev, f(dev, &d, lo, hi));
+  dl_tensor *w;
+  if (!f || loop_of(op, ops, 1, &d) || !(w = words_on(dev))) return -1;
+  int rc = f(dev, &d, (int64_t *)tensor_first(w), lo, hi);
+  dl_tensor_release(w);
+  return cuda_err(op, dev, rc);
 }
 
 DL_HIDDEN int cuda_take(const char *op, dl_tensor *const *ops, int64_t step, int es) {

@@ -57,10 +57,13 @@ typedef int (*dlc_act_backward_fn)(int device, int op, int dtype, const dlc_iter
 
 /* Checks the index it (one operand, int32 or int64, any layout) lies in
 ** [0, size): 0 when it does, 1 with *bad an offending value when not (both
-** after a stream sync). */
-typedef int (*dlc_index_check_fn)(int device, const dlc_iter *it, int64_t size, int64_t *bad);
-/* Smallest and largest value of a non-empty index (one operand); syncs. */
-typedef int (*dlc_index_minmax_fn)(int device, const dlc_iter *it, int64_t *lo, int64_t *hi);
+** after a stream sync).  words: 2 int64 of device memory to work in. */
+typedef int (*dlc_index_check_fn)(int device, const dlc_iter *it, int64_t size, int64_t *words,
+                                  int64_t *bad);
+/* Smallest and largest value of a non-empty index (one operand), with
+** words as above; syncs. */
+typedef int (*dlc_index_minmax_fn)(int device, const dlc_iter *it, int64_t *words, int64_t *lo,
+                                   int64_t *hi);
 /* out = src[index] (index_select, gather): it = {out, src with stride 0
 ** along dim, index}; step: src's stride along dim in bytes; es: element
 ** size. */

@@ -7,33 +7,25 @@
 */
 #include "common.cuh"
 
-/* -- Scratch words --------------------------------------------------------- */
+/* Everything here in its own namespace: kernels and functors of the same
+** name in another .cu file would otherwise merge at link time (template
+** instances are weak symbols).  The launchers keep their C names. */
+namespace dlc_index {
 
-/* Four int64 of device memory per device for the results a host reads back
-** (a range check's flag and value, an index's min and max). */
-static int64_t *scratch(int device) {
-  static int64_t *words[64];
-  if (device < 0 || device >= 64) return NULL;
-  if (!words[device]) {
-    void *p = NULL;
-    if (cudaMalloc(&p, 4 * sizeof(int64_t)) != cudaSuccess) return NULL;
-    words[device] = (int64_t *)p;
-  }
-  return words[device];
+/* -- Result words ---------------------------------------------------------- */
+
+/* w[0..2) (device memory the caller gives) set to init on the stream. */
+static int words_init(int device, int64_t *w, int64_t a, int64_t b) {
+  int64_t init[2] = {a, b};
+  cudaError_t e = cudaMemcpyAsync(w, init, sizeof init, cudaMemcpyHostToDevice, dlc_stream(device));
+  return e == cudaSuccess ? 0 : dlc_cuda_fail(e, "result words", device);
 }
 
-/* The scratch words set to init[0..4) on the device's stream. */
-static int scratch_init(int device, const int64_t *init, int64_t **w) {
-  if (!(*w = scratch(device))) return dlc_cuda_fail(cudaErrorMemoryAllocation, "scratch words", device);
-  cudaError_t e = cudaMemcpyAsync(*w, init, 4 * sizeof(int64_t), cudaMemcpyHostToDevice, dlc_stream(device));
-  return e == cudaSuccess ? 0 : dlc_cuda_fail(e, "scratch words", device);
-}
-
-/* The scratch words back on the host: waits for the stream. */
-static int scratch_read(int device, int64_t *w, int64_t *out) {
-  cudaError_t e = cudaMemcpyAsync(out, w, 4 * sizeof(int64_t), cudaMemcpyDeviceToHost, dlc_stream(device));
+/* w[0..2) back on the host: waits for the stream. */
+static int words_read(int device, const int64_t *w, int64_t *out) {
+  cudaError_t e = cudaMemcpyAsync(out, w, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, dlc_stream(device));
   if (e == cudaSuccess) e = cudaStreamSynchronize(dlc_stream(device));
-  return e == cudaSuccess ? 0 : dlc_cuda_fail(e, "reading back scratch words", device);
+  return e == cudaSuccess ? 0 : dlc_cuda_fail(e, "reading back result words", device);
 }
 
 template <class I> __device__ __forceinline__ int64_t load_ix(const char *p) {
@@ -52,16 +44,17 @@ template <class I> struct range_f {
   }
 };
 
-DLC_API int dlc_index_check(int device, const dlc_iter *it, int64_t size, int64_t *bad) {
+DLC_API int dlc_index_check(int device, const dlc_iter *it, int64_t size, int64_t *words,
+                            int64_t *bad) {
   if (it->numel == 0) return 0;
   DLC_ON(device, "index check");
-  int64_t init[4] = {0, 0, 0, 0}, got[4], *w;
-  int rc = scratch_init(device, init, &w);
+  int64_t got[2];
+  int rc = words_init(device, words, 0, 0);
   if (rc) return rc;
-  unsigned long long *u = (unsigned long long *)w;
+  unsigned long long *u = (unsigned long long *)words;
   rc = it->dtype[0] == DL_INT64 ? dlc_run<1>("index check", device, *it, range_f<int64_t>{size, u})
                                 : dlc_run<1>("index check", device, *it, range_f<int32_t>{size, u});
-  if (rc || (rc = scratch_read(device, w, got))) return rc;
+  if (rc || (rc = words_read(device, words, got))) return rc;
   if (!got[0]) return 0;
   *bad = got[1];
   return 1;
@@ -77,15 +70,16 @@ template <class I> struct minmax_f {
 };
 
 /* lo and hi of a non-empty index (one operand). */
-DLC_API int dlc_index_minmax(int device, const dlc_iter *it, int64_t *lo, int64_t *hi) {
+DLC_API int dlc_index_minmax(int device, const dlc_iter *it, int64_t *words, int64_t *lo,
+                             int64_t *hi) {
   DLC_ON(device, "index min/max");
-  int64_t init[4] = {INT64_MAX, INT64_MIN, 0, 0}, got[4], *w;
-  int rc = scratch_init(device, init, &w);
+  int64_t got[2];
+  int rc = words_init(device, words, INT64_MAX, INT64_MIN);
   if (rc) return rc;
-  long long *l = (long long *)w;
+  long long *l = (long long *)words;
   rc = it->dtype[0] == DL_INT64 ? dlc_run<1>("index min/max", device, *it, minmax_f<int64_t>{l})
                                 : dlc_run<1>("index min/max", device, *it, minmax_f<int32_t>{l});
-  if (rc || (rc = scratch_read(device, w, got))) return rc;
+  if (rc || (rc = words_read(device, words, got))) return rc;
   *lo = got[0];
   *hi = got[1];
   return 0;
@@ -408,3 +402,5 @@ DLC_API int dlc_ramp(int device, char *out, int dtype, int64_t n, double start, 
   }
   return dlc_check_launch("ramp", device);
 }
+
+}  // namespace dlc_index
