@@ -103,6 +103,9 @@ H.describe("CUDA indexing ops", function()
       {x, index(5, {2, 6}, 31), sample("float32", {2, 6}, 32)})
     both("scatter out of range", function(t, i, s) return t:scatter_add(0, i, s) end,
       {x, ddp.tensor({{0, 5}}), ddp.ones({1, 2})}, "out of range")
+    H.check("scatter_ src aliasing self", function(t, i) local c = t:clone() c:scatter_(1, i, c:narrow(1, 1, 2)) return c end,
+      {x, ddp.tensor({{0, 1}, {2, 3}, {4, 5}, {1, 0}, {3, 2}})})
+    H.check("masked_fill_ mask is self", function(t) local b = t:gt(0) b:masked_fill_(b, 0) return b end, {x})
     -- an in-place scatter with a bad index leaves self unchanged
     local d = x:cuda()
     local ok = pcall(function() d:scatter_(0, ddp.tensor({{1, 9}}):cuda(), ddp.ones({1, 2}):cuda()) end)
@@ -137,6 +140,9 @@ H.describe("CUDA indexing ops", function()
       {big, sample("bool", {37}, 54)})
     H.check("masked_select empty", function(t) return t:masked_select(t:gt(100)) end, {big})
     H.check("nonzero big", function(t) return t:nonzero() end, {big})
+    -- over 256 chunks: the chunk offsets are scanned in several tiles
+    H.check("masked_select 300 chunks", function(t) return t:masked_select(t:gt(0.5)) end,
+      {ddp.randn({300, 1024})})
     H.check("nonzero 0-dim", function(t) return t:nonzero() end, {ddp.tensor(2.0)})
     H.check("nonzero none", function(t) return (t * 0):nonzero() end, {big})
     H.check("nonzero 4-d strided", function(t) return t:view(37, 131, 1, 1):transpose(0, 1):nonzero() end, {big})
