@@ -233,6 +233,7 @@ H.describe("CUDA indexing ops", function()
     -- a 0-dim CPU index or mask goes with a CUDA input, as in PyTorch
     H.same(x:cpu():index_select(1, ddp.tensor(2)), x:index_select(1, ddp.tensor(2)), "0-dim cpu index")
     H.same(x:cpu():masked_fill(ddp.tensor(true), 4), x:masked_fill(ddp.tensor(true), 4), "0-dim cpu mask")
+    H.same(x:cpu():masked_select(ddp.tensor(true)), x:masked_select(ddp.tensor(true)), "0-dim cpu mask, select")
   end)
 end)
 
