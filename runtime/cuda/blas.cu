@@ -10,6 +10,65 @@
 
 #include "common.cuh"
 
+/* -- cuBLAS, opened at run time ---------------------------------------------- */
+
+#ifdef DLC_EMU
+#define CB(fn) cublas##fn
+static int cublas_open(void) { return 0; }
+#else
+#include <dlfcn.h>
+#include <stdlib.h>
+
+/* Not linked, opened on first use (as NCCL is): the library then loads on
+** a GPU machine whose cuBLAS has another soname (CUDA 12's libcublas.so.12;
+** the calls used here have the same ABI in 12 and 13), and a machine
+** without cuBLAS loses the matmuls only, with a message naming what is
+** missing.  DDPLUA_CUBLAS_LIB names the file to use. */
+static struct {
+  cublasStatus_t (*Create)(cublasHandle_t *);
+  cublasStatus_t (*Destroy)(cublasHandle_t);
+  cublasStatus_t (*SetStream)(cublasHandle_t, cudaStream_t);
+  decltype(&cublasGemmEx) GemmEx;
+  decltype(&cublasGemmStridedBatchedEx) GemmStridedBatchedEx;
+  const char *(*GetStatusString)(cublasStatus_t);
+} cb;
+#define CB(fn) cb.fn
+
+static int cublas_open(void) {
+  static std::once_flag once;
+  static char why[512];
+  std::call_once(once, [] {
+    const char *env = getenv("DDPLUA_CUBLAS_LIB");
+    const char *names[] = {env && *env ? env : "libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+    void *lib = NULL;
+    for (const char *n : names)
+      if ((lib = dlopen(n, RTLD_NOW | RTLD_LOCAL))) break;
+    if (!lib) {
+      const char *e = dlerror();
+      snprintf(why, sizeof why, "cannot load cuBLAS (libcublas.so.13 or .12; DDPLUA_CUBLAS_LIB names "
+               "another): %s", e ? e : "not found");
+      return;
+    }
+    struct { void **slot; const char *name; } syms[] = {
+        {(void **)&cb.Create, "cublasCreate_v2"}, {(void **)&cb.Destroy, "cublasDestroy_v2"},
+        {(void **)&cb.SetStream, "cublasSetStream_v2"}, {(void **)&cb.GemmEx, "cublasGemmEx"},
+        {(void **)&cb.GemmStridedBatchedEx, "cublasGemmStridedBatchedEx"},
+        {(void **)&cb.GetStatusString, "cublasGetStatusString"}};
+    for (auto &s : syms)
+      if (!(*s.slot = dlsym(lib, s.name))) {
+        snprintf(why, sizeof why, "the cuBLAS library found lacks %s", s.name);
+        cb.Create = NULL;
+        return;
+      }
+  });
+  if (!cb.Create) {
+    dlc_set_error("%s", why);
+    return DL_EDEVICE;
+  }
+  return 0;
+}
+#endif
+
 /* -- Handles ---------------------------------------------------------------- */
 
 enum { MAX_DEV = 64 };
@@ -23,17 +82,18 @@ static int handle_of(int device, cublasHandle_t *out) {
     dlc_set_error("cuBLAS on cuda:%d: no such device", device);
     return DL_EDEVICE;
   }
+  if (int rc = cublas_open()) return rc;
   std::lock_guard<std::mutex> lock(mu);
   if (!handles[device]) {
     cublasHandle_t h;
-    cublasStatus_t s = cublasCreate(&h);
+    cublasStatus_t s = CB(Create)(&h);
     if (s != CUBLAS_STATUS_SUCCESS) {
-      dlc_set_error("cublasCreate on cuda:%d: %s", device, cublasGetStatusString(s));
+      dlc_set_error("cublasCreate on cuda:%d: %s", device, CB(GetStatusString)(s));
       return s == CUBLAS_STATUS_ALLOC_FAILED ? DL_ENOMEM : DL_EDEVICE;
     }
-    if ((s = cublasSetStream(h, dlc_stream(device))) != CUBLAS_STATUS_SUCCESS) {
-      dlc_set_error("cublasSetStream on cuda:%d: %s", device, cublasGetStatusString(s));
-      cublasDestroy(h);
+    if ((s = CB(SetStream)(h, dlc_stream(device))) != CUBLAS_STATUS_SUCCESS) {
+      dlc_set_error("cublasSetStream on cuda:%d: %s", device, CB(GetStatusString)(s));
+      CB(Destroy)(h);
       return DL_EDEVICE;
     }
     handles[device] = h;
@@ -80,15 +140,15 @@ DLC_API int dlc_gemm(int device, int dtype, int ta, int tb, int m, int n, int k,
   cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasStatus_t s;
   if (batch == 1)
-    s = cublasGemmEx(h, oa, ob, m, n, k, pa, a, t, (int)lda, b, t, (int)ldb, pb, c, t, (int)ldc,
+    s = CB(GemmEx)(h, oa, ob, m, n, k, pa, a, t, (int)lda, b, t, (int)ldb, pb, c, t, (int)ldc,
                      comp, CUBLAS_GEMM_DEFAULT);
   else
-    s = cublasGemmStridedBatchedEx(h, oa, ob, m, n, k, pa, a, t, (int)lda, sa, b, t, (int)ldb,
+    s = CB(GemmStridedBatchedEx)(h, oa, ob, m, n, k, pa, a, t, (int)lda, sa, b, t, (int)ldb,
                                    sb, pb, c, t, (int)ldc, sc, (int)batch, comp,
                                    CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS) {
     dlc_set_error("cuBLAS gemm (m %d, n %d, k %d, batch %lld) on cuda:%d: %s", m, n, k,
-                  (long long)batch, device, cublasGetStatusString(s));
+                  (long long)batch, device, CB(GetStatusString)(s));
     return s == CUBLAS_STATUS_ALLOC_FAILED ? DL_ENOMEM : DL_EDEVICE;
   }
   return 0;
