@@ -105,14 +105,15 @@ fail:
 DL_HIDDEN dl_tensor *cuda_cls_backward(const char *op, int logits, const dl_tensor *grad_out,
                                        const dl_tensor *input, const dl_tensor *target,
                                        const dl_tensor *weight, int64_t ignore, double ls,
-                                       int reduction, int64_t N, int64_t C, int64_t S) {
+                                       int reduction, int64_t N, int64_t C, int64_t S,
+                                       int checked) {
   LAUNCHER(dlc_cls_backward_fn, f, op, "dlc_cls_backward");
   if (!f) return NULL;
   int dev = input->storage->device, kd = nn_kdtype(input->dtype);
   int64_t two = 2;
   dl_tensor *ci = prep(target, DL_INT64, dev), *cz = NULL, *cg = NULL, *cw = NULL, *buf = NULL,
             *gi = NULL;
-  if (!ci || check_indices(op, dev, ci, C, ignore, 1, 1) || !(cz = prep(input, kd, dev)) ||
+  if (!ci || (!checked && check_indices(op, dev, ci, C, ignore, 1, 1)) || !(cz = prep(input, kd, dev)) ||
       !(cg = prep(grad_out, kd, dev)) || (weight && !(cw = prep(weight, DL_FLOAT64, dev))) ||
       !(buf = tensor_new_on(dev, DL_FLOAT64, &two, 1)) ||
       !(gi = tensor_new_on(dev, kd, input->shape, input->ndim)))

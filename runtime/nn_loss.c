@@ -209,7 +209,7 @@ done:
 static dl_tensor *cls_backward(const char *op, int logits, const dl_tensor *grad_out,
                                const dl_tensor *input, const dl_tensor *target,
                                const dl_tensor *weight, int64_t ignore_index,
-                               double ls, int reduction) {
+                               double ls, int reduction, int checked) {
   cls_geom g;
   if (cls_setup(op, input, target, weight, reduction, &g) ||
       cn_check_float(op, "grad_out", grad_out, input->dtype) ||
@@ -220,7 +220,7 @@ static dl_tensor *cls_backward(const char *op, int logits, const dl_tensor *grad
   if (dev < -1) return NULL;
   if (dev >= 0)
     return cuda_cls_backward(op, logits, grad_out, input, target, weight, ignore_index, ls,
-                             reduction, g.N, g.C, g.S);
+                             reduction, g.N, g.C, g.S, checked);
   int kd = nn_kdtype(input->dtype);
   int64_t P = g.N * g.S, nbuf = g.C + 1;
   dl_tensor *ci = nn_prep_index(target), *cz = NULL, *cg = NULL, *buf = NULL,
@@ -283,7 +283,7 @@ DL_API dl_tensor *dl_cross_entropy_backward(const dl_tensor *grad_out,
                                             double label_smoothing,
                                             int reduction) {
   return cls_backward("cross_entropy_backward", 1, grad_out, logits, target,
-                      weight, ignore_index, label_smoothing, reduction);
+                      weight, ignore_index, label_smoothing, reduction, 0);
 }
 
 DL_API dl_tensor *dl_nll_loss(const dl_tensor *logp, const dl_tensor *target,
@@ -299,7 +299,17 @@ DL_API dl_tensor *dl_nll_loss_backward(const dl_tensor *grad_out,
                                        const dl_tensor *weight,
                                        int64_t ignore_index, int reduction) {
   return cls_backward("nll_loss_backward", 0, grad_out, logp, target, weight,
-                      ignore_index, 0, reduction);
+                      ignore_index, 0, reduction, 0);
+}
+
+DL_HIDDEN dl_tensor *nn_class_loss_backward(int nll, const dl_tensor *grad_out,
+                                            const dl_tensor *input, const dl_tensor *target,
+                                            const dl_tensor *weight, int64_t ignore_index,
+                                            double label_smoothing, int reduction) {
+  return nll ? cls_backward("nll_loss_backward", 0, grad_out, input, target, weight,
+                            ignore_index, 0, reduction, 1)
+             : cls_backward("cross_entropy_backward", 1, grad_out, input, target, weight,
+                            ignore_index, label_smoothing, reduction, 1);
 }
 
 /* -- Mean squared error ---------------------------------------------------- */

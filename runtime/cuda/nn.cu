@@ -176,7 +176,7 @@ template <class T> __global__ void cls_div_kernel(cls_args a, int mean, double *
   double sw = 0, ws = 0;
   if (mean)
     for (int64_t i = threadIdx.x; i < P; i += blockDim.x)
-      if (a.t[i] != a.ignore) sw += a.w ? a.w[a.t[i]] : 1.0;
+      if (a.t[i] != a.ignore && a.t[i] >= 0 && a.t[i] < a.C) sw += a.w ? a.w[a.t[i]] : 1.0;
   for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) ws += a.w ? a.w[c] : 1.0;
   sw = block_sum(sw);
   ws = block_sum(ws);
@@ -192,6 +192,10 @@ template <class T> __global__ void cls_bwd_kernel(cls_args a) {
     T *gi = (T *)a.gi + n * a.C * a.S + s;
     if (t == a.ignore) {
       for (int64_t c = lane; c < a.C; c += 32) gi[c * a.S] = 0;
+      continue;
+    }
+    if (t < 0 || t >= a.C) {  /* changed since the forward's check */
+      for (int64_t c = lane; c < a.C; c += 32) gi[c * a.S] = (T)NAN;
       continue;
     }
     double g = (double)((const T *)a.g)[a.g_each ? i : 0], div = a.div_wsum[0];

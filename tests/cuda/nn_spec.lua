@@ -87,7 +87,9 @@ H.describe("nn losses on CUDA", function()
     local te = ddp.zeros({0}, {dtype = "int64"})
     for _, red in ipairs {"mean", "sum", "none"} do
       H.check("ce empty " .. red, function(a, b) return F.cross_entropy(a, b, {reduction = red}) end, {e, te})
+      H.check("mse empty " .. red, function(a, b) return F.mse_loss(a, b, {reduction = red}) end, {e, e})
     end
+    H.check("layer_norm empty", function(a) return F.layer_norm(a, 4) end, {e})
   end)
 
   it("refuses a target out of range as the CPU does", function()
