@@ -86,15 +86,19 @@ DL_HIDDEN dl_tensor *cuda_cls_forward(const char *op, int logits, const dl_tenso
   int dev = input->storage->device, kd = nn_kdtype(input->dtype);
   int64_t P = N * S, nbuf = nn_max64(3 * P, 1), one = 1;
   dl_tensor *ci = prep(target, DL_INT64, dev), *cz = NULL, *cw = NULL, *buf = NULL, *out = NULL;
-  if (!ci || check_indices(op, dev, ci, C, ignore, 1, 1) || !(cz = prep(input, kd, dev)) ||
-      (weight && !(cw = prep(weight, DL_FLOAT64, dev))) ||
+  if (!ci || !(cz = prep(input, kd, dev)) || (weight && !(cw = prep(weight, DL_FLOAT64, dev))) ||
       !(buf = tensor_new_on(dev, DL_FLOAT64, &nbuf, 1)) ||
       !(out = tensor_new_on(dev, input->dtype, reduction == DL_REDUCTION_NONE ? tshape : &one,
                             reduction == DL_REDUCTION_NONE ? tnd : 0)))
     goto fail;
+  int64_t pos = -1, val = 0;  /* the targets are checked by the loss kernel itself */
   if (cuda_err(op, dev, f(dev, kd, logits, N, C, S, dp(cz), dp(ci), dp(cw), ignore, ls,
-                          reduction, dp(buf), dp(out), input->dtype)))
+                          reduction, dp(buf), dp(out), input->dtype, &pos, &val)))
     goto fail;
+  if (pos >= 0) {
+    dl_err(EM_NN_TARGET_RANGE, op, (long long)val, (long long)C, (long long)pos);
+    goto fail;
+  }
   RELEASE(ci, cz, cw, buf);
   return out;
 fail:

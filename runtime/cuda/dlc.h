@@ -63,11 +63,13 @@ typedef int (*dlc_act_backward_fn)(int device, int op, int dtype, const dlc_iter
 typedef int (*dlc_bad_index_fn)(int device, const int64_t *idx, int64_t n, int64_t rows,
                                 int64_t ignore, int use_ignore, int64_t *pos, int64_t *val);
 /* cross_entropy (logits 1) or nll_loss over z [N, C, S] (kd), targets t [N * S]; w: C
-** doubles or NULL; buf: 3 N S doubles; out (out_dtype): [N S] or one element. */
+** doubles or NULL; buf: 3 N S doubles; out (out_dtype): [N S] or one element.
+** Checks the targets in the same pass and syncs: *bad_pos / *bad_val as
+** dlc_bad_index's (out is then garbage). */
 typedef int (*dlc_cls_forward_fn)(int device, int kd, int logits, int64_t N, int64_t C,
                                   int64_t S, const void *z, const int64_t *t, const double *w,
                                   int64_t ignore, double ls, int reduction, double *buf,
-                                  void *out, int out_dtype);
+                                  void *out, int out_dtype, int64_t *bad_pos, int64_t *bad_val);
 /* gi [N, C, S] (kd) from g (kd: per position for reduction none, else
 ** one element); scratch: 2 doubles. */
 typedef int (*dlc_cls_backward_fn)(int device, int kd, int logits, int64_t N, int64_t C,

@@ -31,6 +31,23 @@ __global__ void bad_index_kernel(const int64_t *idx, int64_t n, int64_t rows, in
   }
 }
 
+/* After kernels that set the word: *pos = the bad position (or -1), *val
+** its index; the word reset.  Syncs the stream. */
+static int read_bad(int device, unsigned long long *w, const int64_t *idx, int64_t *pos,
+                    int64_t *val) {
+  cudaStream_t st = dlc_stream(device);
+  unsigned long long b = 0;
+  cudaError_t e = cudaMemcpyAsync(&b, w, sizeof b, cudaMemcpyDeviceToHost, st);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+  if (e != cudaSuccess) return dlc_cuda_fail(e, "reading the index check", device);
+  *pos = -1;
+  if (b == ~0ull) return 0;
+  *pos = (int64_t)b;
+  e = cudaMemcpy(val, idx + b, sizeof *val, cudaMemcpyDeviceToHost);
+  cudaMemsetAsync(w, 0xff, sizeof *w, st);
+  return e == cudaSuccess ? 0 : dlc_cuda_fail(e, "reading the bad index", device);
+}
+
 /* *pos = the first position whose index is outside [0, rows) (and not
 ** ignore when use_ignore), or -1; *val its index.  Syncs the stream. */
 DLC_API int dlc_bad_index(int device, const int64_t *idx, int64_t n, int64_t rows,
@@ -40,20 +57,10 @@ DLC_API int dlc_bad_index(int device, const int64_t *idx, int64_t n, int64_t row
   DLC_ON(device, "index check");
   unsigned long long *w = bad_word(device);
   if (!w) return dlc_cuda_fail(cudaErrorMemoryAllocation, "index check word", device);
-  cudaStream_t st = dlc_stream(device);
   auto k = bad_index_kernel;
-  DLC_LAUNCH(k, dlc_blocks(n, 256), 256, 0, st, idx, n, rows, ignore, use_ignore, w);
+  DLC_LAUNCH(k, dlc_blocks(n, 256), 256, 0, dlc_stream(device), idx, n, rows, ignore, use_ignore, w);
   int rc = dlc_check_launch("index check", device);
-  if (rc) return rc;
-  unsigned long long b = 0;
-  cudaError_t e = cudaMemcpyAsync(&b, w, sizeof b, cudaMemcpyDeviceToHost, st);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
-  if (e != cudaSuccess) return dlc_cuda_fail(e, "reading the index check", device);
-  if (b == ~0ull) return 0;
-  *pos = (int64_t)b;
-  e = cudaMemcpy(val, idx + b, sizeof *val, cudaMemcpyDeviceToHost);
-  cudaMemsetAsync(w, 0xff, sizeof *w, st);
-  return e == cudaSuccess ? 0 : dlc_cuda_fail(e, "reading the bad index", device);
+  return rc ? rc : read_bad(device, w, idx, pos, val);
 }
 
 /* -- Class-index losses ------------------------------------------------------ */
@@ -84,6 +91,7 @@ struct cls_args {
   const double *w;
   int logits, smooth;
   double *nll, *sm, *wt;   /* forward: per position */
+  unsigned long long *bad; /* forward: the first target out of range */
   const void *g;           /* backward: upstream gradient */
   int g_each;              /* g per position (reduction none), else g[0] */
   double ls;
@@ -97,8 +105,11 @@ template <class T> __global__ void cls_fwd_kernel(cls_args a) {
   for (int64_t i = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); i < P; i += wpb * gridDim.x) {
     int64_t n = i / a.S, s = i % a.S, t = a.t[i];
     const T *z = (const T *)a.z + n * a.C * a.S + s;
-    if (t == a.ignore) {
-      if (lane == 0) a.nll[i] = a.sm[i] = a.wt[i] = 0;
+    if (t == a.ignore || t < 0 || t >= a.C) {  /* out of range: reported after */
+      if (lane == 0) {
+        a.nll[i] = a.sm[i] = a.wt[i] = 0;
+        if (t != a.ignore) atomicMin(a.bad, (unsigned long long)i);
+      }
       continue;
     }
     double lse = a.logits ? warp_lse(z, a.C, a.S, lane) : 0;
@@ -141,15 +152,21 @@ __global__ void cls_reduce_kernel(int64_t P, int reduction, double a1, double b1
   store_as(out, dtype, 0, v);
 }
 
-/* buf: 3 P doubles (nll, sm, wt); out in out_dtype: [P] or one element. */
+/* buf: 3 P doubles (nll, sm, wt); out in out_dtype: [P] or one element.
+** The targets are checked in the same pass: *bad_pos (-1: none) and
+** *bad_val say which is out of range, after a sync. */
 DLC_API int dlc_cls_forward(int device, int kd, int logits, int64_t N, int64_t C, int64_t S,
                             const void *z, const int64_t *t, const double *w, int64_t ignore,
-                            double ls, int reduction, double *buf, void *out, int out_dtype) {
+                            double ls, int reduction, double *buf, void *out, int out_dtype,
+                            int64_t *bad_pos, int64_t *bad_val) {
+  *bad_pos = -1;
   DLC_ON(device, "class loss");
   cudaStream_t st = dlc_stream(device);
+  unsigned long long *bw = bad_word(device);
+  if (!bw) return dlc_cuda_fail(cudaErrorMemoryAllocation, "index check word", device);
   int64_t P = N * S;
   cls_args a = {N, C, S, ignore, z, t, w, logits, ls > 0, buf, buf + P, buf + 2 * P,
-                NULL, 0, ls, NULL, NULL};
+                bw, NULL, 0, ls, NULL, NULL};
   bool ok = dlc_dispatch_kd(kd, [&](auto tag) {
     typedef decltype(tag) T;
     if (P == 0) return;
@@ -167,7 +184,8 @@ DLC_API int dlc_cls_forward(int device, int kd, int logits, int64_t N, int64_t C
     auto k = cls_reduce_kernel;
     DLC_LAUNCH(k, 1, 1024, 0, st, P, reduction, a1, b1, ls > 0, a.nll, a.sm, a.wt, out, out_dtype);
   }
-  return dlc_check_launch("class loss", device);
+  int rc = dlc_check_launch("class loss", device);
+  return rc || !P ? rc : read_bad(device, bw, t, bad_pos, bad_val);
 }
 
 /* div (mean: the weighted count of targets kept, else 1) and wsum */
@@ -222,7 +240,7 @@ DLC_API int dlc_cls_backward(int device, int kd, int logits, int64_t N, int64_t 
   DLC_ON(device, "class loss backward");
   cudaStream_t st = dlc_stream(device);
   int64_t P = N * S;
-  cls_args a = {N, C, S, ignore, z, t, w, logits, ls > 0, NULL, NULL, NULL,
+  cls_args a = {N, C, S, ignore, z, t, w, logits, ls > 0, NULL, NULL, NULL, NULL,
                 g, reduction == DL_REDUCTION_NONE, ls, scratch, gi};
   bool ok = dlc_dispatch_kd(kd, [&](auto tag) {
     typedef decltype(tag) T;

@@ -98,6 +98,11 @@ H.describe("nn losses on CUDA", function()
     local ok, err = pcall(F.cross_entropy, x, t)
     assert.is_false(ok)
     assert.truthy(tostring(err):find("target 4 out of range for 4 classes (at position 1)", 1, true), tostring(err))
+    -- the first of several bad ones is named; nll_loss checks too
+    local tb = ddp.tensor({0, 1, 7, -2}, {dtype = "int32"}):cuda()
+    ok, err = pcall(F.nll_loss, randn({4, 4}, "float64", 2):cuda(), tb)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("target 7 out of range for 4 classes (at position 2)", 1, true), tostring(err))
     -- the ignored value passes, the next call works
     local t2 = ddp.tensor({0, -100, 1}, {dtype = "int64"}):cuda()
     H.same(F.cross_entropy(x:cpu(), t2:cpu()), F.cross_entropy(x, t2), "after an error")
