@@ -269,3 +269,35 @@ H.describe("optimizer steps on CUDA", function()
     end)
   end
 end)
+
+H.describe("nn modules trained on CUDA", function()
+  it("Embedding, LayerNorm, BatchNorm1d, Dropout and cross_entropy under AdamW follow the CPU", function()
+    local nn = ddp.nn
+    local function train(dev)
+      ddp.manual_seed(77)
+      local m = nn.Sequential(nn.Embedding(20, 8), nn.LayerNorm(8), nn.Dropout(0.2))
+      local bn = nn.BatchNorm1d(8)
+      if dev then m:to("cuda") bn:to("cuda") end
+      local ps = m:parameters()
+      for _, p in ipairs(bn:parameters()) do ps[#ps + 1] = p end
+      local o = optim.AdamW(ps, {lr = 0.05})
+      local loss
+      for step = 1, 3 do
+        local idx = ddp.tensor({step, 3, 19, 0, 7, 3}, {dtype = "int64"})
+        local y = ddp.tensor({1, 0, 7, 2, 2, 5}, {dtype = "int64"})
+        if dev then idx, y = idx:cuda(), y:cuda() end
+        o:zero_grad()
+        loss = F.cross_entropy(bn(m(idx)), y, {label_smoothing = 0.05})
+        loss:backward()
+        o:step()
+      end
+      return loss:detach(), ps, bn.running_mean, bn.running_var
+    end
+    local lc, pc, mc, vc = train(false)
+    local ld, pd, md, vd = train(true)
+    H.same(lc, ld, "loss")
+    for i = 1, #pc do H.same(pc[i]:detach(), pd[i]:detach(), "parameter " .. i, {1e-4, 1e-5}) end
+    H.same(mc, md, "running_mean", {1e-4, 1e-5})
+    H.same(vc, vd, "running_var", {1e-4, 1e-5})
+  end)
+end)
