@@ -1,34 +1,62 @@
 /*
 ** norm.cu -- layer normalisation and batch normalisation on CUDA tensors,
-** forward and backward, with runtime/nn_norm.c's formulas: a block per
-** row (layer norm) or per channel (batch norm statistics), sums in double,
-** the elementwise parts in the compute dtype as on the CPU.
+** forward and backward, with runtime/nn_norm.c's formulas: a warp per
+** narrow row or a block per wide one (layer norm), a block per channel
+** (batch norm statistics), sums in double, the elementwise parts in the
+** compute dtype as on the CPU.
 */
 #include "nn_common.cuh"
 
-static int row_threads(int64_t n) { return n <= 256 ? 32 : n <= 2048 ? 128 : 256; }
+/* Rows of layer norm: WARP, four warps of a block on a row each (rows up
+** to 1024 wide), else the whole block on one row. */
+template <bool WARP> struct rows {
+  int64_t r, step;
+  int lane, width;
+  __device__ rows() {
+    if (WARP) {
+      int wpb = blockDim.x >> 5;
+      r = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5);
+      step = (int64_t)gridDim.x * wpb;
+      lane = threadIdx.x & 31, width = 32;
+    } else {
+      r = blockIdx.x, step = gridDim.x, lane = threadIdx.x, width = blockDim.x;
+    }
+  }
+  __device__ double sum(double v) const { return WARP ? warp_sum(v) : block_sum(v); }
+};
+
+enum { LN_WARP_MAX = 1024 };
+
+/* threads and blocks for M rows of N */
+static void ln_shape(int64_t M, int64_t N, int *threads, unsigned *blocks) {
+  int64_t b;
+  if (N <= LN_WARP_MAX) *threads = 128, b = (M + 3) / 4;
+  else *threads = N <= 4096 ? 256 : 512, b = M;
+  *blocks = (unsigned)(b < 65535 * 8 ? b : 65535 * 8);
+}
 
 /* -- Layer norm ---------------------------------------------------------------- */
 
-template <class T>
+template <class T, bool WARP>
 __global__ void ln_fwd_kernel(int64_t M, int64_t N, double eps, const T *x_, const T *w,
                               const T *b, T *y_, T *mean_o, T *rstd_o) {
-  for (int64_t r = blockIdx.x; r < M; r += gridDim.x) {
+  rows<WARP> g;
+  for (int64_t r = g.r; r < M; r += g.step) {
     const T *x = x_ + r * N;
     T *y = y_ + r * N;
     double s = 0;
-    for (int64_t j = threadIdx.x; j < N; j += blockDim.x) s += (double)x[j];
-    s = block_sum(s);
+    for (int64_t j = g.lane; j < N; j += g.width) s += (double)x[j];
+    s = g.sum(s);
     T mean = (T)(s / (double)N);
     double v = 0;
-    for (int64_t j = threadIdx.x; j < N; j += blockDim.x) {
+    for (int64_t j = g.lane; j < N; j += g.width) {
       T d = x[j] - mean;
       v += (double)(d * d);
     }
-    v = block_sum(v);
+    v = g.sum(v);
     T rstd = (T)(1.0 / sqrt(v / (double)N + eps));
-    if (threadIdx.x == 0) mean_o[r] = mean, rstd_o[r] = rstd;
-    for (int64_t j = threadIdx.x; j < N; j += blockDim.x) {
+    if (g.lane == 0) mean_o[r] = mean, rstd_o[r] = rstd;
+    for (int64_t j = g.lane; j < N; j += g.width) {
       T o = (x[j] - mean) * rstd;
       if (w) o = o * w[j];
       if (b) o = o + b[j];
@@ -41,35 +69,44 @@ DLC_API int dlc_layer_norm(int device, int kd, int64_t M, int64_t N, double eps,
                            const void *w, const void *b, void *y, void *mean, void *rstd) {
   if (M == 0) return 0;
   DLC_ON(device, "layer_norm");
-  unsigned nb = M < 65535 * 8 ? (unsigned)M : 65535u * 8;
+  int threads;
+  unsigned nb;
+  ln_shape(M, N, &threads, &nb);
   bool ok = dlc_dispatch_kd(kd, [&](auto tag) {
     typedef decltype(tag) T;
-    auto k = ln_fwd_kernel<T>;
-    DLC_LAUNCH(k, nb, row_threads(N), 0, dlc_stream(device), M, N, eps, (const T *)x,
-               (const T *)w, (const T *)b, (T *)y, (T *)mean, (T *)rstd);
+    if (N <= LN_WARP_MAX) {
+      auto k = ln_fwd_kernel<T, true>;
+      DLC_LAUNCH(k, nb, threads, 0, dlc_stream(device), M, N, eps, (const T *)x, (const T *)w,
+                 (const T *)b, (T *)y, (T *)mean, (T *)rstd);
+    } else {
+      auto k = ln_fwd_kernel<T, false>;
+      DLC_LAUNCH(k, nb, threads, 0, dlc_stream(device), M, N, eps, (const T *)x, (const T *)w,
+                 (const T *)b, (T *)y, (T *)mean, (T *)rstd);
+    }
   });
   KD_OR_FAIL(ok, "layer_norm", kd);
   return dlc_check_launch("layer_norm", device);
 }
 
 /* grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = gout * w */
-template <class T>
+template <class T, bool WARP>
 __global__ void ln_bwd_x_kernel(int64_t M, int64_t N, const T *x_, const T *go_, const T *w,
                                 const T *smean, const T *srstd, T *gx_) {
-  for (int64_t r = blockIdx.x; r < M; r += gridDim.x) {
+  rows<WARP> gr;
+  for (int64_t r = gr.r; r < M; r += gr.step) {
     const T *x = x_ + r * N, *go = go_ + r * N;
     T *gx = gx_ + r * N;
     T mean = smean[r], rstd = srstd[r];
     double a = 0, bs = 0;
-    for (int64_t j = threadIdx.x; j < N; j += blockDim.x) {
+    for (int64_t j = gr.lane; j < N; j += gr.width) {
       double g = (double)go[j] * (w ? (double)w[j] : 1.0);
       a += g;
       bs += g * (double)((x[j] - mean) * rstd);
     }
-    a = block_sum(a);
-    bs = block_sum(bs);
+    a = gr.sum(a);
+    bs = gr.sum(bs);
     T ma = (T)(a / (double)N), mb = (T)(bs / (double)N);
-    for (int64_t j = threadIdx.x; j < N; j += blockDim.x) {
+    for (int64_t j = gr.lane; j < N; j += gr.width) {
       T g = w ? go[j] * w[j] : go[j];
       gx[j] = rstd * (g - ma - (x[j] - mean) * rstd * mb);
     }
@@ -110,10 +147,18 @@ DLC_API int dlc_layer_norm_backward(int device, int kd, int64_t M, int64_t N, co
   bool ok = dlc_dispatch_kd(kd, [&](auto tag) {
     typedef decltype(tag) T;
     if (gx && M) {
-      unsigned nb = M < 65535 * 8 ? (unsigned)M : 65535u * 8;
-      auto k = ln_bwd_x_kernel<T>;
-      DLC_LAUNCH(k, nb, row_threads(N), 0, st, M, N, (const T *)x, (const T *)go, (const T *)w,
-                 (const T *)mean, (const T *)rstd, (T *)gx);
+      int threads;
+      unsigned nb;
+      ln_shape(M, N, &threads, &nb);
+      if (N <= LN_WARP_MAX) {
+        auto k = ln_bwd_x_kernel<T, true>;
+        DLC_LAUNCH(k, nb, threads, 0, st, M, N, (const T *)x, (const T *)go, (const T *)w,
+                   (const T *)mean, (const T *)rstd, (T *)gx);
+      } else {
+        auto k = ln_bwd_x_kernel<T, false>;
+        DLC_LAUNCH(k, nb, threads, 0, st, M, N, (const T *)x, (const T *)go, (const T *)w,
+                   (const T *)mean, (const T *)rstd, (T *)gx);
+      }
     }
     if ((gw || gb) && N) {
       auto k = ln_bwd_wb_kernel<T>;

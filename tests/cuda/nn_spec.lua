@@ -121,7 +121,7 @@ end)
 H.describe("nn norms, embedding and dropout on CUDA", function()
   it("layer_norm: affine or not, eps, narrow and wide rows", function()
     for _, dt in ipairs(FLOATS) do
-      for _, n in ipairs {7, 300} do
+      for _, n in ipairs {7, 300, 1500} do
         local x = leaf(randn({5, n}, dt, 11) * 2 + 1)
         local w, b = leaf(randn({n}, dt, 12)), leaf(randn({n}, dt, 13))
         fwd_bwd("ln " .. dt .. " " .. n, function(a, c, d) return F.layer_norm(a, {n}, c, d, 1e-3) end,
