@@ -22,6 +22,16 @@ __device__ __forceinline__ void philox(uint64_t seed, uint64_t counter, uint32_t
   out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
 }
 
+/* a + s * v rounded twice, as the CPU computes it: nvcc would fuse it
+** into one fma and the last bit could differ from the CPU's number. */
+__device__ __forceinline__ double affine_rn(double a, double s, double v) {
+#ifdef DLC_EMU
+  return a + s * v;  /* g++ builds in ISO mode: no contraction */
+#else
+  return __dadd_rn(a, __dmul_rn(s, v));
+#endif
+}
+
 __device__ __forceinline__ double unit53(uint32_t hi, uint32_t lo) {
   return (double)((((uint64_t)hi << 32) | lo) >> 11) * 0x1p-53;
 }
@@ -59,7 +69,7 @@ __global__ void philox_fill_kernel(int kind, int64_t n, T *out, uint64_t seed, u
           v[j + 1] = a + b * r * sin(th);
         }
       } else {
-        for (int j = 0; j < pb; j++) v[j] = a + (b - a) * v[j];
+        for (int j = 0; j < pb; j++) v[j] = affine_rn(a, b - a, v[j]);
       }
       for (int j = 0; j < pb; j++) {
         int64_t i = blk * pb + j;
