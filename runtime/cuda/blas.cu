@@ -28,8 +28,16 @@ static struct {
   cublasStatus_t (*Create)(cublasHandle_t *);
   cublasStatus_t (*Destroy)(cublasHandle_t);
   cublasStatus_t (*SetStream)(cublasHandle_t, cudaStream_t);
-  decltype(&cublasGemmEx) GemmEx;
-  decltype(&cublasGemmStridedBatchedEx) GemmStridedBatchedEx;
+  /* the C (32-bit int) entry points; C++ sees overloads of these names */
+  cublasStatus_t (*GemmEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                           const void *, const void *, cudaDataType, int, const void *,
+                           cudaDataType, int, const void *, void *, cudaDataType, int,
+                           cublasComputeType_t, cublasGemmAlgo_t);
+  cublasStatus_t (*GemmStridedBatchedEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
+                                         int, int, int, const void *, const void *, cudaDataType,
+                                         int, long long, const void *, cudaDataType, int,
+                                         long long, const void *, void *, cudaDataType, int,
+                                         long long, int, cublasComputeType_t, cublasGemmAlgo_t);
   const char *(*GetStatusString)(cublasStatus_t);
 } cb;
 #define CB(fn) cb.fn
