@@ -97,10 +97,11 @@ $(CDEF): runtime/include/ddplua.h scripts/gen_cdef.sh
 
 $(BUILD)/obj/nccl.o $(BUILD)/obj/device.o: runtime/nccl.h runtime/device.h
 
-# -ldl: nccl.cu dlopens libnccl.so.2 (never linked, so the library loads
-# without NCCL; a glibc before 2.34 keeps dlopen in libdl).
+# -ldl: nccl.cu and blas.cu dlopen libnccl.so.2 and libcublas (never
+# linked, so the library loads without them; a glibc before 2.34 keeps
+# dlopen in libdl).
 $(BUILD)/libddplua_cuda.so: $(CUDA_SRC) $(CUDA_HDR) runtime/include/ddplua.h
-	$(NVCC) $(NVFLAGS) -shared -o $@ $(CUDA_SRC) -lcublas -ldl
+	$(NVCC) $(NVFLAGS) -shared -o $@ $(CUDA_SRC) -ldl
 
 $(BUILD)/emu/%.o: runtime/cuda/%.cu $(CUDA_HDR) $(wildcard runtime/cuda/emu/*.h) runtime/include/ddplua.h | $(BUILD)/emu
 	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@

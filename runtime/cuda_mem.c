@@ -75,7 +75,9 @@ static devalloc *allocator(const char *op, int device) {
 
 void *cuda_mem_alloc(int device, size_t size, uintptr_t stream) {
   devalloc *a = allocator("cuda alloc", device);
-  return a ? devalloc_alloc(a, size, stream) : NULL;
+  void *p = a ? devalloc_alloc(a, size, stream) : NULL;
+  if (p) mem_gc_credit(size);
+  return p;
 }
 
 int cuda_mem_release(int device, void *ptr) {
@@ -83,10 +85,13 @@ int cuda_mem_release(int device, void *ptr) {
   return a ? devalloc_release(a, ptr) : dl_err(EM_CUDA_DEVICE, "cuda release", device, 0);
 }
 
+static void pin_poll(void);
+
 DL_API int dl_cuda_synchronize(int device) {
   if (!allocator("cuda.synchronize", device)) return -1;
   char err[256];
   int rc = mem.sync(device, err, sizeof err);
+  pin_poll();
   return rc ? dl_err(EM_BADVALUE, "cuda.synchronize", err) : 0;
 }
 
@@ -179,5 +184,121 @@ DL_API dl_tensor *dl_to_device(const dl_tensor *t, int device) {
     out = NULL;
   }
   dl_tensor_release(src);
+  return out;
+}
+
+/* -- Pinned host memory and copies that do not wait ----------------------------- */
+
+typedef int (*host_alloc_fn)(size_t, void **, char *, size_t);
+typedef int (*host_free_fn)(void *, char *, size_t);
+typedef int (*memcpy_async_fn)(void *, const void *, size_t, int, void **, char *, size_t);
+typedef int (*event_done_fn)(void *, int);
+
+static struct {
+  pthread_mutex_t mu;
+  host_alloc_fn alloc;
+  host_free_fn free;
+  memcpy_async_fn copy;
+  event_done_fn done;
+  /* sources of copies in flight, kept alive until their event passes */
+  struct { void *event; dl_tensor *src; } q[256];
+  int n;
+} pin = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int pin_syms(const char *op) {
+  if (pin.done) return 0;
+  if (dl_cuda_device_count() <= 0) return dl_err(EM_CUDA_UNAVAIL, op, dl_cuda_status());
+  const char *why = NULL;
+  pin.alloc = (host_alloc_fn)cuda_sym("dlc_host_alloc", &why);
+  pin.free = (host_free_fn)cuda_sym("dlc_host_free", &why);
+  pin.copy = (memcpy_async_fn)cuda_sym("dlc_memcpy_async", &why);
+  event_done_fn done = (event_done_fn)cuda_sym("dlc_event_done", &why);
+  if (!pin.alloc || !pin.free || !pin.copy || !done)
+    return dl_err(EM_CUDA_UNAVAIL, op, why ? why : "libddplua_cuda.so lacks its pinned-memory calls");
+  pin.done = done;
+  return 0;
+}
+
+static void pinned_deleter(void *ctx, void *data) {
+  char err[256];
+  (void)ctx;
+  pin.free(data, err, sizeof err);
+}
+
+DL_API int dl_tensor_is_pinned(const dl_tensor *t) {
+  return t && t->storage->deleter == pinned_deleter;
+}
+
+DL_API dl_tensor *dl_pin_memory(const dl_tensor *t) {
+  const char *op = "pin_memory";
+  if (check_tensor_any(op, t)) return NULL;
+  if (t->storage->device >= 0) return dl_errp(EM_BADVALUE, op, "only CPU tensors can be pinned; this one is on CUDA");
+  if (dl_tensor_is_pinned(t) && dl_tensor_is_contiguous(t)) {
+    dl_tensor_retain((dl_tensor *)t);
+    return (dl_tensor *)t;
+  }
+  pthread_mutex_lock(&pin.mu);
+  int rc = pin_syms(op);
+  pthread_mutex_unlock(&pin.mu);
+  if (rc) return NULL;
+  size_t n = (size_t)dl_tensor_numel(t) * dl_dtype_sizes[t->dtype];
+  void *p = NULL;
+  char err[300];
+  if (pin.alloc(n, &p, err, sizeof err)) return dl_errp(EM_CUDA_OOM, op, 0, err);
+  dl_tensor *out = dl_from_blob(p, t->dtype, t->shape, NULL, t->ndim, pinned_deleter, NULL);
+  if (!out) {
+    pin.free(p, err, sizeof err);
+    return NULL;
+  }
+  if (dl_copy_(out, t)) {
+    dl_tensor_release(out);
+    return NULL;
+  }
+  return out;
+}
+
+/* Releases the sources of finished copies (all of them when wait). */
+static void pin_reap(int wait) {
+  pthread_mutex_lock(&pin.mu);
+  int k = 0;
+  for (int i = 0; i < pin.n; i++) {
+    if (pin.done(pin.q[i].event, wait))
+      dl_tensor_release(pin.q[i].src);
+    else
+      pin.q[k++] = pin.q[i];
+  }
+  pin.n = k;
+  pthread_mutex_unlock(&pin.mu);
+}
+
+static void pin_poll(void) {
+  if (pin.done) pin_reap(0);
+}
+
+/* A pinned, contiguous CPU tensor is copied without waiting (the source is
+** kept alive until the copy is over); anything else as dl_to_device. */
+DL_API dl_tensor *dl_to_device_async(const dl_tensor *t, int device) {
+  const char *op = "to";
+  if (check_tensor_any(op, t)) return NULL;
+  if (device < 0 || t->storage->device >= 0 || !dl_tensor_is_pinned(t) || !dl_tensor_is_contiguous(t))
+    return dl_to_device(t, device);
+  if (!allocator(op, device)) return NULL;
+  size_t n = (size_t)dl_tensor_numel(t) * dl_dtype_sizes[t->dtype];
+  dl_tensor *out = device_tensor(t, device, n);
+  if (!out || !n) return out;
+  pin_reap(0);
+  if (pin.n == (int)(sizeof pin.q / sizeof *pin.q)) pin_reap(1);
+  char err[300];
+  void *ev = NULL;
+  if (pin.copy(tensor_first(out), tensor_first(t), n, device, &ev, err, sizeof err)) {
+    dl_tensor_release(out);
+    return dl_errp(EM_CUDA_CALL, op, device, err);
+  }
+  dl_tensor_retain((dl_tensor *)t);
+  pthread_mutex_lock(&pin.mu);
+  pin.q[pin.n].event = ev;
+  pin.q[pin.n].src = (dl_tensor *)t;
+  pin.n++;
+  pthread_mutex_unlock(&pin.mu);
   return out;
 }

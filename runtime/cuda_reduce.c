@@ -113,12 +113,12 @@ DL_HIDDEN int cuda_argreduce(const char *op, const dl_tensor *x, int d, int mx,
 }
 
 DL_HIDDEN int cuda_dimop(const char *op, int kind, const dl_tensor *x, dl_tensor *y,
-                         int64_t O, int64_t N, int64_t I) {
+                         int64_t outer, int64_t n, int64_t inner) {
   static void *slot;
   int dev = x->storage->device;
   dlc_dimop_fn f = cuda_fn(&slot, op, "dlc_dimop");
   if (!f) return -1;
-  return cuda_err(op, dev, f(dev, kind, x->dtype, O, N, I, tensor_first(x), tensor_first(y)));
+  return cuda_err(op, dev, f(dev, kind, x->dtype, outer, n, inner, tensor_first(x), tensor_first(y)));
 }
 
 DL_HIDDEN int cuda_sort(const char *op, const dl_tensor *x, int d, int desc, int64_t k,

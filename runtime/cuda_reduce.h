@@ -17,10 +17,11 @@ DL_HIDDEN int cuda_reduce(const char *op, const dl_tensor *x, const int *red, in
 ** dtype and int64 indices, both contiguous on x's device. */
 DL_HIDDEN int cuda_argreduce(const char *op, const dl_tensor *x, int d, int mx,
                              dl_tensor *values, dl_tensor *indices);
-/* scan.c's dim ops on contiguous x and y of dtype (float32, float64, or
-** int64 for the scans): kind 0 cumsum, 1 cumprod, 2 softmax, 3 log_softmax. */
+/* scan.c's dim ops along the middle dim of contiguous [outer, n, inner] x
+** and y of dtype (float32, float64, or int64 for the scans): kind 0 cumsum,
+** 1 cumprod, 2 softmax, 3 log_softmax. */
 DL_HIDDEN int cuda_dimop(const char *op, int kind, const dl_tensor *x, dl_tensor *y,
-                         int64_t O, int64_t N, int64_t I);
+                         int64_t outer, int64_t n, int64_t inner);
 /* sort.c's sort and topk on x's device: the first k of each slice along
 ** dim d (ascending, or descending when desc) into values and indices. */
 DL_HIDDEN int cuda_sort(const char *op, const dl_tensor *x, int d, int desc, int64_t k,

@@ -66,6 +66,8 @@ static inline char *tensor_first(const dl_tensor *t) {
 /* Aligned allocation that counts live bytes (dl_mem_allocated). */
 DL_HIDDEN void *mem_alloc(size_t nbytes);
 DL_HIDDEN void mem_free(void *p, size_t nbytes);
+/* Counts device bytes towards Lua's next garbage collection (dl_gc_hint). */
+DL_HIDDEN void mem_gc_credit(size_t nbytes);
 
 /* -- Errors -------------------------------------------------------------- */
 

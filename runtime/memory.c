@@ -169,6 +169,13 @@ DL_API int dl_gc_hint(void) {
   return (size_t)atomic_load(&mem_since_gc) > slack();
 }
 
+/* Device memory counts too: Lua sees an 8-byte handle for a CUDA tensor
+** of any size, so without this a training loop's garbage would fill the
+** GPU long before Lua's own heap asked for a collection. */
+DL_HIDDEN void mem_gc_credit(size_t nbytes) {
+  atomic_fetch_add(&mem_since_gc, (long long)nbytes);
+}
+
 DL_API void dl_gc_done(void) {
   atomic_store(&mem_since_gc, 0);
 }

@@ -458,7 +458,8 @@ end
 -- -- DataLoader ---------------------------------------------------------------
 
 local DataLoader = class("DataLoader")
-local loader_opts = { batch_size = true, shuffle = true, drop_last = true, sampler = true, seed = true }
+local loader_opts = { batch_size = true, shuffle = true, drop_last = true, sampler = true, seed = true,
+  pin_memory = true }
 
 -- data.DataLoader(dataset, {batch_size = 1, shuffle = false, drop_last =
 -- false, sampler = nil, seed = nil}).  dataset: a TensorDataset (batches
@@ -466,7 +467,10 @@ local loader_opts = { batch_size = true, shuffle = true, drop_last = true, sampl
 -- i and a len() (batches stacked sample by sample: slower).  shuffle uses a
 -- RandomSampler seeded with seed (default: drawn from the global generator
 -- now); sampler: any object following the sampler protocol (see the top of
--- this file), which then decides the order.
+-- this file), which then decides the order.  pin_memory = true: batches in
+-- page-locked memory, so x:cuda({non_blocking = true}) does not wait for
+-- the copy (ignored where there is no CUDA device, as in PyTorch).  A
+-- TensorDataset whose tensors are on a GPU gives batches on that GPU.
 function data.DataLoader(ds, opts)
   local op = "DataLoader"
   opts = check_opts(opts, op, loader_opts)
@@ -482,6 +486,7 @@ function data.DataLoader(ds, opts)
   end
   local shuffle = bool_opt(opts.shuffle, op, "shuffle", false)
   local drop_last = bool_opt(opts.drop_last, op, "drop_last", false)
+  local pin = bool_opt(opts.pin_memory, op, "pin_memory", false) and C.dl_cuda_device_count() > 0
   local sampler = opts.sampler
   if sampler ~= nil then
     if shuffle then
@@ -506,7 +511,7 @@ function data.DataLoader(ds, opts)
   local owner = type(field(sampler, "epoch")) == "function" and type(field(sampler, "set_epoch")) == "function"
   return object(DataLoader, {
     dataset = ds, sampler = sampler, batch_size = bs, shuffle = shuffle, drop_last = drop_last,
-    _fields = fields, _n = n, _epoch = 0, _sampler_epoch = owner,
+    pin_memory = pin, _fields = fields, _n = n, _epoch = 0, _sampler_epoch = owner,
   })
 end
 
@@ -612,7 +617,9 @@ function DataLoader:iter()
   local f1, f2 = fields and fields[1], fields and fields[2]
   local b = 0
   local narrow, index_select = C.dl_narrow, C.dl_index_select
-  return function()
+  -- fields on a GPU: the indices go there once per pass
+  if f1 ~= nil and C.dl_tensor_device(f1) >= 0 then idx = idx:to(f1:device()) end
+  local pass = function()
     if b >= nb then
       if b == nb then
         b = nb + 1
@@ -641,6 +648,15 @@ function DataLoader:iter()
       out, k = stack_samples(ds, bi)
     end
     return i, unpack(out, 1, k)
+  end
+  if not self.pin_memory then return pass end
+  return function()
+    local r = { pass() }
+    if r[1] == nil then return nil end
+    for k = 2, #r do
+      if is_tensor(r[k]) and C.dl_tensor_device(r[k]) < 0 then r[k] = new(C.dl_pin_memory, r[k]) end
+    end
+    return unpack(r)
   end
 end
 

@@ -86,7 +86,7 @@ function T.to(t, what, opts)
     local d = core.dtype_arg(dtype, "to")
     if d ~= C.dl_tensor_dtype(t) or opts.copy then t = new(C.dl_to_dtype, t, d) end
   end
-  if dev ~= nil then t = new(C.dl_to_device, t, dev) end
+  if dev ~= nil then t = new(opts.non_blocking and C.dl_to_device_async or C.dl_to_device, t, dev) end
   return t
 end
 T.type = function(t, dtype)
@@ -99,11 +99,16 @@ for _, name in ipairs { "float", "double", "half", "bfloat16", "long", "int", "b
 end
 T.byte = function(t) return T.to(t, "uint8") end
 T.cpu = function(t) return T.to(t, "cpu") end
--- t:cuda([n]): on this worker's GPU, or on cuda:n
-T.cuda = function(t, n)
+-- t:cuda([n][, {non_blocking = true}]): on this worker's GPU, or on cuda:n
+T.cuda = function(t, n, opts)
+  if type(n) == "table" then n, opts = nil, n end
   if n ~= nil and not core.is_integer(n) then raise("cuda: device must be an index, got " .. core.show(n)) end
-  return T.to(t, n and ("cuda:" .. n) or "cuda")
+  return T.to(t, n and ("cuda:" .. n) or "cuda", opts)
 end
+-- A copy in page-locked host memory, from which t:cuda({non_blocking =
+-- true}) copies while the host goes on (t itself if already pinned).
+function T.pin_memory(t) return new(C.dl_pin_memory, t) end
+function T.is_pinned(t) return C.dl_tensor_is_pinned(t) ~= 0 end
 
 function T.clone(t) return new(C.dl_clone, t) end
 function T.contiguous(t) return new(C.dl_contiguous, t) end

@@ -53,6 +53,189 @@ typedef int (*dlc_where_fn)(int device, const dlc_iter *it);
 /* out = g * act'(x) for gelu, gelu_tanh, silu, relu (dl_unop), float32/64. */
 typedef int (*dlc_act_backward_fn)(int device, int op, int dtype, const dlc_iter *it);
 
+/* -- Linear algebra, convolution, pooling -- */
+
+/* C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for i < batch, in
+** cuBLAS's column-major terms (m x n results, k inner; ta/tb 0: as is,
+** 1: transposed); dtype float32, float64, bfloat16 or float16 (half types
+** accumulate in float32).  tf32: float32 may use TF32 tensor cores.
+** Strides in elements; beta 0 never reads C. */
+typedef int (*dlc_gemm_fn)(int device, int dtype, int ta, int tb, int m, int n, int k,
+                           double alpha, const void *a, int64_t lda, int64_t sa,
+                           const void *b, int64_t ldb, int64_t sb, double beta, void *c,
+                           int64_t ldc, int64_t sc, int64_t batch, int tf32);
+
+/* A plain batched product for what cuBLAS does not take (integers, k = 0):
+** row-major out [nbatch, m, n] contiguous = alpha * A @ B + beta * out, A
+** and B strided in elements, their nb batch dims broadcast (stride 0).
+** Integers wrap as on the CPU (alpha, beta truncated to integers). */
+typedef struct dlc_mm {
+  int dtype, nb;
+  int64_t bshape[DLC_MAX_DIMS], ast[DLC_MAX_DIMS], bst[DLC_MAX_DIMS];
+  int64_t nbatch, m, k, n, as0, as1, bs0, bs1;
+  const void *a, *b;
+  void *c;
+  double alpha, beta;
+} dlc_mm;
+typedef int (*dlc_matmul_naive_fn)(int device, const dlc_mm *p);
+
+/* A conv2d's geometry (nn_conv.c: conv_geom).  Column matrices of
+** samples [n0, n0 + nchunk) are laid out [groups][K][nchunk][HW], K = Cg *
+** kh * kw rows (c, i, j), so one group's columns are a K x nchunk*HW matrix
+** and one sample's a K x HW matrix at leading dim nchunk*HW. */
+typedef struct dlc_conv {
+  int64_t N, C, H, W, O, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, groups, Cg, Og, K, HW;
+} dlc_conv;
+/* x [N, C, H, W] to columns (zeros where the window is in the padding);
+** dtype float32 or float64 (also for the ones below). */
+typedef int (*dlc_im2col_fn)(int device, int dtype, const dlc_conv *g, const void *x, void *col,
+                             int64_t n0, int64_t nchunk);
+/* The adjoint: x[n0 .. n0 + nchunk) = the sum of every column entry read
+** from it (written, not accumulated). */
+typedef int (*dlc_col2im_fn)(int device, int dtype, const dlc_conv *g, const void *col, void *x,
+                             int64_t n0, int64_t nchunk);
+/* out [N, O, HW] += b[o]. */
+typedef int (*dlc_bias_add_fn)(int device, int dtype, void *out, const void *b, int64_t N,
+                               int64_t O, int64_t HW);
+/* gb[o] = the sum of g [N, O, HW] over N and HW (accumulated in double). */
+typedef int (*dlc_bias_grad_fn)(int device, int dtype, const void *g, void *gb, int64_t N,
+                                int64_t O, int64_t HW);
+/* dst [B, A, R] = src [A, B, R] with its first two dims swapped. */
+typedef int (*dlc_swap01_fn)(int device, int dtype, const void *src, void *dst, int64_t A,
+                             int64_t B, int64_t R);
+
+/* A pooling's geometry (nn_pool.c: pool_geom): NC planes of H x W to Ho x Wo. */
+typedef struct dlc_pool {
+  int64_t NC, H, W, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo;
+  int count_include_pad;
+  int64_t divisor;  /* 0: none */
+} dlc_pool;
+/* Max pooling, float32 / float64: out and idx (int64, into each H x W
+** plane) as PyTorch's CPU kernel (a NaN wins; the first tap on ties). */
+typedef int (*dlc_max_pool_fn)(int device, int dtype, const dlc_pool *g, const void *x,
+                               void *out, int64_t *idx);
+/* gx (planes x in_plane, zeroed here) += gout at idx; indices outside a
+** plane are skipped (the CPU reports them; here that would need a sync). */
+typedef int (*dlc_max_pool_backward_fn)(int device, int dtype, int64_t planes, int64_t in_plane,
+                                        int64_t out_plane, const void *gout, const int64_t *idx,
+                                        void *gx);
+/* Average pooling and its gradient (as a gather: deterministic). */
+typedef int (*dlc_avg_pool_fn)(int device, int dtype, const dlc_pool *g, const void *x, void *out);
+typedef int (*dlc_avg_pool_backward_fn)(int device, int dtype, const dlc_pool *g,
+                                        const void *gout, void *gx);
+
+/* -- Indexing and joining -- */
+
+/* Checks the index it (one operand, int32 or int64, any layout) lies in
+** [0, size): 0 when it does, 1 with *bad an offending value when not (both
+** after a stream sync).  words: 2 int64 of device memory to work in. */
+typedef int (*dlc_index_check_fn)(int device, const dlc_iter *it, int64_t size, int64_t *words,
+                                  int64_t *bad);
+/* Smallest and largest value of a non-empty index (one operand), with
+** words as above; syncs. */
+typedef int (*dlc_index_minmax_fn)(int device, const dlc_iter *it, int64_t *words, int64_t *lo,
+                                   int64_t *hi);
+/* out = src[index] (index_select, gather): it = {out, src with stride 0
+** along dim, index}; step: src's stride along dim in bytes; es: element
+** size. */
+typedef int (*dlc_take_fn)(int device, const dlc_iter *it, int64_t step, int es);
+/* dst[index] = src (reduce 0) or += src (reduce 1, atomically in dtype):
+** it = {dst with stride 0 along dim, src (or a scalar), index}. */
+typedef int (*dlc_put_fn)(int device, const dlc_iter *it, int64_t step, int dtype, int reduce);
+/* t = value where mask: it = {t, bool mask}; bytes: the value's es bytes. */
+typedef int (*dlc_masked_fill_fn)(int device, const dlc_iter *it, uint64_t bytes, int es);
+/* Compaction of a contiguous bool mask of n bytes: counts the set bytes
+** into scratch (ceil(n / 1024) + 1 int64 of device memory) and returns
+** their number in *total (after a stream sync). */
+typedef int (*dlc_compact_count_fn)(int device, const uint8_t *mask, int64_t n, int64_t *scratch,
+                                    int64_t *total);
+/* Then writes, in order, the elements of contiguous src (es bytes each)
+** where mask is set into out; without src, their coordinates in shape
+** (nd dims, row-major) as int64 rows of nd (nonzero). */
+typedef int (*dlc_compact_write_fn)(int device, const uint8_t *mask, int64_t n,
+                                    const int64_t *scratch, const char *src, int es, int nd,
+                                    const int64_t *shape, char *out);
+/* Zeroes, in contiguous p (B matrices R x C of es bytes), the elements
+** below diagonal diag (upper: triu) or above it (tril). */
+typedef int (*dlc_tri_fn)(int device, char *p, int64_t B, int64_t R, int64_t C, int64_t diag,
+                          int upper, int es);
+/* Contiguous out[i] = i < split ? start + i * step : end - (n - 1 - i) * step,
+** stored in dtype as store_double does (arange: split = n; linspace). */
+typedef int (*dlc_ramp_fn)(int device, char *out, int dtype, int64_t n, double start, double step,
+                           double end, int64_t split);
+
+/* -- nn, random, optim -- */
+/* Launchers of nn.cu, norm.cu, random.cu and optim.cu.  Operands are
+** contiguous device memory; "kd" is the compute dtype (float32 or float64)
+** of runtime/nn.h, per-channel and scratch buffers are doubles. */
+
+/* *pos = the first i with idx[i] outside [0, rows) (skipping ignore when
+** use_ignore), or -1; *val = idx[*pos].  Syncs the stream. */
+typedef int (*dlc_bad_index_fn)(int device, const int64_t *idx, int64_t n, int64_t rows,
+                                int64_t ignore, int use_ignore, int64_t *pos, int64_t *val);
+/* cross_entropy (logits 1) or nll_loss over z [N, C, S] (kd), targets t [N * S]; w: C
+** doubles or NULL; buf: 3 N S doubles; out (out_dtype): [N S] or one element.
+** Checks the targets in the same pass and syncs: *bad_pos / *bad_val as
+** dlc_bad_index's (out is then garbage). */
+typedef int (*dlc_cls_forward_fn)(int device, int kd, int logits, int64_t N, int64_t C,
+                                  int64_t S, const void *z, const int64_t *t, const double *w,
+                                  int64_t ignore, double ls, int reduction, double *buf,
+                                  void *out, int out_dtype, int64_t *bad_pos, int64_t *bad_val);
+/* gi [N, C, S] (kd) from g (kd: per position for reduction none, else
+** one element); scratch: 2 doubles. */
+typedef int (*dlc_cls_backward_fn)(int device, int kd, int logits, int64_t N, int64_t C,
+                                   int64_t S, const void *z, const int64_t *t,
+                                   const double *w, int64_t ignore, double ls, int reduction,
+                                   const void *g, double *scratch, void *gi);
+/* The number of partial sums dlc_mse needs room for. */
+typedef int64_t (*dlc_mse_parts_fn)(int64_t n);
+typedef int (*dlc_mse_fn)(int device, int kd, int reduction, int64_t n, const void *a,
+                          const void *b, double *part, void *out, int out_dtype);
+typedef int (*dlc_mse_backward_fn)(int device, int kd, int64_t n, const void *a, const void *b,
+                                   const void *g, int g_each, double norm, void *out);
+/* out row i = w row idx[i] (rows of row_bytes); indices already checked. */
+typedef int (*dlc_embedding_fn)(int device, int64_t n, int64_t row_bytes, const void *w,
+                                const int64_t *idx, void *out);
+/* gw [V, D] (kd): row v sums gout rows order[start[v] .. start[v + 1]). */
+typedef int (*dlc_embedding_backward_fn)(int device, int kd, int64_t V, int64_t D,
+                                         int64_t padding_idx, int scale, const int64_t *start,
+                                         const int64_t *order, const void *gout, void *gw);
+typedef int (*dlc_layer_norm_fn)(int device, int kd, int64_t M, int64_t N, double eps,
+                                 const void *x, const void *w, const void *b, void *y,
+                                 void *mean, void *rstd);
+typedef int (*dlc_layer_norm_backward_fn)(int device, int kd, int64_t M, int64_t N,
+                                          const void *x, const void *go, const void *w,
+                                          const void *mean, const void *rstd, void *gx,
+                                          double *gw, double *gb);
+/* stats: 4 C doubles out (mean, invstd, scale, shift); rm, rv: running
+** statistics as doubles, updated in training (either may be NULL). */
+typedef int (*dlc_batch_norm_fn)(int device, int kd, int64_t N, int64_t C, int64_t S,
+                                 int training, double momentum, double eps, const void *x,
+                                 const double *w, const double *b, double *rm, double *rv,
+                                 double *stats, void *y);
+/* out: 5 C doubles (grad_b, grad_w, coefficients); gx (kd) or NULL. */
+typedef int (*dlc_batch_norm_backward_fn)(int device, int kd, int64_t N, int64_t C, int64_t S,
+                                          int training, const void *go, const void *x,
+                                          const double *mean, const double *inv,
+                                          const double *w, double *out, void *gx);
+/* kind 0 uniform [a, b), 1 normal (a, b), 2 integers low + r % range;
+** dtype float32, float64 or int64; counter blocks from base. */
+typedef int (*dlc_philox_fill_fn)(int device, int kind, int dtype, int64_t n, void *out,
+                                  uint64_t seed, uint64_t base, double a, double b,
+                                  int64_t low, uint64_t range);
+typedef int (*dlc_dropout_fn)(int device, int kd, int64_t n, const void *x, void *out,
+                              uint8_t *mask, uint64_t seed, uint64_t base, double keep,
+                              double scale);
+typedef int (*dlc_dropout_backward_fn)(int device, int kd, int64_t n, const void *g,
+                                       const uint8_t *mask, double scale, void *out);
+typedef int (*dlc_sgd_fn)(int device, int dtype, int64_t n, void *p, const void *g, void *buf,
+                          double lr, double momentum, double dampening, double wd,
+                          int nesterov, int first, int maximize);
+typedef int (*dlc_adam_fn)(int device, int dtype, int64_t n, void *p, const void *g, void *m,
+                           void *v, void *vmax, double lr, double beta1, double beta2,
+                           double eps, double wd, double bc1, double bc2_sqrt, int decoupled,
+                           int maximize);
+
 /* -- Reductions (reduce.cu) -- */
 
 /* What a reduction maps and combines, in the order of reduce.c's passes. */
@@ -87,11 +270,12 @@ typedef int (*dlc_reduce_fn)(int device, const dlc_reduce *r, void *ws);
 typedef size_t (*dlc_argreduce_ws_fn)(const dlc_reduce *r);
 typedef int (*dlc_argreduce_fn)(int device, int max, const dlc_reduce *r, void *values,
                                 int64_t *indices, void *ws);
-/* Along N of a contiguous [O, N, I] tensor, y the same: op 0 cumsum,
-** 1 cumprod (dtype float32, float64, int64), 2 softmax, 3 log_softmax
-** (float32, float64). */
-typedef int (*dlc_dimop_fn)(int device, int op, int dtype, int64_t O, int64_t N, int64_t I,
-                            const void *x, void *y);
+/* Along the middle dim of a contiguous [outer, n, inner] tensor, y the
+** same: op 0 cumsum, 1 cumprod (dtype float32, float64, int64), 2 softmax,
+** 3 log_softmax (float32, float64).  (No parameter is called I: complex.h,
+** which cblas.h includes, defines it.) */
+typedef int (*dlc_dimop_fn)(int device, int op, int dtype, int64_t outer, int64_t n,
+                            int64_t inner, const void *x, void *y);
 /* Stable sort (sort.cu) of r's M slices along its one reduced dim (any
 ** dtype; desc: descending, NaN first), the first k of each into values
 ** (in_dtype) and int64 indices, contiguous with k in the dim's place and

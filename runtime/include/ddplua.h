@@ -99,6 +99,10 @@ DL_API int dl_cuda_synchronize(int device);
 DL_API int dl_cuda_memory_stats(int device, int64_t *out, int n);
 DL_API int dl_cuda_empty_cache(int device);
 DL_API int dl_cuda_reset_peak_memory_stats(int device);
+/* TF32 tensor cores for float32 matmul and conv2d on CUDA: off by default,
+** as torch.backends.cuda.matmul.allow_tf32 (PyTorch >= 1.12). */
+DL_API void dl_cuda_set_allow_tf32(int on);
+DL_API int dl_cuda_get_allow_tf32(void);
 
 /* -- Tensors: lifetime and metadata -------------------------------------- */
 
@@ -141,6 +145,16 @@ DL_API dl_tensor *dl_arange(double start, double end, double step, int dtype);
 DL_API dl_tensor *dl_linspace(double start, double end, int64_t steps,
                               int dtype);
 DL_API dl_tensor *dl_eye(int64_t n, int64_t m, int dtype);
+/* The same made on device (-1: the CPU) and filled there, never through
+** host memory. */
+DL_API dl_tensor *dl_empty_on(const int64_t *shape, int ndim, int dtype, int device);
+DL_API dl_tensor *dl_zeros_on(const int64_t *shape, int ndim, int dtype, int device);
+DL_API dl_tensor *dl_full_on(const int64_t *shape, int ndim, int dtype, double value,
+                             int device);
+DL_API dl_tensor *dl_arange_on(double start, double end, double step, int dtype, int device);
+DL_API dl_tensor *dl_linspace_on(double start, double end, int64_t steps, int dtype,
+                                 int device);
+DL_API dl_tensor *dl_eye_on(int64_t n, int64_t m, int dtype, int device);
 /* From row-major values (numel of shape), converted to dtype; the int64
 ** form keeps integers beyond 2^53 exact. */
 DL_API dl_tensor *dl_from_doubles(const double *values, const int64_t *shape,
@@ -169,6 +183,13 @@ DL_API dl_tensor *dl_to_dtype(const dl_tensor *t, int dtype); /* new ref */
 ** already, else a contiguous copy.  A CUDA source must be contiguous
 ** until the CUDA kernels come. */
 DL_API dl_tensor *dl_to_device(const dl_tensor *t, int device);
+/* t:to(device, {non_blocking = true}): from a pinned CPU tensor the copy
+** runs on the device's stream while the host goes on (ops on the result
+** are ordered after it); otherwise the same as dl_to_device. */
+DL_API dl_tensor *dl_to_device_async(const dl_tensor *t, int device);
+/* A copy of a CPU tensor in page-locked memory (t itself if it is one). */
+DL_API dl_tensor *dl_pin_memory(const dl_tensor *t);
+DL_API int dl_tensor_is_pinned(const dl_tensor *t);
 /* Copies src into dst (broadcast to dst's shape, cast to dst's dtype). */
 DL_API int dl_copy_(dl_tensor *dst, const dl_tensor *src);
 DL_API int dl_fill_(dl_tensor *t, double value);

@@ -222,11 +222,44 @@ float __half2float(__half h) {
 namespace {
 enum { STACK = 128 << 10, FREE = 0, RUN = 1, DONE = 2 };
 
+/* -- Context switch: a few instructions on x86-64, ucontext elsewhere
+** (whose signal-mask system calls make it ~50x slower). */
+#if defined(__x86_64__)
+extern "C" void dlc_emu_switch(void **save_sp, void *to_sp);
+asm(".text\n.globl dlc_emu_switch\n.hidden dlc_emu_switch\n.type dlc_emu_switch,@function\n"
+    "dlc_emu_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n.size dlc_emu_switch,.-dlc_emu_switch\n");
+struct ctx { void *sp; };
+void ctx_switch(ctx *from, ctx *to) { dlc_emu_switch(&from->sp, to->sp); }
+/* A stack whose first switch "returns" into entry, aligned as after a call. */
+void ctx_make(ctx *c, char *stack, size_t size, void (*entry)(void)) {
+  uintptr_t top = ((uintptr_t)(stack + size)) & ~(uintptr_t)15;
+  void **sp = (void **)top;
+  *--sp = NULL;             /* entry's return address: it never returns */
+  *--sp = (void *)entry;    /* popped by ret */
+  for (int i = 0; i < 6; i++) *--sp = NULL;  /* rbp rbx r12-r15 */
+  c->sp = sp;
+}
+#else
+struct ctx { ucontext_t uc; };
+void ctx_switch(ctx *from, ctx *to) { swapcontext(&from->uc, &to->uc); }
+void ctx_make(ctx *c, char *stack, size_t size, void (*entry)(void)) {
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack;
+  c->uc.uc_stack.ss_size = size;
+  c->uc.uc_link = NULL;
+  makecontext(&c->uc, entry, 0);
+}
+#endif
+
 struct group { int live, arrived; unsigned gen; };
 
 struct fiber {
   dlc_emu::fiber_state st;
-  ucontext_t ctx;
+  ctx c;
   char *stack;
   int state;
 };
@@ -235,7 +268,7 @@ struct block_run {
   std::vector<fiber> f;
   std::vector<group> warps;
   group all;
-  ucontext_t sched;
+  ctx sched;
   const std::function<void()> *body;
   int current;
   unsigned long progress;  /* bumps at every arrival and finish */
@@ -254,7 +287,7 @@ char *stack_get(void) {
   return p == MAP_FAILED ? NULL : (char *)p;
 }
 
-void yield_to_sched(void) { swapcontext(&br->f[br->current].ctx, &br->sched); }
+void yield_to_sched(void) { ctx_switch(&br->f[br->current].c, &br->sched); }
 
 void arrive_wait(group &g) {
   unsigned gen = g.gen;
@@ -275,14 +308,16 @@ void leave(group &g) {
   }
 }
 
-void fiber_main(int idx) {
+/* Every fiber starts here; it ends by switching back for good. */
+void fiber_entry(void) {
+  int idx = br->current;
   (*br->body)();
-  fiber &me = br->f[idx];
-  me.state = DONE;
+  br->f[idx].state = DONE;
   br->progress++;
   leave(br->all);
   leave(br->warps[idx / 32]);
-  /* returns to sched through uc_link */
+  ctx_switch(&br->f[idx].c, &br->sched);
+  abort();  /* a finished fiber is never resumed */
 }
 }  // namespace
 
@@ -309,16 +344,10 @@ uint64_t dlc_emu::shfl(uint64_t v, int mode, int arg, int width) {
   return r;
 }
 
-/* Apart from run_block: getcontext returns twice, which would make
-** every local of its caller suspect. */
-__attribute__((noinline)) static int fiber_start(fiber &f, int i, ucontext_t *sched) {
+static int fiber_start(fiber &f) {
   f.stack = stack_get();
   if (!f.stack) return -1;
-  getcontext(&f.ctx);
-  f.ctx.uc_stack.ss_sp = f.stack;
-  f.ctx.uc_stack.ss_size = STACK;
-  f.ctx.uc_link = sched;
-  makecontext(&f.ctx, (void (*)(void))fiber_main, 1, i);
+  ctx_make(&f.c, f.stack, STACK, fiber_entry);
   f.state = RUN;
   return 0;
 }
@@ -348,10 +377,10 @@ static int run_block(const std::function<void()> &body, int nthreads) {
     for (int i = 0; i < nthreads; i++) {
       fiber &f = b.f[(size_t)i];
       if (f.state == DONE) continue;
-      if (f.state == FREE && fiber_start(f, i, &b.sched)) { rc = -1; goto out; }
+      if (f.state == FREE && fiber_start(f)) { rc = -1; goto out; }
       b.current = i;
       dlc_emu::cur = &f.st;
-      swapcontext(&b.sched, &f.ctx);
+      ctx_switch(&b.sched, &f.c);
       if (f.state == DONE) {
         stack_pool.push_back(f.stack);
         f.stack = NULL;
