@@ -12,7 +12,7 @@ DL_HIDDEN int op_device(const char *op, int n, const dl_tensor *const *ts) {
   int dev = -1, first = -1;
   for (int i = 0; i < n; i++) {
     const dl_tensor *t = ts[i];
-    if (!t) continue;
+    if (!t) continue;  /* an optional argument (a bias); required ones are checked by the op */
     if (check_tensor_any(op, t)) return -2;
     int d = t->storage->device;
     /* A CPU scalar (a Lua number, a 0-dim tensor) goes with any device,
