@@ -14,7 +14,7 @@
 DL_HIDDEN int cn_device(const char *op, const dl_tensor *a, const dl_tensor *b,
                         const dl_tensor *c, const dl_tensor *d, const dl_tensor *e) {
   const dl_tensor *ts[5] = {a, b, c, d, e};
-  return op_device(op, 5, ts);
+  return op_device_opt(op, 5, ts);
 }
 
 /* nn_prep on device dev: t itself (retained) or a contiguous copy in kd

@@ -8,11 +8,11 @@
 
 #include "device.h"
 
-DL_HIDDEN int op_device(const char *op, int n, const dl_tensor *const *ts) {
+static int device_of(const char *op, int n, const dl_tensor *const *ts, int optional) {
   int dev = -1, first = -1;
   for (int i = 0; i < n; i++) {
     const dl_tensor *t = ts[i];
-    if (!t) continue;  /* an optional argument (a bias); required ones are checked by the op */
+    if (!t && optional) continue;
     if (check_tensor_any(op, t)) return -2;
     int d = t->storage->device;
     /* A CPU scalar (a Lua number, a 0-dim tensor) goes with any device,
@@ -34,6 +34,14 @@ DL_HIDDEN int op_device(const char *op, int n, const dl_tensor *const *ts) {
       if (ts[i] && ts[i]->storage->device >= 0) return ts[i]->storage->device;
   }
   return dev;
+}
+
+DL_HIDDEN int op_device(const char *op, int n, const dl_tensor *const *ts) {
+  return device_of(op, n, ts, 0);
+}
+
+DL_HIDDEN int op_device_opt(const char *op, int n, const dl_tensor *const *ts) {
+  return device_of(op, n, ts, 1);
 }
 
 DL_HIDDEN void *cuda_fn(void **slot, const char *op, const char *sym) {

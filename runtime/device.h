@@ -30,10 +30,12 @@ DL_HIDDEN int cuda_copy_bytes(const char *op, void *dst, const void *src, size_t
 
 /* -- cuda_ops.c ------------------------------------------------------------ */
 
-/* The device an op on ts[0..n) runs on (-1: the CPU), NULLs skipped; CPU
-** 0-dim tensors go with any device.  -2 with the error set when the
-** tensors are on different devices (or one is freed). */
+/* The device an op on ts[0..n) runs on (-1: the CPU); CPU 0-dim tensors
+** go with any device.  -2 with the error set when the tensors are on
+** different devices, or one is NULL or freed. */
 DL_HIDDEN int op_device(const char *op, int n, const dl_tensor *const *ts);
+/* The same where NULLs are optional arguments (a bias), skipped. */
+DL_HIDDEN int op_device_opt(const char *op, int n, const dl_tensor *const *ts);
 /* The launcher sym, looked up once into *slot; NULL with the error set. */
 DL_HIDDEN void *cuda_fn(void **slot, const char *op, const char *sym);
 /* rc of a launcher into the runtime's error (0 stays 0). */

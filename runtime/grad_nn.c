@@ -289,7 +289,7 @@ static int linear_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
 }
 
 DL_API dl_tensor *dl_f_linear(const dl_tensor *x, const dl_tensor *w, const dl_tensor *b) {
-  if (op_device("linear", 3, (const dl_tensor *[]){x, w, b}) < -1) return NULL;
+  if (op_device_opt("linear", 3, (const dl_tensor *[]){x, w, b}) < -1) return NULL;
   if (w->ndim != 2)
     return dl_errp(EM_BADVALUE, "linear", "weight must be 2-D [out_features, in_features]");
   if (x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])

@@ -87,7 +87,7 @@ static int check_range(const char *op, const dl_tensor *index, int dim,
 static int index_device(const char *op, const dl_tensor *a, const dl_tensor *c,
                         const dl_tensor *index, dl_tensor **ix) {
   const dl_tensor *ts[3] = {a, index, c};
-  int dev = op_device(op, 3, ts);
+  int dev = op_device_opt(op, 3, ts);
   if (dev == -2) return -2;
   if (!(*ix = to_op_device(index, dev))) return -2;
   return dev;

@@ -437,7 +437,7 @@ DL_API dl_tensor *dl_conv2d(const dl_tensor *x, const dl_tensor *w,
                             int64_t groups) {
   const char *op = "conv2d";
   conv_geom g;
-  int dev = op_device(op, 3, (const dl_tensor *[]){x, w, b});
+  int dev = op_device_opt(op, 3, (const dl_tensor *[]){x, w, b});
   if (dev < -1 || conv_setup(op, x, w, b, stride, padding, dilation, groups, &g))
     return NULL;
   if (dev >= 0) return conv2d_device(op, dev, &g, x, w, b);

@@ -412,7 +412,7 @@ DL_API int dl_batch_norm(const dl_tensor *x, const dl_tensor *w,
   int64_t count = N * S;
   if (training && count == 1) return dl_err(EM_BN_ONE_VALUE, op, fmt_tshape(x));
   const dl_tensor *ts[5] = {x, w, b, running_mean, running_var};
-  int dev = op_device(op, 5, ts);
+  int dev = op_device_opt(op, 5, ts);
   if (dev < -1) return -1;
   if (dev >= 0)
     return cuda_batch_norm(op, x, w, b, running_mean, running_var, training, momentum, eps, N,

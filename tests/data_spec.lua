@@ -490,7 +490,7 @@ describe("data", function()
       fails(function() data.DataLoader(ds, { batch_size = 1.5 }) end, "got 1.5")
       fails(function() data.DataLoader(ds, { batch_size = "64" }) end, 'got "64"')
       fails(function() data.DataLoader(ds, { batchsize = 64 }) end,
-            'DataLoader: unknown option "batchsize" (expected batch_size, drop_last, sampler, seed, shuffle)')
+            'DataLoader: unknown option "batchsize" (expected batch_size, drop_last, pin_memory, sampler, seed, shuffle)')
       fails(function() data.DataLoader(ds, { shuffle = "yes" }) end, 'shuffle must be true or false, got "yes"')
       fails(function() data.DataLoader(ds, { shuffle = true, sampler = data.SequentialSampler(4) }) end,
             "sampler and shuffle = true exclude each other")
