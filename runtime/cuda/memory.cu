@@ -15,22 +15,9 @@ static int fail(cudaError_t e, const char *call, int device, char *err, size_t e
   return e == cudaErrorMemoryAllocation ? DL_ENOMEM : DL_EDEVICE;
 }
 
-/* Runs on `device` and puts the caller's current device back. */
-struct on_device {
-  int prev = -1;
-  cudaError_t e;
-  explicit on_device(int device) {
-    e = cudaGetDevice(&prev);
-    if (e == cudaSuccess && prev != device) e = cudaSetDevice(device);
-  }
-  ~on_device() {
-    int now = -1;
-    if (prev >= 0 && cudaGetDevice(&now) == cudaSuccess && now != prev) cudaSetDevice(prev);
-  }
-};
 
 DLC_API int dlc_mem_alloc(int device, size_t size, void **ptr, char *err, size_t errlen) {
-  on_device d(device);
+  dlc_on_device d(device);
   if (d.e != cudaSuccess) return fail(d.e, "cudaSetDevice", device, err, errlen);
   cudaError_t e = cudaMalloc(ptr, size);
   if (e != cudaSuccess) {
@@ -41,21 +28,21 @@ DLC_API int dlc_mem_alloc(int device, size_t size, void **ptr, char *err, size_t
 }
 
 DLC_API int dlc_mem_free(int device, void *ptr, char *err, size_t errlen) {
-  on_device d(device);
+  dlc_on_device d(device);
   if (d.e != cudaSuccess) return fail(d.e, "cudaSetDevice", device, err, errlen);
   cudaError_t e = cudaFree(ptr);
   return e == cudaSuccess ? 0 : fail(e, "cudaFree", device, err, errlen);
 }
 
 DLC_API int dlc_device_sync(int device, char *err, size_t errlen) {
-  on_device d(device);
+  dlc_on_device d(device);
   if (d.e != cudaSuccess) return fail(d.e, "cudaSetDevice", device, err, errlen);
   cudaError_t e = cudaDeviceSynchronize();
   return e == cudaSuccess ? 0 : fail(e, "cudaDeviceSynchronize", device, err, errlen);
 }
 
 DLC_API int dlc_mem_info(int device, size_t *free_b, size_t *total_b, char *err, size_t errlen) {
-  on_device d(device);
+  dlc_on_device d(device);
   if (d.e != cudaSuccess) return fail(d.e, "cudaSetDevice", device, err, errlen);
   cudaError_t e = cudaMemGetInfo(free_b, total_b);
   return e == cudaSuccess ? 0 : fail(e, "cudaMemGetInfo", device, err, errlen);
@@ -65,7 +52,7 @@ DLC_API int dlc_mem_info(int device, size_t *free_b, size_t *total_b, char *err,
 ** addressing tells which); synchronous. */
 DLC_API int dlc_memcpy(void *dst, const void *src, size_t n, int device, char *err, size_t errlen) {
   if (n == 0) return 0;
-  on_device d(device);
+  dlc_on_device d(device);
   if (d.e != cudaSuccess) return fail(d.e, "cudaSetDevice", device, err, errlen);
   cudaError_t e = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
   return e == cudaSuccess ? 0 : fail(e, "cudaMemcpy", device, err, errlen);
@@ -93,7 +80,7 @@ DLC_API int dlc_host_free(void *ptr, char *err, size_t errlen) {
 ** event recorded after the copy (dlc_event_done tells when it is over). */
 DLC_API int dlc_memcpy_async(void *dst, const void *src, size_t n, int device, void **event,
                              char *err, size_t errlen) {
-  on_device d(device);
+  dlc_on_device d(device);
   if (d.e != cudaSuccess) return fail(d.e, "cudaSetDevice", device, err, errlen);
   cudaStream_t st = dlc_stream(device);
   cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, st);
