@@ -127,14 +127,15 @@ static void remove_stale(const char *dir, const char *base) {
 
 static atomic_uint tmp_counter;
 
-/* The file body: header, then each tensor contiguous (copied when not). */
+/* The file body: header, then each tensor contiguous (copied when not; a
+** CUDA tensor through a host copy, one tensor at a time). */
 static int write_file(int fd, const sbuf *h, const save_item *it, int n) {
   unsigned char len[8];
   for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)h->n >> (8 * i));
   if (write_all(fd, (const char *)len, 8) || write_all(fd, h->p, h->n)) return -1;
   for (int i = 0; i < n; i++) {
     if (!it[i].nbytes) continue;
-    dl_tensor *c = dl_contiguous(it[i].t);
+    dl_tensor *c = it[i].t->storage->device >= 0 ? dl_to_device(it[i].t, -1) : dl_contiguous(it[i].t);
     if (!c) return -2;
     int rc = write_all(fd, tensor_first(c), (size_t)it[i].nbytes);
     int e = errno;
@@ -163,7 +164,9 @@ DL_API int dl_st_save(const char *path, const char *const *names,
     rc = dl_err(EM_NOMEM, "save", (long long)n * 32, 0LL);
     goto done;
   }
-  /* -- arguments: every name valid JSON, every tensor a readable cpu one */
+  /* -- arguments: every name valid JSON, every tensor readable (CUDA ones
+  ** are saved as PyTorch saves them: the values; loading puts them where
+  ** the caller says, the CPU by default) */
   for (int i = 0; i < n; i++) {
     const char *nm = names[i];
     char what[96];
@@ -171,7 +174,7 @@ DL_API int dl_st_save(const char *path, const char *const *names,
     snprintf(what, sizeof what, "tensor name \"%s\"", st_show(nm));
     if (!strcmp(nm, "__metadata__")) { rc = dl_err(EM_ST_RESERVED, "save", path); goto done; }
     if (!st_utf8_valid(nm)) { rc = dl_err(EM_ST_UTF8, "save", path, what); goto done; }
-    if ((rc = check_cpu("save", tensors[i]))) goto done;
+    if ((rc = check_tensor_any("save", tensors[i]))) goto done;
     it[i].name = nm, it[i].t = tensors[i];
     it[i].nbytes = (uint64_t)dl_tensor_numel(tensors[i]) *
                    (uint64_t)dl_dtype_sizes[tensors[i]->dtype];

@@ -57,4 +57,22 @@ H.describe("CUDA transfers", function()
     end
     assert.equal(3, n)
   end)
+
+  it("checkpoints of CUDA tensors save their values and load on either device", function()
+    ddp.manual_seed(5)
+    local m = ddp.nn.Sequential(ddp.nn.Linear(3, 4), ddp.nn.ReLU(), ddp.nn.Linear(4, 2)):to("cuda")
+    local path = os.tmpname()
+    ddp.save(m:state_dict(), path)
+    local on_cpu, on_gpu = ddp.load(path), ddp.load(path, {device = "cuda"})
+    for k, v in pairs(m:state_dict()) do
+      assert.equal("cpu", on_cpu[k]:device())
+      H.same(on_cpu[k], v, k .. " loaded on the cpu")
+      H.same(on_cpu[k], on_gpu[k], k .. " loaded on cuda")
+    end
+    local m2 = ddp.nn.Sequential(ddp.nn.Linear(3, 4), ddp.nn.ReLU(), ddp.nn.Linear(4, 2)):to("cuda")
+    m2:load_state_dict(on_cpu)  -- values copied into the CUDA parameters
+    local x = ddp.randn(5, 3):cuda()
+    H.same(m(x):cpu(), m2(x), "same outputs after loading")
+    os.remove(path)
+  end)
 end)
