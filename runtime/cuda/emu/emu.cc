@@ -372,9 +372,30 @@ static int run_block(const std::function<void()> &body, int nthreads) {
     b.f[(size_t)i].st.tid = {(unsigned)i % bx, (unsigned)i / bx % by, (unsigned)i / (bx * by)};
     b.f[(size_t)i].stack = NULL;
   }
+  /* Threads run in a new shuffled order each round (between barriers), so
+  ** a kernel that reads what another thread writes without a barrier
+  ** between them fails here as it may on a GPU, instead of passing because
+  ** lower threads happened to run first.  DDPLUA_CUDA_EMU_ORDER=linear
+  ** runs them in index order (for debugging). */
+  static const bool linear = [] {
+    const char *e = getenv("DDPLUA_CUDA_EMU_ORDER");
+    return e && !strcmp(e, "linear");
+  }();
+  thread_local uint64_t rng = 0x9e3779b97f4a7c15ull;
+  std::vector<int> order((size_t)nthreads);
   while (live_n > 0) {
     unsigned long before = b.progress;
-    for (int i = 0; i < nthreads; i++) {
+    for (int i = 0; i < nthreads; i++) order[(size_t)i] = i;
+    if (!linear)
+      for (int i = nthreads - 1; i > 0; i--) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        int j = (int)(rng % (uint64_t)(i + 1));
+        int t = order[(size_t)i];
+        order[(size_t)i] = order[(size_t)j];
+        order[(size_t)j] = t;
+      }
+    for (int k = 0; k < nthreads; k++) {
+      int i = order[(size_t)k];
       fiber &f = b.f[(size_t)i];
       if (f.state == DONE) continue;
       if (f.state == FREE && fiber_start(f)) { rc = -1; goto out; }
