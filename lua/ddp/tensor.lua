@@ -86,7 +86,13 @@ function T.to(t, what, opts)
     local d = core.dtype_arg(dtype, "to")
     if d ~= C.dl_tensor_dtype(t) or opts.copy then t = new(C.dl_to_dtype, t, d) end
   end
-  if dev ~= nil then t = new(opts.non_blocking and C.dl_to_device_async or C.dl_to_device, t, dev) end
+  if dev ~= nil then
+    if opts.non_blocking then
+      t = new(C.dl_to_device_async, t, dev)
+    else
+      t = new(C.dl_to_device, t, dev)
+    end
+  end
   return t
 end
 T.type = function(t, dtype)
