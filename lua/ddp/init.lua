@@ -411,6 +411,11 @@ local mem_stat_names = { "allocated", "reserved", "peak_allocated", "peak_reserv
 ddp.cuda = {
   is_available = function() return C.dl_cuda_device_count() > 0 end,
   device_count = function() return C.dl_cuda_device_count() end,
+  -- The current device (ddp.init makes it this rank's, ddp.device()).
+  current_device = function() return require("ddp.dist").current_device() end,
+  set_device = function(d)
+    require("ddp.dist")._current_device = cuda_index("cuda.set_device", d)
+  end,
   status = function() return ffi.string(C.dl_cuda_status()) end,
   synchronize = function(d) check(C.dl_cuda_synchronize(cuda_index("cuda.synchronize", d))) end,
   empty_cache = function(d) check(C.dl_cuda_empty_cache(cuda_index("cuda.empty_cache", d))) end,
