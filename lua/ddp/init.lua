@@ -450,7 +450,7 @@ local _ = ops
 -- The process group (ddp.dist, which needs ddp.store, which needs ddp):
 -- ddp.init, ddp.rank, ddp.barrier, ... load it on their first call.
 for _, name in ipairs { "init", "shutdown", "is_initialized", "backend", "rank", "world_size",
-                        "local_rank", "local_world_size", "node_rank", "is_main",
+                        "local_rank", "local_world_size", "node_rank", "is_main", "local_device",
                         "print", "barrier", "broadcast_object", "all_gather_object",
                         "all_reduce", "broadcast", "all_gather", "reduce_scatter",
                         "send", "recv", "all_reduce_async" } do
@@ -460,6 +460,13 @@ for _, name in ipairs { "init", "shutdown", "is_initialized", "backend", "rank",
     return f(...)
   end
 end
+-- ddp.autocast(dtype, fn, ...): mixed precision (ddp.autocast).
+do
+  local autocast = require "ddp.autocast"
+  ddp.autocast = autocast.autocast
+  ddp.autocast_dtype = autocast.get_dtype
+end
+
 -- ddp.DDP(model[, opts]) (ddp.ddp): the data-parallel wrapper.
 function ddp.DDP(...)
   local f = require("ddp.ddp").DDP
