@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "cuda_linalg.h"
 #include "internal.h"
 
 /* The largest size, leading dim or increment one BLAS call takes. */
@@ -283,6 +284,19 @@ static dl_tensor *compact(const dl_tensor *t) {
   return r;
 }
 
+/* The plan handed to cuda_linalg.c (cuBLAS, or a plain kernel). */
+static int device_mm(const char *op, int dev, const mm_plan *p) {
+  dlc_mm d;
+  memset(&d, 0, sizeof d);
+  d.dtype = p->dtype, d.nb = p->nb;
+  for (int i = 0; i < p->nb; i++) d.bshape[i] = p->bshape[i], d.ast[i] = p->ast[i], d.bst[i] = p->bst[i];
+  d.nbatch = p->nbatch, d.m = p->m, d.k = p->k, d.n = p->n;
+  d.as0 = p->as0, d.as1 = p->as1, d.bs0 = p->bs0, d.bs1 = p->bs1;
+  d.a = p->a, d.b = p->b, d.c = p->c;
+  d.alpha = p->alpha, d.beta = p->beta;
+  return cuda_mm(op, dev, &d, p->ta != CblasNoTrans, p->lda, p->tb != CblasNoTrans, p->ldb);
+}
+
 /* Replaces *t by a compact copy when BLAS cannot read its matrices. */
 static int blas_ready(dl_tensor **t) {
   const dl_tensor *x = *t;
@@ -336,19 +350,22 @@ static dl_tensor *matmul_nd(const char *op, const dl_tensor *a,
   if (!drop_m) rshape[rn++] = a->shape[na - 2];
   if (!drop_n) rshape[rn++] = b->shape[nb - 1];
 
-  int kd = is_half_dtype(dt) ? DL_FLOAT32 : dt;
-  dl_tensor *out = tensor_new(dt, rshape, rn), *work = NULL, *ca = NULL, *cb = NULL;
+  /* on a device the half types go to cuBLAS as they are (float32
+  ** accumulation, one rounding: as here) */
+  int dev = a->storage->device;
+  int kd = is_half_dtype(dt) && dev < 0 ? DL_FLOAT32 : dt;
+  dl_tensor *out = tensor_new_on(dev, dt, rshape, rn), *work = NULL, *ca = NULL, *cb = NULL;
   if (!out) return NULL;
   if (kd == dt) {
     dl_tensor_retain(out);
     work = out;
-  } else if (!(work = tensor_new(kd, rshape, rn))) {
+  } else if (!(work = tensor_new_on(dev, kd, rshape, rn))) {
     goto fail;
   }
   int use_c = c && beta != 0;
   if (use_c && dl_copy_(work, c)) goto fail;
   if (!(ca = as_dtype(a, kd)) || !(cb = as_dtype(b, kd))) goto fail;
-  int blas = kd == DL_FLOAT32 || kd == DL_FLOAT64;
+  int blas = kd == DL_FLOAT32 || kd == DL_FLOAT64 || (dev >= 0 && is_half_dtype(kd));
   if (blas && k && dl_tensor_numel(out) && (blas_ready(&ca) || blas_ready(&cb)))
     goto fail;
 
@@ -356,7 +373,14 @@ static dl_tensor *matmul_nd(const char *op, const dl_tensor *a,
   memset(&p, 0, sizeof p);
   plan_fill(&p, ca, cb, tensor_first(work), bshape, nbt);
   p.alpha = alpha, p.beta = use_c ? beta : 0;
-  if (p.nbatch && p.m && p.n) {
+  if (dev >= 0 && p.nbatch && p.m && p.n) {
+    if (blas && k && plan_layouts(&p)) {
+      dl_err(EM_MM_BLAS_SIZE, op, (long long)k, (long long)BLAS_MAX);
+      goto fail;
+    }
+    if (blas && k) fold_batches(&p);
+    if (device_mm(op, dev, &p)) goto fail;
+  } else if (p.nbatch && p.m && p.n) {
     if (blas) {
       if (run_blas(op, &p)) goto fail;
     } else {
@@ -403,6 +427,21 @@ static int blas_vector(dl_tensor **t) {
   return 0;
 }
 
+static dl_tensor *as_matrix(const dl_tensor *t, int col);
+static dl_tensor *matmul_nd(const char *op, const dl_tensor *a, const dl_tensor *b,
+                            const dl_tensor *c, double beta, double alpha, const dl_tensor *ua,
+                            const dl_tensor *ub, int drop_m, int drop_n);
+
+/* On a device, a row [1, n] times a column [n, 1] with both dims dropped:
+** the product path's cuBLAS call (or zeros for n = 0). */
+static dl_tensor *device_dot(const char *op, const dl_tensor *a, const dl_tensor *b) {
+  dl_tensor *ra = as_matrix(a, 0), *cb = ra ? as_matrix(b, 1) : NULL, *r = NULL;
+  if (cb) r = matmul_nd(op, ra, cb, NULL, 0, 1, a, b, 1, 1);
+  dl_tensor_release(ra);
+  dl_tensor_release(cb);
+  return r;
+}
+
 /* a . b for 1-D a and b (checked by the caller) as a 0-dim tensor. */
 static dl_tensor *dot_impl(const char *op, const dl_tensor *a,
                            const dl_tensor *b) {
@@ -413,6 +452,7 @@ static dl_tensor *dot_impl(const char *op, const dl_tensor *a,
                    (long long)b->shape[0]);
   if (n > BLAS_MAX)
     return dl_errp(EM_MM_BLAS_SIZE, op, (long long)n, (long long)BLAS_MAX);
+  if (a->storage->device >= 0) return device_dot(op, a, b);
   int dt = a->dtype, kd = is_half_dtype(dt) ? DL_FLOAT32 : dt;
   dl_tensor *ca = as_dtype(a, kd), *cb = ca ? as_dtype(b, kd) : NULL;
   dl_tensor *r = NULL, *out = NULL;
@@ -464,7 +504,7 @@ static dl_tensor *as_matrix(const dl_tensor *t, int col) {
 /* torch.matmul: vectors become a row (left) or column (right) matrix for
 ** the product and lose that dim again; batch dims broadcast. */
 DL_HIDDEN dl_tensor *fw_matmul(const dl_tensor *a, const dl_tensor *b) {
-  if (check_cpu("matmul", a) || check_cpu("matmul", b)) return NULL;
+  if (op_device("matmul", 2, (const dl_tensor *[]){a, b}) < -1) return NULL;
   if (a->ndim == 0 || b->ndim == 0)
     return dl_errp(EM_MM_ZERO_DIM, "matmul", fmt_tshape(a), fmt_tshape(b));
   if (a->ndim == 1 && b->ndim == 1) return dot_impl("matmul", a, b);
@@ -479,14 +519,14 @@ DL_HIDDEN dl_tensor *fw_matmul(const dl_tensor *a, const dl_tensor *b) {
 }
 
 DL_HIDDEN dl_tensor *fw_mm(const dl_tensor *a, const dl_tensor *b) {
-  if (check_cpu("mm", a) || check_cpu("mm", b)) return NULL;
+  if (op_device("mm", 2, (const dl_tensor *[]){a, b}) < -1) return NULL;
   if (a->ndim != 2 || b->ndim != 2)
     return dl_errp(EM_MM_NDIM, "mm", "2-D tensors", fmt_tshape(a), fmt_tshape(b));
   return matmul_nd("mm", a, b, NULL, 0, 1, a, b, 0, 0);
 }
 
 DL_HIDDEN dl_tensor *fw_bmm(const dl_tensor *a, const dl_tensor *b) {
-  if (check_cpu("bmm", a) || check_cpu("bmm", b)) return NULL;
+  if (op_device("bmm", 2, (const dl_tensor *[]){a, b}) < -1) return NULL;
   if (a->ndim != 3 || b->ndim != 3)
     return dl_errp(EM_MM_NDIM, "bmm", "3-D tensors", fmt_tshape(a), fmt_tshape(b));
   if (a->shape[0] != b->shape[0])
@@ -497,8 +537,7 @@ DL_HIDDEN dl_tensor *fw_bmm(const dl_tensor *a, const dl_tensor *b) {
 
 DL_HIDDEN dl_tensor *fw_addmm(const dl_tensor *c, const dl_tensor *a,
                            const dl_tensor *b, double beta, double alpha) {
-  if (check_cpu("addmm", c) || check_cpu("addmm", a) || check_cpu("addmm", b))
-    return NULL;
+  if (op_device("addmm", 3, (const dl_tensor *[]){c, a, b}) < -1) return NULL;
   if (a->ndim != 2 || b->ndim != 2)
     return dl_errp(EM_MM_NDIM, "addmm", "2-D matrices", fmt_tshape(a), fmt_tshape(b));
   if (a->shape[1] != b->shape[0])
@@ -517,7 +556,7 @@ DL_HIDDEN dl_tensor *fw_addmm(const dl_tensor *c, const dl_tensor *a,
 
 /* As PyTorch: a.reshape(-1, 1) * b, so dtypes promote and bool works. */
 DL_HIDDEN dl_tensor *fw_outer(const dl_tensor *a, const dl_tensor *b) {
-  if (check_cpu("outer", a) || check_cpu("outer", b)) return NULL;
+  if (op_device("outer", 2, (const dl_tensor *[]){a, b}) < -1) return NULL;
   if (a->ndim != 1 || b->ndim != 1)
     return dl_errp(EM_MM_NDIM, "outer", "1-D tensors", fmt_tshape(a), fmt_tshape(b));
   dl_tensor *col = as_matrix(a, 1);
@@ -527,7 +566,7 @@ DL_HIDDEN dl_tensor *fw_outer(const dl_tensor *a, const dl_tensor *b) {
 }
 
 DL_HIDDEN dl_tensor *fw_dot(const dl_tensor *a, const dl_tensor *b) {
-  if (check_cpu("dot", a) || check_cpu("dot", b)) return NULL;
+  if (op_device("dot", 2, (const dl_tensor *[]){a, b}) < -1) return NULL;
   if (a->ndim != 1 || b->ndim != 1)
     return dl_errp(EM_MM_NDIM, "dot", "1-D tensors", fmt_tshape(a), fmt_tshape(b));
   return dot_impl("dot", a, b);

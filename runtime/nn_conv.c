@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "cuda_linalg.h"
 #include "nn.h"
 #include "simd.h"
 
@@ -41,9 +42,10 @@ static int conv_setup(const char *op, const dl_tensor *x, const dl_tensor *w,
                       const dl_tensor *b, const int64_t *stride,
                       const int64_t *padding, const int64_t *dilation,
                       int64_t groups, conv_geom *g) {
-  if (nn_check_float(op, "input", x, -1) ||
-      nn_check_float(op, "weight", w, x->dtype) ||
-      (b && nn_check_float(op, "bias", b, x->dtype)))
+  /* any device here: the callers' op_device put them all on one */
+  if (cuda_check_float(op, "input", x, -1) ||
+      cuda_check_float(op, "weight", w, x->dtype) ||
+      (b && cuda_check_float(op, "bias", b, x->dtype)))
     return -1;
   if (x->ndim != 3 && x->ndim != 4)
     return dl_err(EM_NN_NDIM, op, "a 3-D [C, H, W] or 4-D [N, C, H, W] input",
@@ -359,14 +361,86 @@ static int scratch(int dtype, int64_t n, dl_tensor **t) {
   return *t ? 0 : -1;
 }
 
+/* -- On a device --------------------------------------------------------------- */
+
+static void to_dlc(const conv_geom *g, dlc_conv *d) {
+  *d = (dlc_conv){g->N, g->C, g->H, g->W, g->O, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw,
+                  g->dh, g->dw, g->Ho, g->Wo, g->groups, g->Cg, g->Og, g->K, g->HW};
+}
+
+/* dl_conv2d's compute on dev: the same compute dtype and result rounding. */
+static dl_tensor *conv2d_device(const char *op, int dev, const conv_geom *g, const dl_tensor *x,
+                                const dl_tensor *w, const dl_tensor *b) {
+  int kd = nn_kdtype(x->dtype), bt = x->ndim == 4;
+  dlc_conv d;
+  to_dlc(g, &d);
+  int64_t oshape[4] = {g->N, g->O, g->Ho, g->Wo};
+  dl_tensor *cx = cuda_prep(x, kd), *cw = cx ? cuda_prep(w, kd) : NULL, *cb = NULL, *out = NULL;
+  if (cw && (!b || (cb = cuda_prep(b, kd))) &&
+      (out = tensor_new_on(dev, kd, oshape + !bt, x->ndim)) &&
+      cuda_conv2d_forward(op, dev, kd, &d, tensor_first(cx), tensor_first(cw),
+                          cb ? tensor_first(cb) : NULL, tensor_first(out))) {
+    dl_tensor_release(out);
+    out = NULL;
+  }
+  dl_tensor_release(cx);
+  dl_tensor_release(cw);
+  dl_tensor_release(cb);
+  return cuda_finish(out, x->dtype);
+}
+
+static int conv2d_backward_device(const char *op, int dev, const conv_geom *g,
+                                  const dl_tensor *grad_out, const dl_tensor *x,
+                                  const dl_tensor *w, int need_x, int need_w, int need_b,
+                                  dl_tensor **grad_x, dl_tensor **grad_w, dl_tensor **grad_b) {
+  int kd = nn_kdtype(x->dtype), rc = -1;
+  dlc_conv d;
+  to_dlc(g, &d);
+  dl_tensor *cx = NULL, *cw = NULL, *cg = cuda_prep(grad_out, kd), *gx = NULL, *gw = NULL,
+            *gb = NULL;
+  if (!cg) goto done;
+  if ((need_x || need_w) && (!(cx = cuda_prep(x, kd)) || !(cw = cuda_prep(w, kd)))) goto done;
+  if ((need_x && !(gx = tensor_new_on(dev, kd, x->shape, x->ndim))) ||
+      (need_w && !(gw = tensor_new_on(dev, kd, w->shape, 4))) ||
+      (need_b && !(gb = tensor_new_on(dev, kd, &g->O, 1))))
+    goto done;
+  if (cuda_conv2d_backward(op, dev, kd, &d, cx ? tensor_first(cx) : NULL,
+                           cw ? tensor_first(cw) : NULL, tensor_first(cg),
+                           gx ? tensor_first(gx) : NULL, gw ? tensor_first(gw) : NULL,
+                           gb ? tensor_first(gb) : NULL))
+    goto done;
+  /* cuda_finish consumes its argument, result or not */
+  if (need_x && (*grad_x = cuda_finish(gx, x->dtype), gx = NULL, !*grad_x)) goto done;
+  if (need_w && (*grad_w = cuda_finish(gw, x->dtype), gw = NULL, !*grad_w)) goto done;
+  if (need_b && (*grad_b = cuda_finish(gb, x->dtype), gb = NULL, !*grad_b)) goto done;
+  rc = 0;
+done:
+  if (rc) {
+    if (grad_x && *grad_x) dl_tensor_release(*grad_x), *grad_x = NULL;
+    if (grad_w && *grad_w) dl_tensor_release(*grad_w), *grad_w = NULL;
+    if (grad_b && *grad_b) dl_tensor_release(*grad_b), *grad_b = NULL;
+  }
+  dl_tensor_release(cx);
+  dl_tensor_release(cw);
+  dl_tensor_release(cg);
+  dl_tensor_release(gx);
+  dl_tensor_release(gw);
+  dl_tensor_release(gb);
+  return rc;
+}
+
+/* -- Public ------------------------------------------------------------------------ */
+
 DL_API dl_tensor *dl_conv2d(const dl_tensor *x, const dl_tensor *w,
                             const dl_tensor *b, const int64_t *stride,
                             const int64_t *padding, const int64_t *dilation,
                             int64_t groups) {
   const char *op = "conv2d";
   conv_geom g;
-  if (conv_setup(op, x, w, b, stride, padding, dilation, groups, &g))
+  int dev = op_device(op, 3, (const dl_tensor *[]){x, w, b});
+  if (dev < -1 || conv_setup(op, x, w, b, stride, padding, dilation, groups, &g))
     return NULL;
+  if (dev >= 0) return conv2d_device(op, dev, &g, x, w, b);
   int kd = nn_kdtype(x->dtype), bt = x->ndim == 4;
   dl_tensor *cx = nn_prep(x, kd), *cw = NULL, *cb = NULL, *out = NULL,
             *cols = NULL;
@@ -507,14 +581,18 @@ DL_API int dl_conv2d_backward(const dl_tensor *grad_out, const dl_tensor *x,
   if ((need_x && !grad_x) || (need_w && !grad_w) || (need_b && !grad_b))
     return dl_err(EM_NULLARG, op, "for a needed gradient");
   conv_geom g;
-  if (conv_setup(op, x, w, NULL, stride, padding, dilation, groups, &g) ||
-      nn_check_float(op, "grad_out", grad_out, x->dtype))
+  int dev = op_device(op, 3, (const dl_tensor *[]){grad_out, x, w});
+  if (dev < -1 || conv_setup(op, x, w, NULL, stride, padding, dilation, groups, &g) ||
+      cuda_check_float(op, "grad_out", grad_out, x->dtype))
     return -1;
   int kd = nn_kdtype(x->dtype), bt = x->ndim == 4;
   int64_t oshape[4] = {g.N, g.O, g.Ho, g.Wo};
   if (!nn_same_shape(grad_out, oshape + !bt, x->ndim))
     return dl_err(EM_NN_SHAPE, op, "grad_out", fmt_tshape(grad_out),
                   fmt_shape(oshape + !bt, x->ndim));
+  if (dev >= 0)
+    return conv2d_backward_device(op, dev, &g, grad_out, x, w, need_x, need_w, need_b, grad_x,
+                                  grad_w, grad_b);
   dl_tensor *cx = NULL, *cw = NULL, *cg = NULL, *gx = NULL, *gw = NULL,
             *gb = NULL, *cols = NULL, *gcols = NULL, *gwp = NULL, *gbp = NULL;
   int rc = -1;

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cuda_linalg.h"
 #include "nn.h"
 
 typedef struct {
@@ -34,7 +35,8 @@ static int pool_setup(const char *op, const dl_tensor *x, const int64_t *kernel,
                       const int64_t *stride, const int64_t *padding,
                       const int64_t *dilation, int ceil_mode, pool_geom *g) {
   static const int64_t ones[2] = {1, 1};
-  if (nn_check_float(op, "input", x, -1)) return -1;
+  /* any device: the callers' op_device put the operands on one */
+  if (cuda_check_float(op, "input", x, -1)) return -1;
   if (nn_check_pair(op, "kernel_size", kernel, 1)) return -1;
   if (!stride) stride = kernel;
   if (!dilation) dilation = ones;
@@ -72,6 +74,21 @@ static int pool_setup(const char *op, const dl_tensor *x, const int64_t *kernel,
 static void pool_shape(const dl_tensor *x, const pool_geom *g, int64_t *s) {
   for (int i = 0; i < x->ndim; i++) s[i] = x->shape[i];
   s[x->ndim - 2] = g->Ho, s[x->ndim - 1] = g->Wo;
+}
+
+static dlc_pool to_dlc(const pool_geom *g) {
+  return (dlc_pool){g->NC, g->H, g->W, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw,
+                    g->Ho, g->Wo, g->count_include_pad, g->divisor};
+}
+
+/* The result of a device pooling in the caller's dtype; NULL (work
+** released) when rc says the launch failed. */
+static dl_tensor *device_done(int rc, dl_tensor *work, int dtype) {
+  if (rc) {
+    dl_tensor_release(work);
+    return NULL;
+  }
+  return cuda_finish(work, dtype);
 }
 
 static int64_t plane_grain(const pool_geom *g) {
@@ -129,11 +146,27 @@ DL_API int dl_max_pool2d(const dl_tensor *x, const int64_t *kernel,
   if (!out || !indices) return dl_err(EM_NULLARG, op, "out");
   *out = *indices = NULL;
   pool_geom g;
-  if (pool_setup(op, x, kernel, stride, padding, dilation, ceil_mode, &g))
+  int dev = op_device(op, 1, &x);
+  if (dev < -1 || pool_setup(op, x, kernel, stride, padding, dilation, ceil_mode, &g))
     return -1;
   int kd = nn_kdtype(x->dtype);
   int64_t s[4];
   pool_shape(x, &g, s);
+  if (dev >= 0) {
+    dlc_pool d = to_dlc(&g);
+    dl_tensor *cx = cuda_prep(x, kd), *o = cx ? tensor_new_on(dev, kd, s, x->ndim) : NULL;
+    dl_tensor *ix = o ? tensor_new_on(dev, DL_INT64, s, x->ndim) : NULL;
+    int rc = ix ? cuda_max_pool(op, dev, kd, &d, tensor_first(cx), tensor_first(o),
+                                (int64_t *)tensor_first(ix))
+                : -1;
+    dl_tensor_release(cx);
+    if (!(*out = device_done(rc, o, x->dtype))) {
+      dl_tensor_release(ix);
+      return -1;
+    }
+    *indices = ix;
+    return 0;
+  }
   dl_tensor *cx = nn_prep(x, kd);
   dl_tensor *o = cx ? tensor_new(kd, s, x->ndim) : NULL;
   dl_tensor *ix = o ? tensor_new(DL_INT64, s, x->ndim) : NULL;
@@ -189,10 +222,14 @@ DL_API dl_tensor *dl_max_pool2d_backward(const dl_tensor *grad_out,
                                          const dl_tensor *x,
                                          const dl_tensor *indices) {
   const char *op = "max_pool2d_backward";
-  if (nn_check_float(op, "input", x, -1) ||
-      nn_check_float(op, "grad_out", grad_out, x->dtype) ||
-      nn_check_index(op, "indices", indices))
+  int dev = op_device(op, 3, (const dl_tensor *[]){grad_out, x, indices});
+  if (dev < -1 || cuda_check_float(op, "input", x, -1) ||
+      cuda_check_float(op, "grad_out", grad_out, x->dtype) ||
+      (dev < 0 && nn_check_index(op, "indices", indices)))
     return NULL;
+  if (dev >= 0 && !indices) return dl_errp(EM_NULLARG, op, "indices");
+  if (dev >= 0 && indices->dtype != DL_INT64 && indices->dtype != DL_INT32)
+    return dl_errp(EM_DTYPE_NEED_INT, op, "indices", fmt_dtype(indices->dtype));
   if (x->ndim != 3 && x->ndim != 4)
     return dl_errp(EM_NN_NDIM, op, "a 3-D or 4-D input", "an input", fmt_tshape(x));
   int nd = x->ndim;
@@ -207,6 +244,19 @@ DL_API dl_tensor *dl_max_pool2d_backward(const dl_tensor *grad_out,
     return dl_errp(EM_NN_SHAPE, op, "indices", fmt_tshape(indices),
                    fmt_tshape(grad_out));
   int kd = nn_kdtype(x->dtype);
+  if (dev >= 0) {
+    int64_t in_plane = x->shape[nd - 2] * x->shape[nd - 1], out_plane = s[nd - 2] * s[nd - 1];
+    int64_t planes = dl_tensor_numel(x) / nn_max64(1, in_plane);
+    dl_tensor *cg = cuda_prep(grad_out, kd), *ci = cg ? cuda_prep(indices, DL_INT64) : NULL;
+    dl_tensor *gx = ci ? tensor_new_on(dev, kd, x->shape, nd) : NULL;
+    int rc = gx ? cuda_max_pool_backward(op, dev, kd, planes, in_plane, out_plane,
+                                         tensor_first(cg), (const int64_t *)tensor_first(ci),
+                                         tensor_first(gx))
+                : -1;
+    dl_tensor_release(cg);
+    dl_tensor_release(ci);
+    return device_done(rc, gx, x->dtype);
+  }
   pool_geom g = {.f64 = kd == DL_FLOAT64};
   dl_tensor *cg = nn_prep(grad_out, kd), *ci = cg ? nn_prep_index(indices) : NULL;
   dl_tensor *gx = ci ? tensor_new(kd, x->shape, nd) : NULL;
@@ -322,12 +372,20 @@ DL_API dl_tensor *dl_avg_pool2d(const dl_tensor *x, const int64_t *kernel,
                                 int64_t divisor_override) {
   const char *op = "avg_pool2d";
   pool_geom g;
-  if (avg_setup(op, x, kernel, stride, padding, ceil_mode, count_include_pad,
-                divisor_override, &g))
+  int dev = op_device(op, 1, &x);
+  if (dev < -1 || avg_setup(op, x, kernel, stride, padding, ceil_mode, count_include_pad,
+                            divisor_override, &g))
     return NULL;
   int kd = nn_kdtype(x->dtype);
   int64_t s[4];
   pool_shape(x, &g, s);
+  if (dev >= 0) {
+    dlc_pool d = to_dlc(&g);
+    dl_tensor *cx = cuda_prep(x, kd), *o = cx ? tensor_new_on(dev, kd, s, x->ndim) : NULL;
+    int rc = o ? cuda_avg_pool(op, dev, kd, &d, tensor_first(cx), tensor_first(o)) : -1;
+    dl_tensor_release(cx);
+    return device_done(rc, o, x->dtype);
+  }
   dl_tensor *cx = nn_prep(x, kd), *o = cx ? tensor_new(kd, s, x->ndim) : NULL;
   if (o) {
     avg_ctx c = {&g, tensor_first(cx), tensor_first(o)};
@@ -346,9 +404,11 @@ DL_API dl_tensor *dl_avg_pool2d_backward(const dl_tensor *grad_out,
                                          int64_t divisor_override) {
   const char *op = "avg_pool2d_backward";
   pool_geom g;
-  if (avg_setup(op, x, kernel, stride, padding, ceil_mode, count_include_pad,
+  int dev = op_device(op, 2, (const dl_tensor *[]){grad_out, x});
+  if (dev < -1 ||
+      avg_setup(op, x, kernel, stride, padding, ceil_mode, count_include_pad,
                 divisor_override, &g) ||
-      nn_check_float(op, "grad_out", grad_out, x->dtype))
+      cuda_check_float(op, "grad_out", grad_out, x->dtype))
     return NULL;
   int kd = nn_kdtype(x->dtype);
   int64_t s[4];
@@ -356,6 +416,13 @@ DL_API dl_tensor *dl_avg_pool2d_backward(const dl_tensor *grad_out,
   if (!nn_same_shape(grad_out, s, x->ndim))
     return dl_errp(EM_NN_SHAPE, op, "grad_out", fmt_tshape(grad_out),
                    fmt_shape(s, x->ndim));
+  if (dev >= 0) {
+    dlc_pool d = to_dlc(&g);
+    dl_tensor *cg = cuda_prep(grad_out, kd), *gx = cg ? tensor_new_on(dev, kd, x->shape, x->ndim) : NULL;
+    int rc = gx ? cuda_avg_pool_backward(op, dev, kd, &d, tensor_first(cg), tensor_first(gx)) : -1;
+    dl_tensor_release(cg);
+    return device_done(rc, gx, x->dtype);
+  }
   dl_tensor *cg = nn_prep(grad_out, kd);
   dl_tensor *gx = cg ? tensor_new(kd, x->shape, x->ndim) : NULL;
   if (gx) {

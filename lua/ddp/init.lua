@@ -430,6 +430,9 @@ ddp.cuda = {
     for i, k in ipairs(mem_stat_names) do r[k] = tonumber(mem_stat_buf[i - 1]) end
     return r
   end,
+  -- TF32 for float32 matmul / conv2d (off by default, as PyTorch)
+  set_allow_tf32 = function(on) C.dl_cuda_set_allow_tf32(on and 1 or 0) end,
+  allow_tf32 = function() return C.dl_cuda_get_allow_tf32() ~= 0 end,
 }
 
 local checkpoint = require "ddp.checkpoint"

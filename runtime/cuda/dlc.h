@@ -53,6 +53,77 @@ typedef int (*dlc_where_fn)(int device, const dlc_iter *it);
 /* out = g * act'(x) for gelu, gelu_tanh, silu, relu (dl_unop), float32/64. */
 typedef int (*dlc_act_backward_fn)(int device, int op, int dtype, const dlc_iter *it);
 
+/* -- Linear algebra, convolution, pooling -- */
+
+/* C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for i < batch, in
+** cuBLAS's column-major terms (m x n results, k inner; ta/tb 0: as is,
+** 1: transposed); dtype float32, float64, bfloat16 or float16 (half types
+** accumulate in float32).  tf32: float32 may use TF32 tensor cores.
+** Strides in elements; beta 0 never reads C. */
+typedef int (*dlc_gemm_fn)(int device, int dtype, int ta, int tb, int m, int n, int k,
+                           double alpha, const void *a, int64_t lda, int64_t sa,
+                           const void *b, int64_t ldb, int64_t sb, double beta, void *c,
+                           int64_t ldc, int64_t sc, int64_t batch, int tf32);
+
+/* A plain batched product for what cuBLAS does not take (integers, k = 0):
+** row-major out [nbatch, m, n] contiguous = alpha * A @ B + beta * out, A
+** and B strided in elements, their nb batch dims broadcast (stride 0).
+** Integers wrap as on the CPU (alpha, beta truncated to integers). */
+typedef struct dlc_mm {
+  int dtype, nb;
+  int64_t bshape[DLC_MAX_DIMS], ast[DLC_MAX_DIMS], bst[DLC_MAX_DIMS];
+  int64_t nbatch, m, k, n, as0, as1, bs0, bs1;
+  const void *a, *b;
+  void *c;
+  double alpha, beta;
+} dlc_mm;
+typedef int (*dlc_matmul_naive_fn)(int device, const dlc_mm *p);
+
+/* A conv2d's geometry (nn_conv.c: conv_geom).  Column matrices of
+** samples [n0, n0 + nchunk) are laid out [groups][K][nchunk][HW], K = Cg *
+** kh * kw rows (c, i, j), so one group's columns are a K x nchunk*HW matrix
+** and one sample's a K x HW matrix at leading dim nchunk*HW. */
+typedef struct dlc_conv {
+  int64_t N, C, H, W, O, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, groups, Cg, Og, K, HW;
+} dlc_conv;
+/* x [N, C, H, W] to columns (zeros where the window is in the padding);
+** dtype float32 or float64 (also for the ones below). */
+typedef int (*dlc_im2col_fn)(int device, int dtype, const dlc_conv *g, const void *x, void *col,
+                             int64_t n0, int64_t nchunk);
+/* The adjoint: x[n0 .. n0 + nchunk) = the sum of every column entry read
+** from it (written, not accumulated). */
+typedef int (*dlc_col2im_fn)(int device, int dtype, const dlc_conv *g, const void *col, void *x,
+                             int64_t n0, int64_t nchunk);
+/* out [N, O, HW] += b[o]. */
+typedef int (*dlc_bias_add_fn)(int device, int dtype, void *out, const void *b, int64_t N,
+                               int64_t O, int64_t HW);
+/* gb[o] = the sum of g [N, O, HW] over N and HW (accumulated in double). */
+typedef int (*dlc_bias_grad_fn)(int device, int dtype, const void *g, void *gb, int64_t N,
+                                int64_t O, int64_t HW);
+/* dst [B, A, R] = src [A, B, R] with its first two dims swapped. */
+typedef int (*dlc_swap01_fn)(int device, int dtype, const void *src, void *dst, int64_t A,
+                             int64_t B, int64_t R);
+
+/* A pooling's geometry (nn_pool.c: pool_geom): NC planes of H x W to Ho x Wo. */
+typedef struct dlc_pool {
+  int64_t NC, H, W, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo;
+  int count_include_pad;
+  int64_t divisor;  /* 0: none */
+} dlc_pool;
+/* Max pooling, float32 / float64: out and idx (int64, into each H x W
+** plane) as PyTorch's CPU kernel (a NaN wins; the first tap on ties). */
+typedef int (*dlc_max_pool_fn)(int device, int dtype, const dlc_pool *g, const void *x,
+                               void *out, int64_t *idx);
+/* gx (planes x in_plane, zeroed here) += gout at idx; indices outside a
+** plane are skipped (the CPU reports them; here that would need a sync). */
+typedef int (*dlc_max_pool_backward_fn)(int device, int dtype, int64_t planes, int64_t in_plane,
+                                        int64_t out_plane, const void *gout, const int64_t *idx,
+                                        void *gx);
+/* Average pooling and its gradient (as a gather: deterministic). */
+typedef int (*dlc_avg_pool_fn)(int device, int dtype, const dlc_pool *g, const void *x, void *out);
+typedef int (*dlc_avg_pool_backward_fn)(int device, int dtype, const dlc_pool *g,
+                                        const void *gout, void *gx);
+
 #ifdef __cplusplus
 }
 #endif

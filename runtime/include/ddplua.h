@@ -99,6 +99,10 @@ DL_API int dl_cuda_synchronize(int device);
 DL_API int dl_cuda_memory_stats(int device, int64_t *out, int n);
 DL_API int dl_cuda_empty_cache(int device);
 DL_API int dl_cuda_reset_peak_memory_stats(int device);
+/* TF32 tensor cores for float32 matmul and conv2d on CUDA: off by default,
+** as torch.backends.cuda.matmul.allow_tf32 (PyTorch >= 1.12). */
+DL_API void dl_cuda_set_allow_tf32(int on);
+DL_API int dl_cuda_get_allow_tf32(void);
 
 /* -- Tensors: lifetime and metadata -------------------------------------- */
 
