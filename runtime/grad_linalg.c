@@ -183,7 +183,7 @@ DL_API dl_tensor *dl_scatter(const dl_tensor *t, int dim, const dl_tensor *index
 
 DL_API int dl_scatter_(dl_tensor *t, int dim, const dl_tensor *index,
                        const dl_tensor *src, int reduce) {
-  if (check_tensor("scatter_", t) || ag_check_inplace("scatter_", t)) return -1;
+  if (check_tensor_any("scatter_", t) || ag_check_inplace("scatter_", t)) return -1;
   return fw_scatter_(t, dim, index, src, reduce);
 }
 
@@ -222,7 +222,7 @@ DL_API dl_tensor *dl_masked_fill(const dl_tensor *t, const dl_tensor *mask, doub
 }
 
 DL_API int dl_masked_fill_(dl_tensor *t, const dl_tensor *mask, double value) {
-  if (check_tensor("masked_fill_", t) || ag_check_inplace("masked_fill_", t)) return -1;
+  if (check_tensor_any("masked_fill_", t) || ag_check_inplace("masked_fill_", t)) return -1;
   return fw_masked_fill_(t, mask, value);
 }
 

@@ -3,10 +3,12 @@
 ** gather, scatter, masked_fill, masked_select), joining (cat, stack) and
 ** one_hot.  Every index is checked before any element moves, so a bad one
 ** never reads or writes out of bounds and an in-place op fails unchanged.
+** On CUDA tensors the same checks and shapes lead to the kernels of
+** runtime/cuda/index.cu (through cuda_index.c) at the compute step.
 */
 #include <string.h>
 
-#include "internal.h"
+#include "cuda_index.h"
 
 /* -- Helpers --------------------------------------------------------------- */
 
@@ -68,6 +70,7 @@ static void range_loop(char **d, const int64_t *s, int64_t n, void *ctx) {
 ** indices are errors, as in PyTorch's index_select, gather and scatter. */
 static int check_range(const char *op, const dl_tensor *index, int dim,
                        int64_t size) {
+  if (index->storage->device >= 0) return cuda_index_check(op, index, dim, size);
   range_ctx c = {size, 0, index->dtype == DL_INT64, 0};
   iter_t it;
   dl_tensor *ops[1] = {(dl_tensor *)index};
@@ -76,6 +79,18 @@ static int check_range(const char *op, const dl_tensor *index, int dim,
   if (c.found)
     return dl_err(EM_INDEX_RANGE, op, (long long)c.bad, dim, (long long)size);
   return 0;
+}
+
+/* The device of an op on a, b (and c), -2 with the error set; *ix becomes
+** index on that device (a CPU 0-dim index with a CUDA input moves there,
+** as op_device lets such a scalar go with any device). */
+static int index_device(const char *op, const dl_tensor *a, const dl_tensor *c,
+                        const dl_tensor *index, dl_tensor **ix) {
+  const dl_tensor *ts[3] = {a, index, c};
+  int dev = op_device(op, 3, ts);
+  if (dev == -2) return -2;
+  if (!(*ix = to_op_device(index, dev))) return -2;
+  return dev;
 }
 
 /* -- Element loops --------------------------------------------------------- */
@@ -155,6 +170,13 @@ static dl_tensor *run_take(const char *op, dl_tensor *out, dl_tensor *dst,
                            int es) {
   dl_tensor *ops[3] = {dst, src, idx};
   step_ctx c = {step_bytes, idx->dtype == DL_INT64};
+  if (out->storage->device >= 0) {
+    if (cuda_take(op, ops, step_bytes, es)) {
+      dl_tensor_release(out);
+      return NULL;
+    }
+    return out;
+  }
   iter_t it;
   if (iter_init(&it, op, ops, 3)) {
     dl_tensor_release(out);
@@ -164,12 +186,11 @@ static dl_tensor *run_take(const char *op, dl_tensor *out, dl_tensor *dst,
   return out;
 }
 
-DL_HIDDEN dl_tensor *fw_index_select(const dl_tensor *t, int dim,
+static dl_tensor *index_select_on(int dev, const dl_tensor *t, int dim,
                                   const dl_tensor *index) {
   const char *op = "index_select";
   int d;
-  if (check_cpu(op, t) || check_cpu(op, index) || check_index_dtype(op, index) ||
-      norm_dim(op, dim, t->ndim, &d))
+  if (check_index_dtype(op, index) || norm_dim(op, dim, t->ndim, &d))
     return NULL;
   if (index->ndim > 1) return dl_errp(EM_IDX_VECTOR, op, fmt_tshape(index));
   int64_t nidx = dl_tensor_numel(index);
@@ -181,12 +202,12 @@ DL_HIDDEN dl_tensor *fw_index_select(const dl_tensor *t, int dim,
   int64_t shape[DL_MAX_DIMS];
   memcpy(shape, t->shape, sizeof shape);
   shape[d] = nidx;
-  dl_tensor *out = tensor_new(t->dtype, shape, t->ndim);
+  dl_tensor *out = tensor_new_on(dev, t->dtype, shape, t->ndim);
   if (!out || !dl_tensor_numel(out)) return out;
   int es = dl_dtype_sizes[t->dtype], ies = dl_dtype_sizes[index->dtype];
   int64_t inner = 1;
   for (int i = d + 1; i < t->ndim; i++) inner *= t->shape[i];
-  if (dl_tensor_is_contiguous(t) && inner * es >= 16) {
+  if (dev < 0 && dl_tensor_is_contiguous(t) && inner * es >= 16) {
     /* the DataLoader's batch gather: whole rows */
     rows_ctx c = {tensor_first(t), tensor_first(index), tensor_first(out),
                   index->ndim ? index->stride[0] * ies : 0, nidx, t->shape[d],
@@ -203,6 +224,17 @@ DL_HIDDEN dl_tensor *fw_index_select(const dl_tensor *t, int dim,
   view_of(&sv, t, shape, sst, t->ndim, t->offset);
   view_of(&iv, index, shape, ist, t->ndim, index->offset);
   return run_take(op, out, out, &sv, &iv, t->stride[d] * es, es);
+}
+
+DL_HIDDEN dl_tensor *fw_index_select(const dl_tensor *t, int dim,
+                                  const dl_tensor *index) {
+  dl_tensor *ix;
+  if (check_tensor_any("index_select", t) || check_tensor_any("index_select", index)) return NULL;
+  int dev = index_device("index_select", t, NULL, index, &ix);
+  if (dev == -2) return NULL;
+  dl_tensor *out = index_select_on(dev, t, dim, ix);
+  dl_tensor_release(ix);
+  return out;
 }
 
 /* -- gather and scatter ---------------------------------------------------- */
@@ -228,11 +260,11 @@ static int check_ndims(const char *op, const dl_tensor *index, const char *what,
   return 0;
 }
 
-DL_HIDDEN dl_tensor *fw_gather(const dl_tensor *t, int dim, const dl_tensor *index) {
+static dl_tensor *gather_on(int dev, const dl_tensor *t, int dim, const dl_tensor *index) {
   const char *op = "gather";
   int d;
-  if (check_cpu(op, t) || check_cpu(op, index) || check_index_dtype(op, index) ||
-      norm_dim(op, dim, t->ndim, &d) || check_ndims(op, index, "input", t))
+  if (check_index_dtype(op, index) || norm_dim(op, dim, t->ndim, &d) ||
+      check_ndims(op, index, "input", t))
     return NULL;
   int64_t ts[DL_MAX_DIMS], tst[DL_MAX_DIMS], is[DL_MAX_DIMS], ist[DL_MAX_DIMS];
   ne_dims(t, ts, tst);
@@ -241,7 +273,7 @@ DL_HIDDEN dl_tensor *fw_gather(const dl_tensor *t, int dim, const dl_tensor *ind
   if (dl_tensor_numel(index) &&
       (check_fits(op, index, "input", t, d) || check_range(op, index, d, ts[d])))
     return NULL;
-  dl_tensor *out = tensor_new(t->dtype, index->shape, index->ndim);
+  dl_tensor *out = tensor_new_on(dev, t->dtype, index->shape, index->ndim);
   if (!out || !dl_tensor_numel(out)) return out;
   int64_t ost[DL_MAX_DIMS];
   contiguous_strides(is, n, ost);
@@ -255,15 +287,24 @@ DL_HIDDEN dl_tensor *fw_gather(const dl_tensor *t, int dim, const dl_tensor *ind
   return run_take(op, out, &ov, &sv, &iv, step * es, es);
 }
 
+DL_HIDDEN dl_tensor *fw_gather(const dl_tensor *t, int dim, const dl_tensor *index) {
+  dl_tensor *ix;
+  if (check_tensor_any("gather", t) || check_tensor_any("gather", index)) return NULL;
+  int dev = index_device("gather", t, NULL, index, &ix);
+  if (dev == -2) return NULL;
+  dl_tensor *out = gather_on(dev, t, dim, ix);
+  dl_tensor_release(ix);
+  return out;
+}
+
 /* A Lua number as src (a wrapped 0-dim tensor) scatters that value, as
 ** torch's scatter(dim, index, value); a tensor src must match t's dtype and
 ** cover index. */
-static int scatter_impl(const char *op, dl_tensor *t, int dim,
-                        const dl_tensor *index, const dl_tensor *src,
-                        int reduce) {
+static int scatter_on(const char *op, dl_tensor *t, int dim,
+                      const dl_tensor *index, const dl_tensor *src,
+                      int reduce) {
   int d;
-  if (check_cpu(op, t) || check_cpu(op, index) || check_cpu(op, src) ||
-      check_index_dtype(op, index) || norm_dim(op, dim, t->ndim, &d) ||
+  if (check_index_dtype(op, index) || norm_dim(op, dim, t->ndim, &d) ||
       check_ndims(op, index, "self", t))
     return dl_last_error_code();
   if (reduce != 0 && reduce != 1)
@@ -305,14 +346,30 @@ static int scatter_impl(const char *op, dl_tensor *t, int dim,
   view_of(&sv, src, is, sst, n, src->offset);
   view_of(&iv, index, is, ist, n, index->offset);
   dl_tensor *ops[3] = {&tv, &sv, &iv};
-  int es = dl_dtype_sizes[t->dtype];
+  int es = dl_dtype_sizes[t->dtype], rc;
   step_ctx c = {step * es, index->dtype == DL_INT64};
   iter_t it;
-  int rc = iter_init(&it, op, ops, 3);
-  /* serial: duplicate indices would race */
-  if (!rc) iter_run_serial(&it, reduce ? add_loops[t->dtype] : put_loops[es], &c);
+  if (t->storage->device >= 0) {  /* a value src stays a CPU scalar: the loop carries it */
+    rc = cuda_put(op, ops, step * es, t->dtype, reduce);
+  } else {
+    rc = iter_init(&it, op, ops, 3);
+    /* serial: duplicate indices would race */
+    if (!rc) iter_run_serial(&it, reduce ? add_loops[t->dtype] : put_loops[es], &c);
+  }
   dl_tensor_release(cs);
   dl_tensor_release(ci);
+  return rc;
+}
+
+static int scatter_impl(const char *op, dl_tensor *t, int dim,
+                        const dl_tensor *index, const dl_tensor *src,
+                        int reduce) {
+  dl_tensor *ix;
+  if (check_tensor_any(op, t) || check_tensor_any(op, index) || check_tensor_any(op, src))
+    return dl_last_error_code();
+  if (index_device(op, t, src, index, &ix) == -2) return dl_last_error_code();
+  int rc = scatter_on(op, t, dim, ix, src, reduce);
+  dl_tensor_release(ix);
   return rc;
 }
 
@@ -324,7 +381,7 @@ DL_HIDDEN int fw_scatter_(dl_tensor *t, int dim, const dl_tensor *index,
 DL_HIDDEN dl_tensor *fw_scatter(const dl_tensor *t, int dim,
                              const dl_tensor *index, const dl_tensor *src,
                              int reduce) {
-  if (check_cpu("scatter", t)) return NULL;
+  if (check_tensor_any("scatter", t)) return NULL;
   dl_tensor *r = dl_clone(t);
   if (r && scatter_impl("scatter", r, dim, index, src, reduce)) {
     dl_tensor_release(r);
@@ -357,7 +414,10 @@ static int check_mask(const char *op, const dl_tensor *mask) {
 
 static int masked_fill_impl(const char *op, dl_tensor *t, const dl_tensor *mask,
                             double value) {
-  if (check_cpu(op, t) || check_cpu(op, mask) || check_mask(op, mask)) return dl_last_error_code();
+  const dl_tensor *ts[2] = {t, mask};
+  if (check_tensor_any(op, t) || check_tensor_any(op, mask) || check_mask(op, mask) ||
+      op_device(op, 2, ts) == -2)
+    return dl_last_error_code();
   dl_tensor *cm = NULL;
   if (mask->storage == t->storage) {  /* filling t would change the mask */
     if (!(cm = dl_clone(mask))) return dl_last_error_code();
@@ -367,8 +427,13 @@ static int masked_fill_impl(const char *op, dl_tensor *t, const dl_tensor *mask,
   store_double((char *)&bytes, t->dtype, value);
   dl_tensor *ops[2] = {t, (dl_tensor *)mask};
   iter_t it;
-  int rc = iter_init(&it, op, ops, 2);
-  if (!rc) iter_run(&it, mfill_loops[dl_dtype_sizes[t->dtype]], &bytes);
+  int rc;
+  if (t->storage->device >= 0) {  /* a CPU 0-dim mask rides along as a scalar */
+    rc = cuda_masked_fill(op, ops, bytes);
+  } else {
+    rc = iter_init(&it, op, ops, 2);
+    if (!rc) iter_run(&it, mfill_loops[dl_dtype_sizes[t->dtype]], &bytes);
+  }
   dl_tensor_release(cm);
   return rc;
 }
@@ -382,16 +447,34 @@ DL_HIDDEN dl_tensor *fw_masked_fill(const dl_tensor *t, const dl_tensor *mask,
                                  double value) {
   const char *op = "masked_fill";
   int64_t shape[DL_MAX_DIMS];
-  int nd;
-  if (check_cpu(op, t) || check_cpu(op, mask) || check_mask(op, mask) ||
+  int nd, dev;
+  const dl_tensor *ts[2] = {t, mask};
+  if (check_tensor_any(op, t) || check_tensor_any(op, mask) || check_mask(op, mask) ||
+      (dev = op_device(op, 2, ts)) == -2 ||
       broadcast_shape(op, t->shape, t->ndim, mask->shape, mask->ndim, shape, &nd))
     return NULL;
-  dl_tensor *r = tensor_new(t->dtype, shape, nd);
+  dl_tensor *r = tensor_new_on(dev, t->dtype, shape, nd);
   if (r && (dl_copy_(r, t) || masked_fill_impl(op, r, mask, value))) {
     dl_tensor_release(r);
     return NULL;
   }
   return r;
+}
+
+/* t itself (retained) when it is contiguous on dev in v's shape, else v
+** (t seen in the broadcast shape) copied into a new tensor there. */
+static dl_tensor *dense_on(int dev, const dl_tensor *t, const dl_tensor *v) {
+  if (t->storage->device == dev && t->ndim == v->ndim && dl_tensor_is_contiguous(t) &&
+      !memcmp(t->shape, v->shape, sizeof(int64_t) * (size_t)t->ndim)) {
+    dl_tensor_retain((dl_tensor *)t);
+    return (dl_tensor *)t;
+  }
+  dl_tensor *c = tensor_new_on(dev, t->dtype, v->shape, v->ndim);
+  if (c && dl_copy_(c, v)) {
+    dl_tensor_release(c);
+    return NULL;
+  }
+  return c;
 }
 
 /* Walks tv and mv (same shape) in row-major order; copies the selected
@@ -423,13 +506,22 @@ static int64_t select_walk(const dl_tensor *tv, const dl_tensor *mv, char *out) 
 DL_HIDDEN dl_tensor *fw_masked_select(const dl_tensor *t, const dl_tensor *mask) {
   const char *op = "masked_select";
   int64_t shape[DL_MAX_DIMS];
-  int nd;
-  if (check_cpu(op, t) || check_cpu(op, mask) || check_mask(op, mask) ||
+  int nd, dev;
+  const dl_tensor *ts[2] = {t, mask};
+  if (check_tensor_any(op, t) || check_tensor_any(op, mask) || check_mask(op, mask) ||
+      (dev = op_device(op, 2, ts)) == -2 ||
       broadcast_shape(op, t->shape, t->ndim, mask->shape, mask->ndim, shape, &nd))
     return NULL;
   dl_tensor tv, mv;
   expand_view(&tv, t, shape, nd);
   expand_view(&mv, mask, shape, nd);
+  if (dev >= 0) {  /* both contiguous in the broadcast shape, then compacted */
+    dl_tensor *ct = dense_on(dev, t, &tv), *cm = ct ? dense_on(dev, mask, &mv) : NULL;
+    dl_tensor *out = cm ? cuda_compact(op, ct, cm) : NULL;
+    dl_tensor_release(ct);
+    dl_tensor_release(cm);
+    return out;
+  }
   int64_t count = select_walk(&tv, &mv, NULL);
   dl_tensor *out = tensor_new(t->dtype, &count, 1);
   if (out) select_walk(&tv, &mv, tensor_first(out));
@@ -438,11 +530,15 @@ DL_HIDDEN dl_tensor *fw_masked_select(const dl_tensor *t, const dl_tensor *mask)
 
 /* -- Joining --------------------------------------------------------------- */
 
+/* The list's device (-1: the CPU), or -2 with the error set. */
 static int check_list(const char *op, dl_tensor *const *ts, int n) {
-  if (!ts || n < 1) return dl_err(EM_BADVALUE, op, "expected a non-empty list of tensors");
+  if (!ts || n < 1) {
+    dl_err(EM_BADVALUE, op, "expected a non-empty list of tensors");
+    return -2;
+  }
   for (int i = 0; i < n; i++)
-    if (check_cpu(op, ts[i])) return -1;
-  return 0;
+    if (check_tensor_any(op, ts[i])) return -2;
+  return op_device(op, n, (const dl_tensor *const *)ts);
 }
 
 static int list_dtype(dl_tensor *const *ts, int n) {
@@ -458,7 +554,8 @@ static int legacy_empty(const dl_tensor *t) {
 
 DL_HIDDEN dl_tensor *fw_cat(dl_tensor *const *ts, int n, int dim) {
   const char *op = "cat";
-  if (check_list(op, ts, n)) return NULL;
+  int dev = check_list(op, ts, n);
+  if (dev == -2) return NULL;
   int r = -1, d;
   for (int i = 0; i < n; i++) {
     if (ts[i]->ndim == 0) return dl_errp(EM_CAT_ZERO_DIM, op, i);
@@ -466,7 +563,7 @@ DL_HIDDEN dl_tensor *fw_cat(dl_tensor *const *ts, int n, int dim) {
   }
   int dt = list_dtype(ts, n);
   int64_t zero = 0;
-  if (r < 0) return tensor_new(dt, &zero, 1);
+  if (r < 0) return tensor_new_on(dev, dt, &zero, 1);
   const dl_tensor *ref = ts[r];
   if (norm_dim(op, dim, ref->ndim, &d)) return NULL;
   int64_t shape[DL_MAX_DIMS];
@@ -484,7 +581,7 @@ DL_HIDDEN dl_tensor *fw_cat(dl_tensor *const *ts, int n, int dim) {
                        j, (long long)ref->shape[j], (long long)t->shape[j]);
     shape[d] += t->shape[d];
   }
-  dl_tensor *out = tensor_new(dt, shape, ref->ndim);
+  dl_tensor *out = tensor_new_on(dev, dt, shape, ref->ndim);
   if (!out) return NULL;
   int64_t at = 0;
   for (int i = 0; i < n; i++) {
@@ -503,8 +600,8 @@ DL_HIDDEN dl_tensor *fw_cat(dl_tensor *const *ts, int n, int dim) {
 
 DL_HIDDEN dl_tensor *fw_stack(dl_tensor *const *ts, int n, int dim) {
   const char *op = "stack";
-  int d;
-  if (check_list(op, ts, n)) return NULL;
+  int d, dev = check_list(op, ts, n);
+  if (dev == -2) return NULL;
   const dl_tensor *t0 = ts[0];
   for (int i = 1; i < n; i++) {
     const dl_tensor *t = ts[i];
@@ -516,7 +613,7 @@ DL_HIDDEN dl_tensor *fw_stack(dl_tensor *const *ts, int n, int dim) {
   if (t0->ndim >= DL_MAX_DIMS) return dl_errp(EM_NDIM_MAX, op, t0->ndim + 1);
   int64_t shape[DL_MAX_DIMS];
   for (int i = 0, j = 0; i <= t0->ndim; i++) shape[i] = i == d ? n : t0->shape[j++];
-  dl_tensor *out = tensor_new(list_dtype(ts, n), shape, t0->ndim + 1);
+  dl_tensor *out = tensor_new_on(dev, list_dtype(ts, n), shape, t0->ndim + 1);
   if (!out) return NULL;
   int64_t st[DL_MAX_DIMS];
   for (int i = 0, j = 0; i <= t0->ndim; i++)
@@ -534,15 +631,41 @@ DL_HIDDEN dl_tensor *fw_stack(dl_tensor *const *ts, int n, int dim) {
 
 /* -- one_hot --------------------------------------------------------------- */
 
+/* On the device: the range from the index's min and max, then a 1 put
+** along the new last dim of zeros (scatter's put with a scalar source). */
+static dl_tensor *one_hot_cuda(const char *op, const dl_tensor *t, int64_t num_classes) {
+  int64_t n = dl_tensor_numel(t), lo = 0, hi = 0;
+  if (n && cuda_index_minmax(op, t, &lo, &hi)) return NULL;
+  if (num_classes == -1) num_classes = hi + 1;
+  if (n && (lo < 0 || hi >= num_classes))
+    return dl_errp(EM_ONE_HOT_RANGE, op, (long long)(lo < 0 ? lo : hi), (long long)num_classes);
+  int64_t shape[DL_MAX_DIMS];
+  memcpy(shape, t->shape, sizeof shape);
+  shape[t->ndim] = num_classes;
+  dl_tensor *out = full_on(t->storage->device, shape, t->ndim + 1, DL_INT64, 0);
+  if (!out || !n || !num_classes) return out;
+  dl_tensor *one = dl_scalar(1, 0);
+  dl_tensor dv;
+  view_of(&dv, out, t->shape, out->stride, t->ndim, 0);
+  dl_tensor *ops[3] = {&dv, one, (dl_tensor *)t};
+  if (!one || cuda_put(op, ops, 8, DL_INT64, 0)) {
+    dl_tensor_release(out);
+    out = NULL;
+  }
+  dl_tensor_release(one);
+  return out;
+}
+
 DL_HIDDEN dl_tensor *fw_one_hot(const dl_tensor *t, int64_t num_classes) {
   const char *op = "one_hot";
-  if (check_cpu(op, t) || check_index_dtype(op, t)) return NULL;
+  if (check_tensor_any(op, t) || check_index_dtype(op, t)) return NULL;
   if (num_classes < -1)
     return dl_errp(EM_BADVALUE, op, "num_classes must be -1 (infer) or at least 0");
   if (t->ndim >= DL_MAX_DIMS) return dl_errp(EM_NDIM_MAX, op, t->ndim + 1);
   int64_t n = dl_tensor_numel(t);
   if (!n && num_classes == -1)
     return dl_errp(EM_BADVALUE, op, "cannot infer num_classes from an empty tensor");
+  if (t->storage->device >= 0) return one_hot_cuda(op, t, num_classes);
   dl_tensor *ct = dl_contiguous(t);
   if (!ct) return NULL;
   const char *p = tensor_first(ct);

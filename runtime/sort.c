@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cuda_index.h"
 
 /* -- Keys ---------------------------------------------------------------- */
 
@@ -249,10 +249,15 @@ DL_HIDDEN int fw_topk(const dl_tensor *t, int64_t k, int dim, int largest,
 /* -- Nonzero, tril, triu ------------------------------------------------- */
 
 DL_HIDDEN dl_tensor *fw_nonzero(const dl_tensor *t) {
-  if (check_cpu("nonzero", t)) return NULL;
+  if (check_tensor_any("nonzero", t)) return NULL;
   dl_tensor *b = as_dtype(t, DL_BOOL), *c = b ? dl_contiguous(b) : NULL;
   dl_tensor_release(b);
   if (!c) return NULL;
+  if (c->storage->device >= 0) {  /* counted and compacted by chunks */
+    dl_tensor *out = cuda_compact("nonzero", NULL, c);
+    dl_tensor_release(c);
+    return out;
+  }
   const uint8_t *p = (const uint8_t *)tensor_first(c);
   int64_t n = dl_tensor_numel(c), nnz = 0, idx[DL_MAX_DIMS] = {0};
   int nd = t->ndim;
@@ -279,7 +284,7 @@ DL_HIDDEN dl_tensor *fw_nonzero(const dl_tensor *t) {
 ** diagonal offset of the last two dims; zero bytes are 0 in every dtype. */
 static dl_tensor *tri_op(const char *name, const dl_tensor *t, int64_t diag,
                          int upper) {
-  if (check_cpu(name, t)) return NULL;
+  if (check_tensor_any(name, t)) return NULL;
   if (t->ndim < 2) return dl_errp(EM_NDIM_MIN, name, 2, fmt_tshape(t));
   dl_tensor *out = dl_clone(t);
   if (!out) return NULL;
@@ -288,6 +293,13 @@ static dl_tensor *tri_op(const char *name, const dl_tensor *t, int64_t diag,
   int es = dl_dtype_sizes[t->dtype];
   if (diag > C) diag = C + 1;  /* keeps i + diag from overflowing */
   if (diag < -R) diag = -R - 1;
+  if (out->storage->device >= 0) {
+    if (cuda_tri(name, out, diag, upper)) {
+      dl_tensor_release(out);
+      return NULL;
+    }
+    return out;
+  }
   char *p = tensor_first(out);
   for (int64_t b = 0; b < B; b++) {
     for (int64_t i = 0; i < R; i++, p += C * es) {

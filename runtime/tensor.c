@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "autograd.h"
-#include "device.h"
+#include "cuda_index.h"
 
 /* -- Storage -------------------------------------------------------------- */
 
@@ -199,27 +199,38 @@ static int check_new(const char *op, const int64_t *shape, int ndim,
   return check_shape(op, shape, ndim);
 }
 
-DL_API dl_tensor *dl_empty(const int64_t *shape, int ndim, int dtype) {
+/* The creation functions take a device (-1: the CPU) and make the tensor
+** there: filled by a kernel, never through host memory. */
+DL_API dl_tensor *dl_empty_on(const int64_t *shape, int ndim, int dtype, int device) {
   if (check_new("empty", shape, ndim, dtype)) return NULL;
-  return tensor_new(dtype, shape, ndim);
+  return tensor_new_on(device, dtype, shape, ndim);
 }
 
-DL_API dl_tensor *dl_zeros(const int64_t *shape, int ndim, int dtype) {
+DL_API dl_tensor *dl_zeros_on(const int64_t *shape, int ndim, int dtype, int device) {
   if (check_new("zeros", shape, ndim, dtype)) return NULL;
+  if (device >= 0) return full_on(device, shape, ndim, dtype, 0);
   dl_tensor *t = tensor_new(dtype, shape, ndim);
   if (t) memset(t->storage->data, 0, t->storage->nbytes);
   return t;
 }
 
+DL_API dl_tensor *dl_full_on(const int64_t *shape, int ndim, int dtype, double value,
+                             int device) {
+  if (check_new("full", shape, ndim, dtype)) return NULL;
+  return full_on(device, shape, ndim, dtype, value);
+}
+
+DL_API dl_tensor *dl_empty(const int64_t *shape, int ndim, int dtype) {
+  return dl_empty_on(shape, ndim, dtype, -1);
+}
+
+DL_API dl_tensor *dl_zeros(const int64_t *shape, int ndim, int dtype) {
+  return dl_zeros_on(shape, ndim, dtype, -1);
+}
+
 DL_API dl_tensor *dl_full(const int64_t *shape, int ndim, int dtype,
                           double value) {
-  if (check_new("full", shape, ndim, dtype)) return NULL;
-  dl_tensor *t = tensor_new(dtype, shape, ndim);
-  if (t && dl_fill_(t, value)) {
-    dl_tensor_release(t);
-    return NULL;
-  }
-  return t;
+  return dl_full_on(shape, ndim, dtype, value, -1);
 }
 
 DL_API dl_tensor *dl_scalar(double value, int is_float) {
@@ -231,7 +242,17 @@ DL_API dl_tensor *dl_scalar(double value, int is_float) {
   return t;
 }
 
-DL_API dl_tensor *dl_arange(double start, double end, double step, int dtype) {
+/* t (on a device) filled by the ramp kernel; released on failure. */
+static dl_tensor *ramp_on(const char *op, dl_tensor *t, double start, double step, double end,
+                          int64_t split) {
+  if (cuda_ramp(op, t, start, step, end, split)) {
+    dl_tensor_release(t);
+    return NULL;
+  }
+  return t;
+}
+
+DL_API dl_tensor *dl_arange_on(double start, double end, double step, int dtype, int device) {
   const char *why = NULL;
   if (!isfinite(start) || !isfinite(end) || !isfinite(step))
     why = "start, end and step must be finite";
@@ -245,24 +266,26 @@ DL_API dl_tensor *dl_arange(double start, double end, double step, int dtype) {
   if (why) return dl_errp(EM_ARANGE, "arange", start, end, step, why);
   int64_t n = count > 0 ? (int64_t)count : 0;
   if (check_new("arange", &n, 1, dtype)) return NULL;
-  dl_tensor *t = tensor_new(dtype, &n, 1);
+  dl_tensor *t = tensor_new_on(device, dtype, &n, 1);
   if (!t) return NULL;
+  if (device >= 0) return ramp_on("arange", t, start, step, end, n);
   char *p = t->storage->data;
   int es = dl_dtype_sizes[dtype];
   for (int64_t i = 0; i < n; i++) store_double(p + i * es, dtype, start + (double)i * step);
   return t;
 }
 
-DL_API dl_tensor *dl_linspace(double start, double end, int64_t steps,
-                              int dtype) {
+DL_API dl_tensor *dl_linspace_on(double start, double end, int64_t steps,
+                                 int dtype, int device) {
   if (steps < 0)
     return dl_errp(EM_NEG_COUNT, "linspace", "steps", (long long)steps);
   if (check_new("linspace", &steps, 1, dtype)) return NULL;
-  dl_tensor *t = tensor_new(dtype, &steps, 1);
+  dl_tensor *t = tensor_new_on(device, dtype, &steps, 1);
   if (!t) return NULL;
   char *p = t->storage->data;
   int es = dl_dtype_sizes[dtype];
   double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0;
+  if (device >= 0) return ramp_on("linspace", t, start, step, end, steps == 1 ? 1 : steps / 2);
   /* as PyTorch: the second half counts back from end, so end is exact;
   ** one step gives start */
   for (int64_t i = 0; i < steps; i++) {
@@ -273,17 +296,40 @@ DL_API dl_tensor *dl_linspace(double start, double end, int64_t steps,
   return t;
 }
 
-DL_API dl_tensor *dl_eye(int64_t n, int64_t m, int dtype) {
+DL_API dl_tensor *dl_eye_on(int64_t n, int64_t m, int dtype, int device) {
   int64_t shape[2] = {n, m < 0 ? n : m};
   if (n < 0) return dl_errp(EM_NEG_COUNT, "eye", "n", (long long)n);
   if (check_new("eye", shape, 2, dtype)) return NULL;
-  dl_tensor *t = dl_zeros(shape, 2, dtype);
+  dl_tensor *t = dl_zeros_on(shape, 2, dtype, device);
   if (!t) return NULL;
+  if (device >= 0) {  /* ones on the diagonal: a strided view filled */
+    int64_t k = shape[0] < shape[1] ? shape[0] : shape[1], st = shape[1] + 1;
+    dl_tensor *diag = dl_as_strided(t, &k, &st, 1, 0);
+    int rc = diag ? dl_fill_(diag, 1) : -1;
+    dl_tensor_release(diag);
+    if (rc) {
+      dl_tensor_release(t);
+      return NULL;
+    }
+    return t;
+  }
   char *p = t->storage->data;
   int es = dl_dtype_sizes[dtype];
   int64_t k = shape[0] < shape[1] ? shape[0] : shape[1];
   for (int64_t i = 0; i < k; i++) store_double(p + (i * shape[1] + i) * es, dtype, 1);
   return t;
+}
+
+DL_API dl_tensor *dl_arange(double start, double end, double step, int dtype) {
+  return dl_arange_on(start, end, step, dtype, -1);
+}
+
+DL_API dl_tensor *dl_linspace(double start, double end, int64_t steps, int dtype) {
+  return dl_linspace_on(start, end, steps, dtype, -1);
+}
+
+DL_API dl_tensor *dl_eye(int64_t n, int64_t m, int dtype) {
+  return dl_eye_on(n, m, dtype, -1);
 }
 
 /* Row-major values of src_dtype, wrapped without a copy and cast once. */

@@ -30,6 +30,12 @@ local function dtype_opt(opts, op, dflt)
   return core.dtype_arg(opts.dtype, op, dflt or core.default_dtype())
 end
 
+-- The device index opts.device names (-1: the CPU), for the creation
+-- functions that make the tensor there directly (dl_*_on).
+local function device_opt(opts, op)
+  return core.device_arg(opts and opts.device, op)
+end
+
 -- A tensor made on the CPU, moved where opts.device says (dtype_opt has
 -- checked the device is there before anything was made).
 local function placed(opts, op, t)
@@ -130,15 +136,15 @@ end
 
 function ddp.empty(...)
   local n, opts = shape_args("empty", false, ...)
-  return placed(opts, "empty", new(C.dl_empty, shape_buf, n, dtype_opt(opts, "empty")))
+  return new(C.dl_empty_on, shape_buf, n, dtype_opt(opts, "empty"), device_opt(opts, "empty"))
 end
 function ddp.zeros(...)
   local n, opts = shape_args("zeros", false, ...)
-  return placed(opts, "zeros", new(C.dl_zeros, shape_buf, n, dtype_opt(opts, "zeros")))
+  return new(C.dl_zeros_on, shape_buf, n, dtype_opt(opts, "zeros"), device_opt(opts, "zeros"))
 end
 function ddp.ones(...)
   local n, opts = shape_args("ones", false, ...)
-  return placed(opts, "ones", new(C.dl_full, shape_buf, n, dtype_opt(opts, "ones"), 1))
+  return new(C.dl_full_on, shape_buf, n, dtype_opt(opts, "ones"), 1, device_opt(opts, "ones"))
 end
 -- full(shape, value[, opts]); the dtype follows the value when not given
 function ddp.full(shape, value, opts)
@@ -153,7 +159,7 @@ function ddp.full(shape, value, opts)
   opts = opts or {}
   local n = shape_args("full", false, shape)
   local dflt = is_integer(value) and C.DL_INT64 or core.default_dtype()
-  return placed(opts, "full", new(C.dl_full, shape_buf, n, dtype_opt(opts, "full", dflt), value))
+  return new(C.dl_full_on, shape_buf, n, dtype_opt(opts, "full", dflt), value, device_opt(opts, "full"))
 end
 
 -- arange(end), arange(start, end[, step])[, opts]
@@ -169,20 +175,20 @@ function ddp.arange(a, b, c, opts)
     end
   end
   local dflt = (is_integer(start) and is_integer(stop) and is_integer(step)) and C.DL_INT64 or core.default_dtype()
-  return placed(opts, "arange", new(C.dl_arange, start, stop, step, dtype_opt(opts, "arange", dflt)))
+  return new(C.dl_arange_on, start, stop, step, dtype_opt(opts, "arange", dflt), device_opt(opts, "arange"))
 end
 function ddp.linspace(start, stop, steps, opts)
   opts = opts or {}
   if type(start) ~= "number" or type(stop) ~= "number" then raise("linspace: start and end must be numbers") end
   if not is_integer(steps) then raise("linspace: steps must be an integer, got " .. tostring(steps)) end
-  return placed(opts, "linspace", new(C.dl_linspace, start, stop, steps, dtype_opt(opts, "linspace")))
+  return new(C.dl_linspace_on, start, stop, steps, dtype_opt(opts, "linspace"), device_opt(opts, "linspace"))
 end
 function ddp.eye(n, m, opts)
   if type(m) == "table" then m, opts = nil, m end
   opts = opts or {}
   if not is_integer(n) or n < 0 then raise("eye: n must be a non-negative integer, got " .. tostring(n)) end
   if m ~= nil and (not is_integer(m) or m < 0) then raise("eye: m must be a non-negative integer, got " .. tostring(m)) end
-  return placed(opts, "eye", new(C.dl_eye, n, m or -1, dtype_opt(opts, "eye")))
+  return new(C.dl_eye_on, n, m or -1, dtype_opt(opts, "eye"), device_opt(opts, "eye"))
 end
 
 function ddp.rand(...)

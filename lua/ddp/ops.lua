@@ -236,8 +236,9 @@ end
 
 local function scatter_src(t, src, idx, op)
   if type(src) == "number" then
-    return new(C.dl_full, core.shape_buf, core.shape_args(op, false, core.shape_of(idx)),
-               C.dl_tensor_dtype(t), src)
+    -- made where t is, so a CUDA t takes a number too
+    return new(C.dl_full_on, core.shape_buf, core.shape_args(op, false, core.shape_of(idx)),
+               C.dl_tensor_dtype(t), src, C.dl_tensor_device(t))
   end
   return tensor_arg(src, op, "src")
 end

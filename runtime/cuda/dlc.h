@@ -124,6 +124,46 @@ typedef int (*dlc_avg_pool_fn)(int device, int dtype, const dlc_pool *g, const v
 typedef int (*dlc_avg_pool_backward_fn)(int device, int dtype, const dlc_pool *g,
                                         const void *gout, void *gx);
 
+/* -- Indexing and joining -- */
+
+/* Checks the index it (one operand, int32 or int64, any layout) lies in
+** [0, size): 0 when it does, 1 with *bad an offending value when not (both
+** after a stream sync).  words: 2 int64 of device memory to work in. */
+typedef int (*dlc_index_check_fn)(int device, const dlc_iter *it, int64_t size, int64_t *words,
+                                  int64_t *bad);
+/* Smallest and largest value of a non-empty index (one operand), with
+** words as above; syncs. */
+typedef int (*dlc_index_minmax_fn)(int device, const dlc_iter *it, int64_t *words, int64_t *lo,
+                                   int64_t *hi);
+/* out = src[index] (index_select, gather): it = {out, src with stride 0
+** along dim, index}; step: src's stride along dim in bytes; es: element
+** size. */
+typedef int (*dlc_take_fn)(int device, const dlc_iter *it, int64_t step, int es);
+/* dst[index] = src (reduce 0) or += src (reduce 1, atomically in dtype):
+** it = {dst with stride 0 along dim, src (or a scalar), index}. */
+typedef int (*dlc_put_fn)(int device, const dlc_iter *it, int64_t step, int dtype, int reduce);
+/* t = value where mask: it = {t, bool mask}; bytes: the value's es bytes. */
+typedef int (*dlc_masked_fill_fn)(int device, const dlc_iter *it, uint64_t bytes, int es);
+/* Compaction of a contiguous bool mask of n bytes: counts the set bytes
+** into scratch (ceil(n / 1024) + 1 int64 of device memory) and returns
+** their number in *total (after a stream sync). */
+typedef int (*dlc_compact_count_fn)(int device, const uint8_t *mask, int64_t n, int64_t *scratch,
+                                    int64_t *total);
+/* Then writes, in order, the elements of contiguous src (es bytes each)
+** where mask is set into out; without src, their coordinates in shape
+** (nd dims, row-major) as int64 rows of nd (nonzero). */
+typedef int (*dlc_compact_write_fn)(int device, const uint8_t *mask, int64_t n,
+                                    const int64_t *scratch, const char *src, int es, int nd,
+                                    const int64_t *shape, char *out);
+/* Zeroes, in contiguous p (B matrices R x C of es bytes), the elements
+** below diagonal diag (upper: triu) or above it (tril). */
+typedef int (*dlc_tri_fn)(int device, char *p, int64_t B, int64_t R, int64_t C, int64_t diag,
+                          int upper, int es);
+/* Contiguous out[i] = i < split ? start + i * step : end - (n - 1 - i) * step,
+** stored in dtype as store_double does (arange: split = n; linspace). */
+typedef int (*dlc_ramp_fn)(int device, char *out, int dtype, int64_t n, double start, double step,
+                           double end, int64_t split);
+
 #ifdef __cplusplus
 }
 #endif

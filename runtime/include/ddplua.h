@@ -145,6 +145,16 @@ DL_API dl_tensor *dl_arange(double start, double end, double step, int dtype);
 DL_API dl_tensor *dl_linspace(double start, double end, int64_t steps,
                               int dtype);
 DL_API dl_tensor *dl_eye(int64_t n, int64_t m, int dtype);
+/* The same made on device (-1: the CPU) and filled there, never through
+** host memory. */
+DL_API dl_tensor *dl_empty_on(const int64_t *shape, int ndim, int dtype, int device);
+DL_API dl_tensor *dl_zeros_on(const int64_t *shape, int ndim, int dtype, int device);
+DL_API dl_tensor *dl_full_on(const int64_t *shape, int ndim, int dtype, double value,
+                             int device);
+DL_API dl_tensor *dl_arange_on(double start, double end, double step, int dtype, int device);
+DL_API dl_tensor *dl_linspace_on(double start, double end, int64_t steps, int dtype,
+                                 int device);
+DL_API dl_tensor *dl_eye_on(int64_t n, int64_t m, int dtype, int device);
 /* From row-major values (numel of shape), converted to dtype; the int64
 ** form keeps integers beyond 2^53 exact. */
 DL_API dl_tensor *dl_from_doubles(const double *values, const int64_t *shape,
