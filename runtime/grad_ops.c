@@ -86,8 +86,9 @@ static int reduce_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
       } else {  /* sign(x) |x|^(p-1) / norm^(p-1), 0 where the norm is 0 */
         dl_tensor *num = K(&s, dl_binary(DL_MUL, sg, K(&s, dl_binary(DL_POW, K(&s, dl_unary(DL_ABS, x)), NUM(&s, p - 1)))));
         dl_tensor *den = K(&s, dl_binary(DL_POW, yk, NUM(&s, p - 1)));
-        t = K(&s, dl_masked_fill(K(&s, dl_binary(DL_DIV, num, den)),
-                                 K(&s, dl_binary(DL_EQ, yk, NUM(&s, 0))), 0));
+        /* where rather than masked_fill: it runs on CUDA too */
+        t = K(&s, dl_where(K(&s, dl_binary(DL_EQ, yk, NUM(&s, 0))), NUM(&s, 0),
+                           K(&s, dl_binary(DL_DIV, num, den))));
       }
       gin[0] = R(&s, dl_binary(DL_MUL, t, gk));
       break;

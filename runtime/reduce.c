@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_reduce.h"
+#include "device.h"
 #include "internal.h"
 
 #include "simd.h"
@@ -15,6 +17,10 @@
 /* What a pass computes; a user op is one or two passes. */
 enum { K_SUM, K_ABS, K_SQ, K_NZ, K_SQDEV, K_EXP, /* sums of a map of x */
        K_POW, K_PROD, K_MAX, K_MIN, K_MAXABS, K_MINABS, K_COUNT };
+/* The CUDA kernels take the passes by these numbers. */
+_Static_assert((int)K_COUNT == (int)DLC_K_COUNT && (int)K_POW == (int)DLC_K_POW &&
+                   (int)K_MINABS == (int)DLC_K_MINABS,
+               "reduce.c's passes and dlc.h's DLC_K_* differ");
 /* The dtype a pass reads: float32, float64, int64, or bool (K_COUNT). */
 enum { KD_F32, KD_F64, KD_I64, KD_U8 };
 
@@ -494,7 +500,7 @@ DL_HIDDEN dl_tensor *fw_reduce(int op, const dl_tensor *t, const int *dims,
   int red[DL_MAX_DIMS], ond = 0, cd, od;
   int64_t oshape[DL_MAX_DIMS], N = 1;
   kspec k = {K_SUM, KD_F32, param, NULL};
-  if (check_cpu(name, t) ||
+  if (check_tensor_any(name, t) ||
       reduce_dims(name, t, dims, ndims, keepdim, red, oshape, &ond) ||
       reduce_kind(name, op, t->dtype, param, &k, &cd, &od))
     return NULL;
@@ -504,14 +510,19 @@ DL_HIDDEN dl_tensor *fw_reduce(int op, const dl_tensor *t, const int *dims,
     if (!t->shape[i] && (op == DL_AMAX || op == DL_AMIN))
       return dl_errp(EM_REDUCE_EMPTY, name, i, fmt_tshape(t));
   }
-  dl_tensor *x = as_dtype(t, cd), *out = x ? tensor_new(od, oshape, ond) : NULL;
+  int dev = t->storage->device;
+  dl_tensor *x = as_dtype(t, cd), *out = x ? tensor_new_on(dev, od, oshape, ond) : NULL;
   dl_tensor *copy = NULL;
-  int64_t M = out ? dl_tensor_numel(out) : 0;
+  int64_t M = out && dev < 0 ? dl_tensor_numel(out) : 0;
   int work = N > 0 && M > 0, rc = -1;
   int centred = work && (op == DL_VAR || op == DL_STD || op == DL_LOGSUMEXP);
-  acc_t *res = out ? malloc(sizeof(acc_t) * (size_t)(M + 1)) : NULL;
+  acc_t *res = out && dev < 0 ? malloc(sizeof(acc_t) * (size_t)(M + 1)) : NULL;
   double *cen = centred ? malloc(sizeof(double) * (size_t)M) : NULL;
   plan_t pl;
+  if (out && dev >= 0) {
+    rc = cuda_reduce(name, x, red, k.op, op, param, N, out);
+    goto done;
+  }
   if (out && (!res || (centred && !cen))) {
     dl_err(EM_NOMEM, name, (long long)(M * 16), (long long)dl_mem_allocated());
     goto done;
@@ -594,7 +605,7 @@ static void arg_body(void *c_, int64_t b, int64_t e) {
 static int arg_reduce(const char *name, const dl_tensor *t, int dim, int keepdim,
                       int mx, dl_tensor **values, dl_tensor **indices) {
   int d, ond = 0;
-  if (check_cpu(name, t) || norm_dim(name, dim, t->ndim, &d))
+  if (check_tensor_any(name, t) || norm_dim(name, dim, t->ndim, &d))
     return dl_last_error_code();
   plan_t pl = {.n = t->ndim ? t->shape[d] : 1};
   if (pl.n == 0) return dl_err(EM_REDUCE_EMPTY, name, d, fmt_tshape(t));
@@ -609,10 +620,13 @@ static int arg_reduce(const char *name, const dl_tensor *t, int dim, int keepdim
       pl.ks[pl.nk] = t->shape[i], pl.kst[pl.nk++] = x->stride[i] * pl.esize;
     if (i != d || keepdim) oshape[ond++] = i == d ? 1 : t->shape[i];
   }
-  dl_tensor *v = values ? tensor_new(x->dtype, oshape, ond) : NULL;
-  dl_tensor *ix = values && !v ? NULL : tensor_new(DL_INT64, oshape, ond);
+  int dev = t->storage->device;
+  dl_tensor *v = values ? tensor_new_on(dev, x->dtype, oshape, ond) : NULL;
+  dl_tensor *ix = values && !v ? NULL : tensor_new_on(dev, DL_INT64, oshape, ond);
   int rc = -1;
-  if (ix) {
+  if (ix && dev >= 0) {
+    rc = cuda_argreduce(name, x, d, mx, v, ix);
+  } else if (ix) {
     static const arg_fn fns[DL_NDTYPES] = {arg_f32, arg_f64, arg_i32, arg_i64,
                                            arg_u8, arg_u8, NULL, NULL};
     arg_ctx c = {&pl, fns[x->dtype], mx, v ? tensor_first(v) : NULL,
@@ -661,7 +675,7 @@ DL_HIDDEN int fw_min_dim(const dl_tensor *t, int dim, int keepdim,
 static dl_tensor *argmaxmin(const char *name, const dl_tensor *t, int dim,
                             int keepdim, int mx) {
   dl_tensor *ix = NULL;
-  if (check_cpu(name, t)) return NULL;
+  if (check_tensor_any(name, t)) return NULL;
   if (dim >= -DL_MAX_DIMS) {
     arg_reduce(name, t, dim, keepdim, mx, NULL, &ix);
     return ix;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_reduce.h"
+#include "device.h"
 #include "internal.h"
 #include "simd.h"
 
@@ -173,8 +175,16 @@ static dl_tensor *dim_op(const char *name, const dl_tensor *t, int dim, int cd,
   int d;
   if (norm_dim(name, dim, t->ndim, &d)) return NULL;
   dl_tensor *x = as_dtype(t, cd), *xc = x ? dl_contiguous(x) : NULL;
-  dl_tensor *y = xc ? tensor_new(cd, t->shape, t->ndim) : NULL;
-  if (y && dl_tensor_numel(y) > 0) {
+  int dev = t->storage->device;
+  dl_tensor *y = xc ? tensor_new_on(dev, cd, t->shape, t->ndim) : NULL;
+  if (y && dev >= 0) {  /* kind: 0 cumsum, 1 cumprod, 2 softmax, 3 log_softmax */
+    int64_t O, N, I;
+    split_dim(t, d, &O, &N, &I);
+    if (cuda_dimop(name, (body == softmax_body) * 2 + flag, xc, y, O, N, I)) {
+      dl_tensor_release(y);
+      y = NULL;
+    }
+  } else if (y && dl_tensor_numel(y) > 0) {
     dim_ctx c = {tensor_first(xc), tensor_first(y), KD_I64, flag, 0, 0, 0};
     int64_t O;
     c.kd = cd == DL_FLOAT32 ? KD_F32 : cd == DL_FLOAT64 ? KD_F64 : KD_I64;
@@ -195,7 +205,7 @@ static dl_tensor *dim_op(const char *name, const dl_tensor *t, int dim, int cd,
 
 static dl_tensor *cum_op(const char *name, const dl_tensor *t, int dim,
                          int prod) {
-  if (check_cpu(name, t)) return NULL;
+  if (check_tensor_any(name, t)) return NULL;
   int dt = t->dtype;
   int cd = is_half_dtype(dt) ? DL_FLOAT32 : dl_dtype_is_float(dt) ? dt : DL_INT64;
   return dim_op(name, t, dim, cd, cum_body, prod);
@@ -211,7 +221,7 @@ DL_HIDDEN dl_tensor *fw_cumprod(const dl_tensor *t, int dim) {
 
 static dl_tensor *softmax_op(const char *name, const dl_tensor *t, int dim,
                              int lg) {
-  if (check_cpu(name, t)) return NULL;
+  if (check_tensor_any(name, t)) return NULL;
   if (!dl_dtype_is_float(t->dtype) && dl_tensor_numel(t) == 0)
     return dl_clone(t);  /* as PyTorch, which checks dtypes in the kernel */
   if (!dl_dtype_is_float(t->dtype))

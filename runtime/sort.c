@@ -5,6 +5,9 @@
 #include <string.h>
 
 #include "cuda_index.h"
+#include "cuda_reduce.h"
+#include "device.h"
+#include "internal.h"
 
 /* -- Keys ---------------------------------------------------------------- */
 
@@ -194,7 +197,7 @@ static int sort_op(const char *name, const dl_tensor *t, int dim, int desc,
     return dl_err(EM_NULLARG, name, values ? "indices" : "values");
   *values = *indices = NULL;
   int d;
-  if (check_cpu(name, t) || norm_dim(name, dim, t->ndim, &d))
+  if (check_tensor_any(name, t) || norm_dim(name, dim, t->ndim, &d))
     return dl_last_error_code();
   int64_t n = t->ndim ? t->shape[d] : 1;
   if (topk && (k < 0 || k > n))
@@ -204,11 +207,18 @@ static int sort_op(const char *name, const dl_tensor *t, int dim, int desc,
   int64_t shape[DL_MAX_DIMS];
   memcpy(shape, t->shape, sizeof shape);
   if (t->ndim) shape[d] = k;
-  dl_tensor *v = tensor_new(t->dtype, shape, t->ndim);
-  dl_tensor *ix = v ? tensor_new(DL_INT64, shape, t->ndim) : NULL;
-  if (!ix) {
+  int dev = t->storage->device;
+  dl_tensor *v = tensor_new_on(dev, t->dtype, shape, t->ndim);
+  dl_tensor *ix = v ? tensor_new_on(dev, DL_INT64, shape, t->ndim) : NULL;
+  if (!ix || (dev >= 0 && cuda_sort(name, t, d, desc, k, v, ix))) {
     dl_tensor_release(v);
+    dl_tensor_release(ix);
     return dl_last_error_code();
+  }
+  if (dev >= 0) {
+    *values = v;
+    *indices = ix;
+    return 0;
   }
   sort_ctx c = {.base = tensor_first(t), .dtype = t->dtype,
                 .esize = dl_dtype_sizes[t->dtype], .n = n, .k = k, .I = 1,

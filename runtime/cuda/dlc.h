@@ -164,6 +164,51 @@ typedef int (*dlc_tri_fn)(int device, char *p, int64_t B, int64_t R, int64_t C, 
 typedef int (*dlc_ramp_fn)(int device, char *out, int dtype, int64_t n, double start, double step,
                            double end, int64_t split);
 
+/* -- Reductions (reduce.cu) -- */
+
+/* What a reduction maps and combines, in the order of reduce.c's passes. */
+enum { DLC_K_SUM, DLC_K_ABS, DLC_K_SQ, DLC_K_NZ, DLC_K_SQDEV, DLC_K_EXP, DLC_K_POW,
+       DLC_K_PROD, DLC_K_MAX, DLC_K_MIN, DLC_K_MAXABS, DLC_K_MINABS, DLC_K_COUNT };
+
+/* M outputs (the kept dims, in the output's order, fastest first) each
+** over N elements (the reduced dims, fastest first); strides in elements.
+** x is float32, float64 or int64, or bool/uint8 for DLC_K_COUNT (as
+** reduce.c reads them); out is contiguous in out_dtype and gets reduce.c's
+** finalised result of redop (dl_redop) -- or, for redop -1, the centre of
+** a second pass as float64: the mean (DLC_K_SUM) or the max, infinities
+** as 0 (DLC_K_MAX).  center: per output, for DLC_K_SQDEV and DLC_K_EXP. */
+typedef struct dlc_reduce {
+  int kop, redop, in_dtype, out_dtype;
+  double param;
+  int nk, nr;
+  int64_t M, N;
+  int64_t kshape[DLC_MAX_DIMS], kstride[DLC_MAX_DIMS];
+  int64_t rshape[DLC_MAX_DIMS], rstride[DLC_MAX_DIMS];
+  const void *x;
+  void *out;
+  const double *center;
+} dlc_reduce;
+/* Bytes of device workspace the reduction needs (0: none). */
+typedef size_t (*dlc_reduce_ws_fn)(const dlc_reduce *r);
+typedef int (*dlc_reduce_fn)(int device, const dlc_reduce *r, void *ws);
+/* Max (max != 0) or min over r's one reduced dim, ties to the first and a
+** NaN winning, as reduce.c: values (NULL: not wanted) in in_dtype (any
+** but the half types) and int64 indices, both contiguous. */
+typedef int (*dlc_argreduce_fn)(int device, int max, const dlc_reduce *r, void *values,
+                                int64_t *indices);
+/* Along N of a contiguous [O, N, I] tensor, y the same: op 0 cumsum,
+** 1 cumprod (dtype float32, float64, int64), 2 softmax, 3 log_softmax
+** (float32, float64). */
+typedef int (*dlc_dimop_fn)(int device, int op, int dtype, int64_t O, int64_t N, int64_t I,
+                            const void *x, void *y);
+/* Stable sort (sort.cu) of r's M slices along its one reduced dim (any
+** dtype; desc: descending, NaN first), the first k of each into values
+** (in_dtype) and int64 indices, contiguous with k in the dim's place and
+** `inner` elements after it.  ws: dlc_sort_ws(r) bytes of device memory. */
+typedef size_t (*dlc_sort_ws_fn)(const dlc_reduce *r);
+typedef int (*dlc_sort_fn)(int device, int desc, int64_t k, int64_t inner, const dlc_reduce *r,
+                           void *values, int64_t *indices, void *ws);
+
 #ifdef __cplusplus
 }
 #endif
