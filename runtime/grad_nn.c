@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "autograd.h"
+#include "cuda_nn.h"
 #include "device.h"
 
 static void pair_store(int64_t *dst, const int64_t *p, int64_t dflt0, int64_t dflt1) {
@@ -199,13 +200,8 @@ DL_API dl_tensor *dl_f_dropout(const dl_tensor *x, double p, int training) {
 /* -- Losses -------------------------------------------------------------------------- */
 
 static int ce_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
-  const dl_tensor *w = n->saved[2];
-  if (n->op == 0)
-    gin[0] = dl_cross_entropy_backward(g, n->saved[0], n->saved[1], w, n->iarg[0],
-                                       n->darg[0], (int)n->iarg[1]);
-  else
-    gin[0] = dl_nll_loss_backward(g, n->saved[0], n->saved[1], w, n->iarg[0],
-                                  (int)n->iarg[1]);
+  gin[0] = nn_class_loss_backward(n->op, g, n->saved[0], n->saved[1], n->saved[2], n->iarg[0],
+                                  n->darg[0], (int)n->iarg[1]);
   return gin[0] ? 0 : -1;
 }
 

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "nn.h"
+#include "cuda_nn.h"
 
 /* -- Class-index losses: shapes and targets ------------------------------ */
 
@@ -21,9 +21,9 @@ typedef struct {
 static int cls_setup(const char *op, const dl_tensor *input,
                      const dl_tensor *target, const dl_tensor *weight,
                      int reduction, cls_geom *g) {
-  if (nn_check_float(op, "input", input, -1) ||
-      nn_check_index(op, "target", target) ||
-      (weight && nn_check_float(op, "weight", weight, input->dtype)) ||
+  if (cn_check_float(op, "input", input, -1) ||
+      cn_check_index(op, "target", target) ||
+      (weight && cn_check_float(op, "weight", weight, input->dtype)) ||
       nn_check_reduction(op, reduction))
     return -1;
   memset(g, 0, sizeof *g);
@@ -167,6 +167,11 @@ static dl_tensor *cls_forward(const char *op, int logits, const dl_tensor *input
   cls_geom g;
   if (cls_setup(op, input, target, weight, reduction, &g)) return NULL;
   if (!(ls >= 0 && ls <= 1)) return dl_errp(EM_NN_PROB, op, "label_smoothing", ls);
+  int dev = cn_device(op, input, target, weight, NULL, NULL);
+  if (dev < -1) return NULL;
+  if (dev >= 0)
+    return cuda_cls_forward(op, logits, input, target, weight, ignore_index, ls, reduction,
+                            g.N, g.C, g.S, g.tshape, g.tnd);
   int kd = nn_kdtype(input->dtype);
   int64_t P = g.N * g.S, nbuf = 3 * P + g.C + 1;
   dl_tensor *ci = nn_prep_index(target), *cz = NULL, *buf = NULL, *out = NULL;
@@ -204,13 +209,18 @@ done:
 static dl_tensor *cls_backward(const char *op, int logits, const dl_tensor *grad_out,
                                const dl_tensor *input, const dl_tensor *target,
                                const dl_tensor *weight, int64_t ignore_index,
-                               double ls, int reduction) {
+                               double ls, int reduction, int checked) {
   cls_geom g;
   if (cls_setup(op, input, target, weight, reduction, &g) ||
-      nn_check_float(op, "grad_out", grad_out, input->dtype) ||
+      cn_check_float(op, "grad_out", grad_out, input->dtype) ||
       check_grad_out(op, grad_out, g.tshape, g.tnd, reduction))
     return NULL;
   if (!(ls >= 0 && ls <= 1)) return dl_errp(EM_NN_PROB, op, "label_smoothing", ls);
+  int dev = cn_device(op, input, target, weight, grad_out, NULL);
+  if (dev < -1) return NULL;
+  if (dev >= 0)
+    return cuda_cls_backward(op, logits, grad_out, input, target, weight, ignore_index, ls,
+                             reduction, g.N, g.C, g.S, checked);
   int kd = nn_kdtype(input->dtype);
   int64_t P = g.N * g.S, nbuf = g.C + 1;
   dl_tensor *ci = nn_prep_index(target), *cz = NULL, *cg = NULL, *buf = NULL,
@@ -273,7 +283,7 @@ DL_API dl_tensor *dl_cross_entropy_backward(const dl_tensor *grad_out,
                                             double label_smoothing,
                                             int reduction) {
   return cls_backward("cross_entropy_backward", 1, grad_out, logits, target,
-                      weight, ignore_index, label_smoothing, reduction);
+                      weight, ignore_index, label_smoothing, reduction, 0);
 }
 
 DL_API dl_tensor *dl_nll_loss(const dl_tensor *logp, const dl_tensor *target,
@@ -289,7 +299,17 @@ DL_API dl_tensor *dl_nll_loss_backward(const dl_tensor *grad_out,
                                        const dl_tensor *weight,
                                        int64_t ignore_index, int reduction) {
   return cls_backward("nll_loss_backward", 0, grad_out, logp, target, weight,
-                      ignore_index, 0, reduction);
+                      ignore_index, 0, reduction, 0);
+}
+
+DL_HIDDEN dl_tensor *nn_class_loss_backward(int nll, const dl_tensor *grad_out,
+                                            const dl_tensor *input, const dl_tensor *target,
+                                            const dl_tensor *weight, int64_t ignore_index,
+                                            double label_smoothing, int reduction) {
+  return nll ? cls_backward("nll_loss_backward", 0, grad_out, input, target, weight,
+                            ignore_index, 0, reduction, 1)
+             : cls_backward("cross_entropy_backward", 1, grad_out, input, target, weight,
+                            ignore_index, label_smoothing, reduction, 1);
 }
 
 /* -- Mean squared error ---------------------------------------------------- */
@@ -349,8 +369,8 @@ DEF_MSE(double, f64)
 
 static int mse_setup(const char *op, const dl_tensor *input,
                      const dl_tensor *target, int reduction) {
-  if (nn_check_float(op, "input", input, -1) ||
-      nn_check_float(op, "target", target, input->dtype) ||
+  if (cn_check_float(op, "input", input, -1) ||
+      cn_check_float(op, "target", target, input->dtype) ||
       nn_check_reduction(op, reduction))
     return -1;
   if (!nn_same_shape(target, input->shape, input->ndim))
@@ -362,6 +382,9 @@ DL_API dl_tensor *dl_mse_loss(const dl_tensor *input, const dl_tensor *target,
                               int reduction) {
   const char *op = "mse_loss";
   if (mse_setup(op, input, target, reduction)) return NULL;
+  int dev = cn_device(op, input, target, NULL, NULL, NULL);
+  if (dev < -1) return NULL;
+  if (dev >= 0) return cuda_mse(op, input, target, reduction);
   int kd = nn_kdtype(input->dtype), f64 = kd == DL_FLOAT64;
   int64_t n = dl_tensor_numel(input), nb = (n + MSE_BLOCK - 1) / MSE_BLOCK;
   dl_tensor *ca = nn_prep(input, kd), *cb = ca ? nn_prep(target, kd) : NULL;
@@ -395,9 +418,12 @@ DL_API dl_tensor *dl_mse_loss_backward(const dl_tensor *grad_out,
                                        const dl_tensor *target, int reduction) {
   const char *op = "mse_loss_backward";
   if (mse_setup(op, input, target, reduction) ||
-      nn_check_float(op, "grad_out", grad_out, input->dtype) ||
+      cn_check_float(op, "grad_out", grad_out, input->dtype) ||
       check_grad_out(op, grad_out, input->shape, input->ndim, reduction))
     return NULL;
+  int dev = cn_device(op, input, target, grad_out, NULL, NULL);
+  if (dev < -1) return NULL;
+  if (dev >= 0) return cuda_mse_backward(op, grad_out, input, target, reduction);
   int kd = nn_kdtype(input->dtype), f64 = kd == DL_FLOAT64;
   int64_t n = dl_tensor_numel(input);
   dl_tensor *ca = nn_prep(input, kd), *cb = ca ? nn_prep(target, kd) : NULL;

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "nn.h"
+#include "cuda_nn.h"
 
 /* -- Row sums ---------------------------------------------------------------- */
 
@@ -120,9 +120,9 @@ DEF_LN(double, f64)
 static int ln_setup(const char *op, const dl_tensor *x, const int64_t *ns,
                     int nnorm, const dl_tensor *w, const dl_tensor *b,
                     int64_t *M, int64_t *N) {
-  if (nn_check_float(op, "input", x, -1) ||
-      (w && nn_check_float(op, "weight", w, x->dtype)) ||
-      (b && nn_check_float(op, "bias", b, x->dtype)))
+  if (cn_check_float(op, "input", x, -1) ||
+      (w && cn_check_float(op, "weight", w, x->dtype)) ||
+      (b && cn_check_float(op, "bias", b, x->dtype)))
     return -1;
   if (!ns && nnorm > 0) return dl_err(EM_NULLARG, op, "normalized_shape");
   if (nnorm < 1 || nnorm > x->ndim) {
@@ -160,6 +160,9 @@ DL_API int dl_layer_norm(const dl_tensor *x, const int64_t *normalized_shape,
   int64_t M = 0, N = 0;
   if (ln_setup(op, x, normalized_shape, nnorm, w, b, &M, &N)) return -1;
   int kd = nn_kdtype(x->dtype), axis = x->ndim - nnorm;
+  int dev = cn_device(op, x, w, b, NULL, NULL);
+  if (dev < -1) return -1;
+  if (dev >= 0) return cuda_layer_norm(op, x, M, N, axis, w, b, eps, out, mean, rstd);
   int64_t ss[DL_MAX_DIMS];
   for (int i = 0; i < x->ndim; i++) ss[i] = i < axis ? x->shape[i] : 1;
   dl_tensor *cx = nn_prep(x, kd), *cw = NULL, *cb = NULL, *o = NULL,
@@ -207,8 +210,8 @@ DL_API int dl_layer_norm_backward(const dl_tensor *grad_out,
     return dl_err(EM_NULLARG, op, "for a needed gradient");
   int64_t M = 0, N = 0;
   if (ln_setup(op, x, normalized_shape, nnorm, w, NULL, &M, &N) ||
-      nn_check_float(op, "grad_out", grad_out, x->dtype) ||
-      nn_check_float(op, "mean", mean, -1) || nn_check_float(op, "rstd", rstd, -1))
+      cn_check_float(op, "grad_out", grad_out, x->dtype) ||
+      cn_check_float(op, "mean", mean, -1) || cn_check_float(op, "rstd", rstd, -1))
     return -1;
   if (!nn_same_shape(grad_out, x->shape, x->ndim))
     return dl_err(EM_NN_SHAPE, op, "grad_out", fmt_tshape(grad_out), fmt_tshape(x));
@@ -217,6 +220,11 @@ DL_API int dl_layer_norm_backward(const dl_tensor *grad_out,
     snprintf(want, sizeof want, "%lld elements (one per row)", (long long)M);
     return dl_err(EM_NN_SHAPE, op, "mean", fmt_tshape(mean), want);
   }
+  int dev = cn_device(op, x, grad_out, mean, rstd, w);
+  if (dev < -1) return -1;
+  if (dev >= 0)
+    return cuda_layer_norm_backward(op, grad_out, x, normalized_shape, nnorm, M, N, mean, rstd,
+                                    w, need_x, need_w, need_b, grad_x, grad_w, grad_b);
   int kd = nn_kdtype(x->dtype), rc = -1;
   dl_tensor *cx = NULL, *cg = NULL, *cm = NULL, *cr = NULL, *cw = NULL,
             *gx = NULL, *gw = NULL, *gb = NULL;
@@ -359,7 +367,7 @@ static void run_chan(chan_ctx *k, int f64) {
 static int bn_check_vec(const char *op, const char *what, const dl_tensor *t,
                         int64_t C) {
   if (!t) return 0;
-  if (nn_check_float(op, what, t, -1)) return -1;
+  if (cn_check_float(op, what, t, -1)) return -1;
   if (t->ndim != 1 || t->shape[0] != C)
     return dl_err(EM_NN_SHAPE, op, what, fmt_tshape(t), fmt_shape(&C, 1));
   return 0;
@@ -377,7 +385,7 @@ static int read_vec(const dl_tensor *t, int64_t C, double dflt, double *out) {
 
 static int bn_setup(const char *op, const dl_tensor *x, const dl_tensor *w,
                     int64_t *N, int64_t *C, int64_t *S) {
-  if (nn_check_float(op, "input", x, -1)) return -1;
+  if (cn_check_float(op, "input", x, -1)) return -1;
   if (x->ndim < 2)
     return dl_err(EM_NN_NDIM, op, "an input of 2 or more dims [N, C, ...]",
                   "an input", fmt_tshape(x));
@@ -403,6 +411,12 @@ DL_API int dl_batch_norm(const dl_tensor *x, const dl_tensor *w,
     return dl_err(EM_NULLARG, op, "running_mean/running_var (needed in eval mode)");
   int64_t count = N * S;
   if (training && count == 1) return dl_err(EM_BN_ONE_VALUE, op, fmt_tshape(x));
+  const dl_tensor *ts[5] = {x, w, b, running_mean, running_var};
+  int dev = op_device(op, 5, ts);
+  if (dev < -1) return -1;
+  if (dev >= 0)
+    return cuda_batch_norm(op, x, w, b, running_mean, running_var, training, momentum, eps, N,
+                           C, S, out, save_mean, save_invstd);
   int kd = nn_kdtype(x->dtype), f64 = kd == DL_FLOAT64, rc = -1;
   int64_t n6 = 6 * C > 0 ? 6 * C : 1;
   dl_tensor *buf = tensor_new(DL_FLOAT64, &n6, 1), *cx = NULL, *o = NULL,
@@ -489,7 +503,7 @@ DL_API int dl_batch_norm_backward(const dl_tensor *grad_out,
     return dl_err(EM_NULLARG, op, "for a needed gradient");
   int64_t N = 0, C = 0, S = 0;
   if (bn_setup(op, x, w, &N, &C, &S) ||
-      nn_check_float(op, "grad_out", grad_out, x->dtype))
+      cn_check_float(op, "grad_out", grad_out, x->dtype))
     return -1;
   if (!save_mean || !save_invstd)
     return dl_err(EM_NULLARG, op, "save_mean/save_invstd");
@@ -498,6 +512,11 @@ DL_API int dl_batch_norm_backward(const dl_tensor *grad_out,
     return -1;
   if (!nn_same_shape(grad_out, x->shape, x->ndim))
     return dl_err(EM_NN_SHAPE, op, "grad_out", fmt_tshape(grad_out), fmt_tshape(x));
+  int dev = cn_device(op, x, grad_out, w, save_mean, save_invstd);
+  if (dev < -1) return -1;
+  if (dev >= 0)
+    return cuda_batch_norm_backward(op, grad_out, x, w, save_mean, save_invstd, training, need_x,
+                                    need_w, need_b, N, C, S, grad_x, grad_w, grad_b);
   int kd = nn_kdtype(x->dtype), f64 = kd == DL_FLOAT64, rc = -1;
   int64_t n8 = 8 * C > 0 ? 8 * C : 1, count = N * S;
   dl_tensor *buf = tensor_new(DL_FLOAT64, &n8, 1), *cx = NULL, *cg = NULL,

@@ -7,12 +7,18 @@
 #include <math.h>
 
 #include "autograd.h"
+#include "cuda_nn.h"
 #include "simd.h"
 
 /* Every state tensor must be a contiguous float tensor of p's shape. */
 static int check_state(const char *op, const dl_tensor *p, const dl_tensor *t,
                        const char *what) {
-  if (check_cpu(op, t)) return -1;
+  if (check_tensor_any(op, t)) return -1;
+  const dl_tensor *pt[2] = {p, t};
+  if (op_device(op, 2, pt) < -1) return -1;
+  if (t->storage->device != p->storage->device)  /* a CPU 0-dim state is no use either */
+    return dl_err(EM_OPT_STATE, op, what, fmt_dtype(t->dtype), fmt_tshape(t),
+                  fmt_dtype(p->dtype), fmt_tshape(p));
   if (t->dtype != p->dtype)
     return dl_err(EM_OPT_STATE, op, what, fmt_dtype(t->dtype), fmt_tshape(t),
                   fmt_dtype(p->dtype), fmt_tshape(p));
@@ -28,7 +34,7 @@ static int check_state(const char *op, const dl_tensor *p, const dl_tensor *t,
 }
 
 static int check_param(const char *op, const dl_tensor *p) {
-  if (check_cpu(op, p)) return -1;
+  if (check_tensor_any(op, p)) return -1;
   if (p->dtype != DL_FLOAT32 && p->dtype != DL_FLOAT64)
     return dl_err(EM_DTYPE_UNSUP, op, fmt_dtype(p->dtype));
   if (!dl_tensor_is_contiguous(p)) return dl_err(EM_OPT_CONTIG, op, fmt_tshape(p));
@@ -73,6 +79,9 @@ DL_API int dl_sgd_step(dl_tensor *p, const dl_tensor *grad, dl_tensor *buf,
     return -1;
   tensor_bump_version(p);
   if (buf) tensor_bump_version(buf);
+  if (p->storage->device >= 0)
+    return cuda_sgd(op, p, grad, buf, lr, momentum, dampening, weight_decay, nesterov, first,
+                    maximize);
   sgd_ctx c = {tensor_first(p), tensor_first(grad), buf ? tensor_first(buf) : NULL,
                lr, momentum, dampening, weight_decay, nesterov, first, maximize};
   parallel_for(dl_tensor_numel(p), PAR_GRAIN, p->dtype == DL_FLOAT32 ? sgd_f32 : sgd_f64, &c);
@@ -141,6 +150,10 @@ DL_API int dl_adam_step(dl_tensor *p, const dl_tensor *grad, dl_tensor *exp_avg,
   dl_tensor *bump[4] = {p, exp_avg, exp_avg_sq, max_exp_avg_sq};
   for (int i = 0; i < 4; i++)
     if (bump[i]) tensor_bump_version(bump[i]);
+  if (p->storage->device >= 0)
+    return cuda_adam(op, p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+                     weight_decay, 1 - pow(beta1, (double)step),
+                     sqrt(1 - pow(beta2, (double)step)), decoupled, maximize);
   adam_ctx c = {tensor_first(p), tensor_first(grad), tensor_first(exp_avg),
                 tensor_first(exp_avg_sq), max_exp_avg_sq ? tensor_first(max_exp_avg_sq) : NULL,
                 lr, beta1, beta2, eps, weight_decay,

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "autograd.h"
+#include "cuda_nn.h"
 
 /* PyTorch's default seed, so a fresh process starts from a known state. */
 #define DEFAULT_SEED UINT64_C(67280421310721)
@@ -120,8 +121,8 @@ static void gen_range(void *p, int64_t begin, int64_t end) {
 }
 
 /* Fills contiguous t (float32/float64/int64) and advances the offset (of
-** the global generator, unless g has a stream of its own). */
-static void generate(gen_ctx *g, dl_tensor *t) {
+** the global generator, unless g has a stream of its own); on t's device. */
+static int generate(gen_ctx *g, dl_tensor *t) {
   int64_t n = dl_tensor_numel(t);
   g->dtype = t->dtype;
   g->out = tensor_first(t);
@@ -131,14 +132,18 @@ static void generate(gen_ctx *g, dl_tensor *t) {
     g->seed = atomic_load(&rng_seed);
     g->base = atomic_fetch_add(&rng_offset, blocks);
   }
+  if (t->storage->device >= 0)
+    return cuda_philox_fill("random", t, (int)g->kind, g->seed, g->base, g->a, g->b, g->low,
+                            g->range);
   /* chunks are whole blocks apart, so no block is split across threads */
   parallel_for(n, PAR_GRAIN, gen_range, g);
+  return 0;
 }
 
 /* Generates into a contiguous tensor of the generator's dtype, then copies
 ** into t (any layout, any float dtype). */
 static int fill_dist(const char *op, dl_tensor *t, gen_ctx *g) {
-  if (check_cpu(op, t) || ag_check_inplace(op, t)) return -1;
+  if (check_tensor_any(op, t) || ag_check_inplace(op, t)) return -1;
   int gd;
   if (g->kind == D_INT) {
     gd = DL_INT64;
@@ -147,14 +152,11 @@ static int fill_dist(const char *op, dl_tensor *t, gen_ctx *g) {
       return dl_err(EM_DTYPE_NEED_FLOAT, op, fmt_dtype(t->dtype));
     gd = t->dtype == DL_FLOAT64 ? DL_FLOAT64 : DL_FLOAT32;
   }
-  if (t->dtype == gd && dl_tensor_is_contiguous(t)) {
-    generate(g, t);
-    return 0;
-  }
-  dl_tensor *tmp = tensor_new(gd, t->shape, t->ndim);
+  if (t->dtype == gd && dl_tensor_is_contiguous(t)) return generate(g, t);
+  dl_tensor *tmp = tensor_new_on(t->storage->device, gd, t->shape, t->ndim);
   if (!tmp) return -1;
-  generate(g, tmp);
-  int rc = dl_copy_(t, tmp);
+  int rc = generate(g, tmp);
+  if (!rc) rc = dl_copy_(t, tmp);
   dl_tensor_release(tmp);
   return rc;
 }
