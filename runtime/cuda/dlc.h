@@ -196,10 +196,11 @@ typedef int (*dlc_reduce_fn)(int device, const dlc_reduce *r, void *ws);
 ** but the half types) and int64 indices, both contiguous. */
 typedef int (*dlc_argreduce_fn)(int device, int max, const dlc_reduce *r, void *values,
                                 int64_t *indices);
-/* Along N of a contiguous [O, N, I] tensor, y the same: op 0 cumsum,
+/* Along N of a contiguous [O, N, In] tensor, y the same: op 0 cumsum,
 ** 1 cumprod (dtype float32, float64, int64), 2 softmax, 3 log_softmax
-** (float32, float64). */
-typedef int (*dlc_dimop_fn)(int device, int op, int dtype, int64_t O, int64_t N, int64_t I,
+** (float32, float64).  (In, not I: complex.h, which cblas.h includes
+** beside this header in linalg.c, defines I.) */
+typedef int (*dlc_dimop_fn)(int device, int op, int dtype, int64_t O, int64_t N, int64_t In,
                             const void *x, void *y);
 /* Stable sort (sort.cu) of r's M slices along its one reduced dim (any
 ** dtype; desc: descending, NaN first), the first k of each into values
