@@ -100,6 +100,10 @@ DL_HIDDEN dl_pg *nccl_pg_new(dl_store *store, int rank, int world, int device, d
   static int groups;  /* every rank makes its groups in the same order */
   char prefix[64];
   if (world > 1 && !store) return dl_errp(EM_PG_BACKEND, "dl_pg_new", "a store is needed for world > 1");
+  if (strstr(dl_cuda_status(), "emulated"))
+    return dl_errp(EM_PG_BACKEND, "dl_pg_new(nccl)",
+                   "the CUDA emulator (DDPLUA_CUDA_EMU) has no NCCL; use the cpu backend, "
+                   "which stages CUDA tensors through host memory");
   snprintf(prefix, sizeof prefix, "ddp/nccl/%d", groups++);
   npg *g = calloc(1, sizeof *g);
   if (!g) return dl_errp(EM_PG_OS, "nccl", "calloc", "out of memory");

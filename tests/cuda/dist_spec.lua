@@ -87,10 +87,12 @@ same("cpu", c:double():tolist(), { 2, 2 })
 ddp.barrier()
 print("ok", ddp.backend())
 ]]
-    local out, err, rc = run("--nproc 2 " .. q(s), env(), 120)
-    expect_ok(out, err, rc, "collectives")
-    assert.truthy(out:find("[0] ok", 1, true))
-    assert.truthy(out:find("[1] ok", 1, true))
+    for _, backend in ipairs { "auto", "gloo" } do  -- shared memory (or NCCL), then TCP
+      local out, err, rc = run("--nproc 2 " .. q(s), env() .. " DDP_BACKEND=" .. backend, 120)
+      expect_ok(out, err, rc, "collectives (" .. backend .. ")")
+      assert.truthy(out:find("[0] ok", 1, true))
+      assert.truthy(out:find("[1] ok", 1, true))
+    end
   end)
 end)
 
@@ -141,6 +143,23 @@ end
 local st = dm:stats()
 print("ok", st.buckets, st.syncs)
 ]]
+
+describe_cuda("the nccl backend", function()
+  it("is chosen only with a real GPU per rank, and says why it cannot start", function()
+    local s = script [[
+ddp.init()
+print("auto", ddp.backend())
+]]
+    local out, err, rc = run("--nproc 2 " .. q(s), env(), 60)
+    expect_ok(out, err, rc, "auto")
+    if H.emulated then
+      assert.truthy(out:find("[0] auto\tshm", 1, true), out)
+      out, err, rc = run("--nproc 2 " .. q(s), env() .. " DDP_BACKEND=nccl", 60)
+      assert.is_true(rc ~= 0)
+      assert.truthy(err:find("emulator (DDPLUA_CUDA_EMU) has no NCCL", 1, true), err)
+    end
+  end)
+end)
 
 describe_cuda("ddp.DDP on CUDA parameters", function()
   after_each(jobs.no_strays)
