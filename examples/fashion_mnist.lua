@@ -62,8 +62,11 @@ end
 
 -- -- Data, model, optimizer ------------------------------------------------------
 
-ddp.init()  -- a world of one without the launcher
 local device = args.device == "auto" and ddp.device() or args.device
+-- a world of one without the launcher; NCCL where each rank has a GPU,
+-- unless the model stays on the CPU (then the CPU transports, unless
+-- DDP_BACKEND says otherwise)
+ddp.init((device == "cpu" and (os.getenv("DDP_BACKEND") or "") == "") and { backend = "cpu" } or nil)
 ddp.manual_seed(args.seed)
 local train = data.fashion_mnist("train")
 if args.limit > 0 then
