@@ -10,7 +10,9 @@
 ** group's timeout and aborts the communicator on a timeout or a dead peer,
 ** so a hung job ends with an error instead of waiting forever.  The
 ** asynchronous all-reduce (the DDP reducer's) runs on pg.c's thread, so
-** backward still overlaps the communication.
+** backward still overlaps the communication; the calls queued there
+** together (buckets that became ready at once, the last ones at the end
+** of backward) go as one NCCL group with one wait.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,9 +93,22 @@ static void n_free(void *impl) {
   free(g);
 }
 
+/* The reducer's buckets queued together: one NCCL group, one wait. */
+static int n_all_reduce_many(void *impl, dl_tensor *const *ts, const int *ops, int n) {
+  npg *g = impl;
+  int rc = nccl_group_start(g->c);
+  if (rc) return rc;
+  for (int i = 0; !rc && i < n; i++)
+    rc = nccl_all_reduce(g->c, ptr_of(ts[i]), ptr_of(ts[i]), dl_tensor_numel(ts[i]), ts[i]->dtype,
+                         ops[i], NULL);
+  /* the started group is ended also after an error inside it */
+  int rc2 = nccl_group_end(g->c);
+  return done(g, rc ? rc : rc2);
+}
+
 static const pg_ops nccl_pg_ops = {
   "nccl", n_all_reduce, n_broadcast, n_all_gather, n_reduce_scatter,
-  n_send, n_recv, n_barrier, n_set_timeout, n_free,
+  n_send, n_recv, n_barrier, n_set_timeout, n_free, n_all_reduce_many,
 };
 
 DL_HIDDEN dl_pg *nccl_pg_new(dl_store *store, int rank, int world, int device, double timeout_s) {

@@ -136,32 +136,55 @@ static void work_release(dl_work *w) {
   free(w);
 }
 
-static void run_work(dl_work *w) {
-  dl_pg *pg = w->pg;
-  pg->ops->set_timeout(pg->impl, w->timeout);
-  int rc = pg->ops->all_reduce(pg->impl, w->t, w->op);
+enum { PG_BATCH = 64 };  /* queued all-reduces a grouping backend takes at once */
+
+static void finish_work(dl_work *w, int rc) {
   if (rc == 0 && w->orig) rc = dl_copy_(w->orig, w->t);
   w->rc = rc;
   if (rc) snprintf(w->err, sizeof w->err, "%s", dl_last_error());
 }
 
+/* Runs ws[0..n): one grouped call where the backend has one (all under the
+** first call's timeout), else one by one. */
+static void run_works(dl_work **ws, int n) {
+  dl_pg *pg = ws[0]->pg;
+  if (n > 1 && pg->ops->all_reduce_many) {
+    dl_tensor *ts[PG_BATCH];
+    int ops[PG_BATCH];
+    for (int i = 0; i < n; i++) ts[i] = ws[i]->t, ops[i] = ws[i]->op;
+    pg->ops->set_timeout(pg->impl, ws[0]->timeout);
+    int rc = pg->ops->all_reduce_many(pg->impl, ts, ops, n);
+    for (int i = 0; i < n; i++) finish_work(ws[i], rc);
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    pg->ops->set_timeout(pg->impl, ws[i]->timeout);
+    finish_work(ws[i], pg->ops->all_reduce(pg->impl, ws[i]->t, ws[i]->op));
+  }
+}
+
 static void *worker(void *arg) {
   pg_queue *q = arg;
+  dl_work *ws[PG_BATCH];
   pthread_mutex_lock(&q->mu);
   for (;;) {
     while (!q->head && !q->stop) pthread_cond_wait(&q->work, &q->mu);
     if (!q->head) break;
-    dl_work *w = q->head;
-    q->head = w->next;
+    /* everything queued (a grouping backend), else the first */
+    int n = 0, max = q->head->pg->ops->all_reduce_many ? PG_BATCH : 1;
+    while (q->head && n < max) {
+      ws[n++] = q->head;
+      q->head = q->head->next;
+    }
     if (!q->head) q->tail = NULL;
     q->busy = 1;
     pthread_mutex_unlock(&q->mu);
-    run_work(w);
+    run_works(ws, n);
     pthread_mutex_lock(&q->mu);
-    atomic_store(&w->done, 1);
+    for (int i = 0; i < n; i++) atomic_store(&ws[i]->done, 1);
     q->busy = 0;
     pthread_cond_broadcast(&q->idle);
-    work_release(w);
+    for (int i = 0; i < n; i++) work_release(ws[i]);
   }
   pthread_mutex_unlock(&q->mu);
   return NULL;

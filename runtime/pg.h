@@ -26,6 +26,9 @@ typedef struct pg_ops {
   int (*barrier)(void *impl);
   void (*set_timeout)(void *impl, double seconds);
   void (*free)(void *impl);
+  /* Optional (NULL: all_reduce one by one): n all-reduces at once, as one
+  ** group (NCCL), for the asynchronous calls queued together. */
+  int (*all_reduce_many)(void *impl, dl_tensor *const *ts, const int *ops, int n);
 } pg_ops;
 
 typedef struct pg_queue pg_queue;
