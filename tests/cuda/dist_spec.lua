@@ -235,6 +235,7 @@ end
 local ok, err = pcall(ddp.DDP, M())
 assert(not ok)
 print("err1", err)
+if ddp.cuda.device_count() < 2 then print("one device") return end
 local M2 = nn.Module:extend("M2")
 function M2:init()
   self.a = ddp.randn(3):to("cuda:0"):requires_grad_()
@@ -247,7 +248,9 @@ print("err2", err)
     local out, err, rc = run(q(s), env(2), 60)
     expect_ok(out, err, rc, "devices")
     assert.truthy(out:find("err1.-are on different devices"), out)
-    assert.truthy(out:find("err2.-cuda:0.-cuda:1.-different devices"), out)
+    if not out:find("one device", 1, true) then
+      assert.truthy(out:find("err2.-cuda:0.-cuda:1.-different devices"), out)
+    end
   end)
 end)
 
