@@ -252,11 +252,16 @@ function M.init(opts)
   state = st
   seq = 0
   local n = C.dl_cuda_device_count()
-  if n > 0 then M._current_device = e.local_rank % n end
+  if n > 0 then core.current_cuda = e.local_rank % n end
 end
 
--- The current CUDA device index (ddp.init sets this rank's), default 0.
-function M.current_device() return M._current_device or 0 end
+-- The current CUDA device index: ddp.cuda.set_device's, else this rank's
+-- (ddp.init sets it), else 0.
+function M.current_device()
+  if core.current_cuda then return core.current_cuda end
+  local n = C.dl_cuda_device_count()
+  return n > 0 and env().local_rank % n or 0
+end
 
 function M.is_initialized() return state ~= nil end
 

@@ -398,11 +398,7 @@ function ddp.empty_cache() C.dl_empty_cache() end
 -- index or "cuda:N"; the default is this worker's GPU (LOCAL_RANK, as
 -- ddp.device() names it).
 local function cuda_index(op, d)
-  if d == nil then
-    local lr = tonumber(os.getenv("LOCAL_RANK") or "0") or 0
-    local n = C.dl_cuda_device_count()
-    return n > 0 and lr % n or 0
-  end
+  if d == nil then return require("ddp.dist").current_device() end
   if type(d) == "string" then
     local k = d:match("^cuda:(%d+)$") or (d == "cuda" and "0")
     if k then return tonumber(k) end
@@ -419,9 +415,8 @@ ddp.cuda = {
   device_count = function() return C.dl_cuda_device_count() end,
   -- The current device (ddp.init makes it this rank's, ddp.device()).
   current_device = function() return require("ddp.dist").current_device() end,
-  set_device = function(d)
-    require("ddp.dist")._current_device = cuda_index("cuda.set_device", d)
-  end,
+  -- "cuda" (no index) names it from then on.
+  set_device = function(d) core.current_cuda = cuda_index("cuda.set_device", d) end,
   status = function() return ffi.string(C.dl_cuda_status()) end,
   synchronize = function(d) check(C.dl_cuda_synchronize(cuda_index("cuda.synchronize", d))) end,
   empty_cache = function(d) check(C.dl_cuda_empty_cache(cuda_index("cuda.empty_cache", d))) end,
