@@ -113,6 +113,7 @@ end
 function M:forward(x) return ((x * self.w + self.b):relu() * self.c):tanh() end
 ddp.manual_seed(1 + r)
 local model = M():to(ddp.device())
+assert(ddp.device() == "cuda:" .. (r % ddp.cuda.device_count()), ddp.device())
 ddp.manual_seed(1)
 local ref = M()
 local HOOK = os.getenv("T_HOOK")
@@ -165,10 +166,13 @@ describe_cuda("ddp.DDP on CUDA parameters", function()
   after_each(jobs.no_strays)
 
   it("equals one process on the union of the batches (elementwise model)", function()
-    local out, err, rc = run("--nproc 2 " .. q(script(ELEMENTWISE_DDP)), env(), 120)
-    expect_ok(out, err, rc, "ddp")
-    assert.truthy(out:find("[0] ok", 1, true))
-    assert.truthy(out:find("[1] ok", 1, true))
+    -- both ranks on one device, then (emulated) one device each
+    for _, ndev in ipairs(H.emulated and { 1, 2 } or { 1 }) do
+      local out, err, rc = run("--nproc 2 " .. q(script(ELEMENTWISE_DDP)), env(ndev), 120)
+      expect_ok(out, err, rc, "ddp on " .. ndev .. " device(s)")
+      assert.truthy(out:find("[0] ok", 1, true))
+      assert.truthy(out:find("[1] ok", 1, true))
+    end
   end)
 
   it("equals one process on the union of the batches (Linear + ReLU + MSE)", function()
