@@ -35,6 +35,9 @@ base_lib() {
   case "$1" in
     linux-vdso*|ld-linux*|libc.so*|libm.so*|libdl.so*|libpthread.so*| \
     librt.so*|libgcc_s.so*|libstdc++.so*|libcuda.so*) return 0 ;;
+    # the CUDA toolkit's (hundreds of MiB: far over the bundle's limit);
+    # the GPU machine has the toolkit, and cuda_lib_dirs finds them there
+    libcublas*|libcudart*|libnccl*|libnvrtc*|libnvJitLink*) return 0 ;;
   esac
   return 1
 }
@@ -128,6 +131,28 @@ for name in ("torch", "nvidia"):
   done
   return 0
 }
+
+# The CUDA toolkit's libraries (libcublas.so.N for libddplua_cuda.so) on
+# the search path when the loader does not know them: /usr/local/cuda,
+# then the nvidia-* wheels beside PyTorch.
+cuda_lib_dirs() {
+  local d tp
+  ldconfig -p 2>/dev/null | grep -q 'libcublas\.so' && return 0
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && ls "$d"/libcublas.so* >/dev/null 2>&1 && echo "$d"
+  done
+  command -v python3 >/dev/null || return 0
+  tp=$(run_limited 30 python3 -c '
+import importlib.util as u, os, glob
+s = u.find_spec("nvidia")
+for loc in (s.submodule_search_locations or []) if s else []:
+    for d in glob.glob(os.path.join(loc, "*", "lib")):
+        print(d)
+' 2>/dev/null)
+  printf '%s\n' "$tp" | grep -v '^$'
+}
+for d in $(cuda_lib_dirs); do LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"; done
+export LD_LIBRARY_PATH
 
 section "host"
 echo "$(uname -srm), $(nproc 2>/dev/null || echo '?') cpus, checkout $ROOT"
