@@ -5,7 +5,10 @@
 #                                     build/test_device and build/test_nccl
 #                                     and copies into
 #                                     build/gpu-libs the shared libraries
-#                                     build/ needs beyond a bare system
+#                                     build/ needs beyond a bare system; then
+#                                     packs all a device run needs into
+#                                     build/gpu-bundle.tar.xz (~15 MiB: the
+#                                     one path to carry; unpacked by the run)
 #   bash tests/gpu/check.sh           runs the checks; prints a table last
 #
 # The checks: the C device tests, the CUDA op specs (tests/cuda/*_spec.lua,
@@ -75,6 +78,15 @@ stage() {
     cp "$fm"/t10k-images-idx3-ubyte.gz "$fm"/t10k-labels-idx1-ubyte.gz "$BUILD/gpu-data/"
     echo "stage: Fashion-MNIST test split in $BUILD/gpu-data"
   fi
+  # One compressed file (the libraries shrink about 8 times), as the
+  # bundle's size is limited; the checks below unpack it.
+  local files=()
+  for f in "$BUILD"/libddplua.so "$BUILD"/libddplua_cuda.so "$BUILD"/ddplua "$BUILD"/lua \
+           "$BUILD"/test_device "$BUILD"/test_nccl "$BUILD"/test_devalloc "$LIBS" "$BUILD/gpu-data"; do
+    [ -e "$f" ] && files+=("$f")
+  done
+  tar -cJf "$BUILD/gpu-bundle.tar.xz" "${files[@]}" || return 1
+  echo "stage: $(du -h "$BUILD/gpu-bundle.tar.xz" | cut -f1) in $BUILD/gpu-bundle.tar.xz (carry this one path)"
 }
 
 if [ "${1:-}" = "--stage" ]; then
@@ -83,6 +95,16 @@ if [ "${1:-}" = "--stage" ]; then
 fi
 
 # -- Checks ---------------------------------------------------------------------
+
+# A carried bundle (--stage) is unpacked over build/ first: with tar and
+# xz, else with Python's tarfile.
+if [ -f "$BUILD/gpu-bundle.tar.xz" ] && [ "$BUILD/gpu-bundle.tar.xz" -nt "$BUILD/.bundle-unpacked" ]; then
+  if command -v xz >/dev/null; then
+    tar -xJf "$BUILD/gpu-bundle.tar.xz"
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall()' "$BUILD/gpu-bundle.tar.xz"
+  fi && touch "$BUILD/.bundle-unpacked" && echo "unpacked $BUILD/gpu-bundle.tar.xz"
+fi
 
 ROWS=()
 NFAIL=0
