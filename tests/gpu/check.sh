@@ -334,6 +334,9 @@ else
   echo "$out"
   ep=$(printf '%s\n' "$out" | grep -E '^epoch 1 +loss' | tail -1)
   be=$(printf '%s\n' "$out" | grep -oE 'backend [a-z]+' | head -1)
+  # ddp.init's fallback when NCCL does not start (the line above names the
+  # backend chosen before the group was made)
+  printf '%s\n' "$out" | grep -q 'NCCL unavailable' && be="backend shm (NCCL unavailable)"
   if [ "$rc" -eq 0 ] && [ -n "$ep" ]; then
     row fashion_mnist PASS "${ep#epoch 1  }, ${be:-backend ?}, $(( $(date +%s) - t0 )) s"
   else
