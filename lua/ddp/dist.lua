@@ -273,8 +273,7 @@ function M._store() return state and state.store end
 function M.backend()
   if not state then return nil end
   if state.pg then return ffi.string(C.dl_pg_backend(state.pg)) end
-  local b = pick_backend(state, env())
-  return (b == "auto" or b == "cpu") and "shm" or b
+  return pick_backend(state, env()) == "nccl" and "nccl" or "shm"
 end
 
 -- ddp.shutdown(): leaves the process group; safe to repeat.  The store
