@@ -1,13 +1,13 @@
 # gpu_train.py: training step time on cuda:0 of the Fashion-MNIST MLP and
 # CNN, AdamW, batch 128 of synthetic data on the device, PyTorch eager;
 # twin of gpu_train.lua.
-#   python3 bench/gpu_train.py [STEPS] [none|bf16]
+#   python3 bench/gpu_train.py [STEPS] [none|bf16] [WARMUP]
 import sys
 import time
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 100
 amp = sys.argv[2] if len(sys.argv) > 2 else "none"
-B, WARMUP = 128, 10
+B, WARMUP = 128, int(sys.argv[3]) if len(sys.argv) > 3 else 10
 try:
     import torch
     import torch.nn as nn
