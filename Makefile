@@ -173,7 +173,8 @@ $(FUZZ_STORE): tests/fuzz/fuzz_store.c $(FUZZ_OBJ)
 
 # `make gpu-bundle`: what tests/gpu/check.sh needs on a bare GPU machine --
 # the build, the test programs and the shared libraries they link beyond a
-# basic system, copied into build/gpu-libs (found there by LD_LIBRARY_PATH).
+# basic system, copied into build/gpu-libs (found there by LD_LIBRARY_PATH),
+# packed into build/gpu-bundle.tar.xz, the one path to carry there.
 gpu-bundle: all
 	@bash tests/gpu/check.sh --stage
 

@@ -8,6 +8,12 @@
 --   ddplua --nproc 2 examples/fashion_mnist.lua      (make run)
 --   ddplua --nproc auto examples/fashion_mnist.lua   (one rank per GPU)
 --          [--batch-size 64 (per rank)] [--lr 1e-3] [--checkpoint PATH] [--resume]
+--          [--device auto|cpu|cuda:N] [--amp bf16]
+--
+-- Each rank trains on its own GPU (cuda:LOCAL_RANK) where CUDA is there,
+-- else on the CPU; --device cpu forces the CPU.  --amp bf16 runs the
+-- forward pass and the loss under ddp.autocast (matmuls in bfloat16, the
+-- loss in float32; parameters, gradients and AdamW stay float32).
 local ddp = require "ddp"
 local nn = require "ddp.nn"
 local optim = require "ddp.optim"
@@ -17,11 +23,17 @@ local F = nn.functional
 local args = ddp.argparse({
   model = "mlp", epochs = 3, batch_size = 64, lr = 0, weight_decay = 1e-2,
   checkpoint = "fashion_mnist.ckpt", resume = false, seed = 0, limit = 0,
+  device = "auto", amp = "none",
 }, arg, {
   program = "ddplua examples/fashion_mnist.lua",
   help = { model = "mlp or cnn", resume = "continue from --checkpoint", limit = "use only N training images (0: all)",
-           lr = "peak learning rate (0: 1e-3 for mlp, 2e-3 for cnn)" },
+           lr = "peak learning rate (0: 1e-3 for mlp, 2e-3 for cnn)",
+           device = "auto (this rank's GPU, else cpu), cpu or cuda:N", amp = "none or bf16" },
 })
+if args.amp ~= "none" and args.amp ~= "bf16" then
+  io.stderr:write("unknown --amp " .. args.amp .. " (expected none or bf16)\n")
+  os.exit(2)
+end
 if args.lr == 0 then args.lr = args.model == "cnn" and 2e-3 or 1e-3 end
 
 -- -- Models ----------------------------------------------------------------------
@@ -50,7 +62,11 @@ end
 
 -- -- Data, model, optimizer ------------------------------------------------------
 
-ddp.init()  -- a world of one without the launcher
+local device = args.device == "auto" and ddp.device() or args.device
+-- a world of one without the launcher; NCCL where each rank has a GPU,
+-- unless the model stays on the CPU (then the CPU transports, unless
+-- DDP_BACKEND says otherwise)
+ddp.init((device == "cpu" and (os.getenv("DDP_BACKEND") or "") == "") and { backend = "cpu" } or nil)
 ddp.manual_seed(args.seed)
 local train = data.fashion_mnist("train")
 if args.limit > 0 then
@@ -63,7 +79,7 @@ local sampler = data.DistributedSampler(train, { seed = args.seed })
 local loader = data.DataLoader(train, { batch_size = args.batch_size, sampler = sampler })
 local test_loader = data.DataLoader(test, { batch_size = 1000, sampler = data.DistributedSampler(test, { eval = true }) })
 
-local model = ddp.DDP(models[args.model]())  -- rank 0's weights everywhere
+local model = ddp.DDP(models[args.model]():to(device))  -- rank 0's weights everywhere
 local opt = optim.AdamW(model:parameters(), { lr = args.lr, weight_decay = args.weight_decay })
 -- a short linear warm-up, then cosine decay to zero by the last step
 local total_steps = args.epochs * #loader
@@ -77,8 +93,22 @@ if args.resume then
   loader:set_epoch(state.epoch)
   ddp.print(("resumed from %s after epoch %d"):format(args.checkpoint, state.epoch))
 end
-ddp.print(("%s: %d parameters, %d training images, %d rank(s) x batch %d, %d thread(s) each"):format(
-  args.model, model:num_parameters(), #train, ddp.world_size(), args.batch_size, ddp.get_num_threads()))
+if device == "cpu" then
+  ddp.print(("%s: %d parameters, %d training images, %d rank(s) x batch %d, %d thread(s) each"):format(
+    args.model, model:num_parameters(), #train, ddp.world_size(), args.batch_size, ddp.get_num_threads()))
+else
+  ddp.print(("%s: %d parameters, %d training images, %d rank(s) x batch %d on %s (rank 0), backend %s%s"):format(
+    args.model, model:num_parameters(), #train, ddp.world_size(), args.batch_size, device, ddp.backend(),
+    args.amp == "bf16" and ", bf16 autocast" or ""))
+end
+
+-- the loss of one batch, under autocast with --amp bf16
+local function batch_loss(x, y)
+  if args.amp == "bf16" then
+    return ddp.autocast("bf16", function() return F.cross_entropy(model(x), y) end)
+  end
+  return F.cross_entropy(model(x), y)
+end
 
 -- accuracy over the whole test set: each rank counts its share, then the sums
 local function evaluate()
@@ -86,6 +116,7 @@ local function evaluate()
   local correct, total = 0, 0
   ddp.no_grad(function()
     for _, x, y in test_loader:iter() do
+      x, y = x:to(device), y:to(device)
       correct = correct + model(x):argmax(1):eq(y):sum():item()
       total = total + y:size(0)
     end
@@ -101,8 +132,9 @@ for epoch = start_epoch, args.epochs do
   local bar = ddp.progress(#sampler, { desc = ("epoch %d/%d"):format(epoch, args.epochs), unit = "samples" })
   local loss_sum, batches = 0, 0
   for _, x, y in loader:iter() do
+    x, y = x:to(device), y:to(device)
     opt:zero_grad()
-    local loss = F.cross_entropy(model(x), y)
+    local loss = batch_loss(x, y)
     loss:backward()  -- gradients averaged over the ranks while backward runs
     opt:step()
     sched:step()

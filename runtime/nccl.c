@@ -132,7 +132,7 @@ static int get_id(dl_store *store, const char *key, int rank, double timeout,
   if (rank == 0) {
     int rc = dlc.get_id(id, ID_BYTES, err, sizeof err);
     if (rc) return pass(rc, op, device, err);
-    return dl_store_set(store, key, id, ID_BYTES);
+    return store ? dl_store_set(store, key, id, ID_BYTES) : 0;  /* no store: a world of one */
   }
   int64_t len = 0;
   char *v = dl_store_get(store, key, timeout, &len);
@@ -157,12 +157,12 @@ DLN_API nccl_comm *nccl_new(dl_store *store, const char *prefix, int rank,
                             int world, int device, double timeout_s) {
   const char *op = "nccl";
   char key[512], id[ID_BYTES], err[512] = "";
-  if (!store) return dl_errp(EM_NULLARG, op, "store");
+  if (!store && world > 1) return dl_errp(EM_NULLARG, op, "store");
   if (!prefix) return dl_errp(EM_NULLARG, op, "prefix");
   if (world < 1 || rank < 0 || rank >= world)
     return dl_errp(EM_PG_BACKEND, op, "rank must be in 0..world-1, world >= 1");
   if (device < 0) return dl_errp(EM_PG_BACKEND, op, "device must be >= 0");
-  double timeout = timeout_s > 0 ? timeout_s : dl_store_timeout(store);
+  double timeout = timeout_s > 0 ? timeout_s : store ? dl_store_timeout(store) : 600;
   snprintf(key, sizeof key, "%s/nccl_id", prefix);
 
   /* Each rank checks CUDA and NCCL itself (a rank that lacks them must
@@ -176,7 +176,7 @@ DLN_API nccl_comm *nccl_new(dl_store *store, const char *prefix, int rank,
   }
   if (rc == 0) rc = get_id(store, key, rank, timeout, device, id);
   if (rc != 0) {
-    if (rank == 0) publish_failure(store, key);
+    if (rank == 0 && store) publish_failure(store, key);
     return NULL;
   }
 

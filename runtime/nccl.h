@@ -36,7 +36,8 @@ typedef struct nccl_comm nccl_comm;
 ** cuda:device.  timeout_s (<= 0: the store's) bounds the fetch and every
 ** later nccl_wait.  NULL with DL_EDEVICE ("nccl: CUDA is not available:
 ** no CUDA driver (libcuda.so.1 not found)", or naming libnccl.so.2) when
-** CUDA or NCCL is missing, DL_ESTATE when the id does not come in time. */
+** CUDA or NCCL is missing, DL_ESTATE when the id does not come in time.
+** store may be NULL for a world of one. */
 DLN_API nccl_comm *nccl_new(dl_store *store, const char *prefix, int rank,
                             int world, int device, double timeout_s);
 /* Destroys the communicator (aborts it when work is still running). */

@@ -5,19 +5,27 @@
 ** Asynchronous calls run in call order on one thread per group, so every
 ** rank issues them to the backend in the same order; a blocking call first
 ** waits for the queue to empty, then runs on the caller's thread (no thread
-** hop on the latency path).  The backends see contiguous CPU tensors only.
+** hop on the latency path).
+**
+** Devices: a backend takes contiguous tensors on one device, pg->device
+** (-1: host memory, for shm / gloo / hier; cuda:k for nccl).  A tensor
+** elsewhere is staged: copied to that device, the collective run there,
+** the result copied back -- as PyTorch's gloo does for CUDA tensors.  So
+** CUDA tensors work on every backend, and CPU tensors on an nccl group
+** too (metrics, the reducer's small bookkeeping tensors).
 */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "pg.h"
 
 struct dl_work {
   dl_work *next;
   dl_pg *pg;
-  dl_tensor *t, *orig;   /* orig: the caller's non-contiguous tensor, or NULL */
+  dl_tensor *t, *orig;   /* orig: the caller's tensor when t is a staged copy, or NULL */
   int op, rc;
   double timeout;
   _Atomic int done, refs;
@@ -44,6 +52,7 @@ DL_HIDDEN dl_pg *pg_wrap(const pg_ops *ops, void *impl, int rank, int world, dou
   pg->rank = rank;
   pg->world = world;
   pg->timeout = timeout > 0 ? timeout : 600;
+  pg->device = -1;
   return pg;
 }
 
@@ -81,9 +90,13 @@ DL_API dl_pg *dl_pg_new(dl_store *store, int rank, int world, int local_world,
   if (!strcmp(backend, "hier"))
     return pg_wrap(&hier_ops, hier_new(store, rank, world, local_world, job_id, timeout_s),
                    rank, world, timeout_s);
-  if (!strcmp(backend, "nccl"))
-    return dl_errp(EM_PG_BACKEND, op, "the nccl backend needs CUDA tensors, which this build does not have yet");
-  return dl_errp(EM_PG_BACKEND, op, "unknown backend (expected auto, cpu, shm, gloo or hier)");
+  if (!strcmp(backend, "nccl")) {
+    /* the launcher numbers ranks node by node: local rank = rank % local_world */
+    int n = dl_cuda_device_count();
+    if (n <= 0) return dl_errp(EM_CUDA_UNAVAIL, "dl_pg_new(nccl)", dl_cuda_status());
+    return nccl_pg_new(store, rank, world, (rank % local_world) % n, timeout_s);
+  }
+  return dl_errp(EM_PG_BACKEND, op, "unknown backend (expected auto, cpu, shm, gloo, hier or nccl)");
 }
 
 DL_API int dl_pg_rank(const dl_pg *pg) { return pg->rank; }
@@ -123,32 +136,55 @@ static void work_release(dl_work *w) {
   free(w);
 }
 
-static void run_work(dl_work *w) {
-  dl_pg *pg = w->pg;
-  pg->ops->set_timeout(pg->impl, w->timeout);
-  int rc = pg->ops->all_reduce(pg->impl, w->t, w->op);
+enum { PG_BATCH = 64 };  /* queued all-reduces a grouping backend takes at once */
+
+static void finish_work(dl_work *w, int rc) {
   if (rc == 0 && w->orig) rc = dl_copy_(w->orig, w->t);
   w->rc = rc;
   if (rc) snprintf(w->err, sizeof w->err, "%s", dl_last_error());
 }
 
+/* Runs ws[0..n): one grouped call where the backend has one (all under the
+** first call's timeout), else one by one. */
+static void run_works(dl_work **ws, int n) {
+  dl_pg *pg = ws[0]->pg;
+  if (n > 1 && pg->ops->all_reduce_many) {
+    dl_tensor *ts[PG_BATCH];
+    int ops[PG_BATCH];
+    for (int i = 0; i < n; i++) ts[i] = ws[i]->t, ops[i] = ws[i]->op;
+    pg->ops->set_timeout(pg->impl, ws[0]->timeout);
+    int rc = pg->ops->all_reduce_many(pg->impl, ts, ops, n);
+    for (int i = 0; i < n; i++) finish_work(ws[i], rc);
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    pg->ops->set_timeout(pg->impl, ws[i]->timeout);
+    finish_work(ws[i], pg->ops->all_reduce(pg->impl, ws[i]->t, ws[i]->op));
+  }
+}
+
 static void *worker(void *arg) {
   pg_queue *q = arg;
+  dl_work *ws[PG_BATCH];
   pthread_mutex_lock(&q->mu);
   for (;;) {
     while (!q->head && !q->stop) pthread_cond_wait(&q->work, &q->mu);
     if (!q->head) break;
-    dl_work *w = q->head;
-    q->head = w->next;
+    /* everything queued (a grouping backend), else the first */
+    int n = 0, max = q->head->pg->ops->all_reduce_many ? PG_BATCH : 1;
+    while (q->head && n < max) {
+      ws[n++] = q->head;
+      q->head = q->head->next;
+    }
     if (!q->head) q->tail = NULL;
     q->busy = 1;
     pthread_mutex_unlock(&q->mu);
-    run_work(w);
+    run_works(ws, n);
     pthread_mutex_lock(&q->mu);
-    atomic_store(&w->done, 1);
+    for (int i = 0; i < n; i++) atomic_store(&ws[i]->done, 1);
     q->busy = 0;
     pthread_cond_broadcast(&q->idle);
-    work_release(w);
+    for (int i = 0; i < n; i++) work_release(ws[i]);
   }
   pthread_mutex_unlock(&q->mu);
   return NULL;
@@ -211,21 +247,35 @@ static int check_peer(dl_pg *pg, const char *name, const char *what, int r) {
   return 0;
 }
 
+/* The tensor the backend works on for t: t itself when it is contiguous
+** on the backend's device, else a contiguous copy there (new ref). */
+static dl_tensor *backend_copy(dl_pg *pg, const dl_tensor *t) {
+  if (t->storage->device != pg->device) return dl_to_device(t, pg->device);
+  return dl_contiguous(t);
+}
+
+/* A backend's result r (new ref) on the device of the caller's t. */
+static dl_tensor *to_caller(dl_tensor *r, const dl_tensor *t) {
+  if (!r || r->storage->device == t->storage->device) return r;
+  dl_tensor *o = dl_to_device(r, t->storage->device);
+  dl_tensor_release(r);
+  return o;
+}
+
 /* Ready for a blocking call: the queue empty, the backend on our timeout. */
 static void settle(dl_pg *pg) {
   drain(pg);
   pg->ops->set_timeout(pg->impl, pg->timeout);
 }
 
-/* Runs an in-place call on t, through a contiguous copy when t is not
-** contiguous. */
+/* Runs an in-place call on t, through a copy when t is not contiguous or
+** not on the backend's device. */
 static int inplace(dl_pg *pg, dl_tensor *t, int arg, int (*fn)(void *, dl_tensor *, int)) {
   settle(pg);
-  if (dl_tensor_is_contiguous(t)) return fn(pg->impl, t, arg);
-  dl_tensor *c = dl_contiguous(t);
+  dl_tensor *c = backend_copy(pg, t);
   if (!c) return -1;
   int rc = fn(pg->impl, c, arg);
-  if (rc == 0) rc = dl_copy_(t, c);
+  if (rc == 0 && c != t) rc = dl_copy_(t, c);
   dl_tensor_release(c);
   return rc;
 }
@@ -233,21 +283,19 @@ static int inplace(dl_pg *pg, dl_tensor *t, int arg, int (*fn)(void *, dl_tensor
 /* -- Calls ------------------------------------------------------------------------ */
 
 DL_API int dl_pg_all_reduce(dl_pg *pg, dl_tensor *t, int op) {
-  if (check_cpu("all_reduce", t) || check_op("all_reduce", t, op)) return -1;
+  if (check_tensor_any("all_reduce", t) || check_op("all_reduce", t, op)) return -1;
   return inplace(pg, t, op, pg->ops->all_reduce);
 }
 
 DL_API dl_work *dl_pg_all_reduce_async(dl_pg *pg, dl_tensor *t, int op) {
-  if (check_cpu("all_reduce_async", t) || check_op("all_reduce_async", t, op)) return NULL;
+  if (check_tensor_any("all_reduce_async", t) || check_op("all_reduce_async", t, op)) return NULL;
   pg_queue *q = queue_of(pg);
   if (!q) return NULL;
   dl_work *w = calloc(1, sizeof *w);
   if (!w) return dl_errp(EM_PG_OS, "all_reduce_async", "calloc", "out of memory");
-  if (dl_tensor_is_contiguous(t)) {
-    dl_tensor_retain(t);
-    w->t = t;
-  } else {
-    if (!(w->t = dl_contiguous(t))) { free(w); return NULL; }
+  /* staged now, on the caller's thread: the copy sees t as it is at the call */
+  if (!(w->t = backend_copy(pg, t))) { free(w); return NULL; }
+  if (w->t != t) {
     dl_tensor_retain(t);
     w->orig = t;
   }
@@ -280,15 +328,15 @@ DL_API int dl_work_wait(dl_work *w) {
 DL_API void dl_work_free(dl_work *w) { work_release(w); }
 
 DL_API int dl_pg_broadcast(dl_pg *pg, dl_tensor *t, int src) {
-  if (check_cpu("broadcast", t)) return -1;
+  if (check_tensor_any("broadcast", t)) return -1;
   if (src < 0 || src >= pg->world) return dl_err(EM_PG_SRC, "broadcast", pg->world - 1, src);
   return inplace(pg, t, src, pg->ops->broadcast);
 }
 
 DL_API int dl_pg_send(dl_pg *pg, const dl_tensor *t, int dst) {
-  if (check_cpu("send", t) || check_peer(pg, "send", "dst", dst)) return -1;
+  if (check_tensor_any("send", t) || check_peer(pg, "send", "dst", dst)) return -1;
   settle(pg);
-  dl_tensor *c = dl_contiguous(t);
+  dl_tensor *c = backend_copy(pg, t);
   if (!c) return -1;
   int rc = pg->ops->send(pg->impl, c, dst);
   dl_tensor_release(c);
@@ -296,32 +344,32 @@ DL_API int dl_pg_send(dl_pg *pg, const dl_tensor *t, int dst) {
 }
 
 DL_API int dl_pg_recv(dl_pg *pg, dl_tensor *t, int src) {
-  if (check_cpu("recv", t) || check_peer(pg, "recv", "src", src)) return -1;
+  if (check_tensor_any("recv", t) || check_peer(pg, "recv", "src", src)) return -1;
   return inplace(pg, t, src, pg->ops->recv);
 }
 
 DL_API dl_tensor *dl_pg_all_gather(dl_pg *pg, const dl_tensor *t) {
-  if (check_cpu("all_gather", t)) return NULL;
+  if (check_tensor_any("all_gather", t)) return NULL;
   settle(pg);
   int64_t shape[DL_MAX_DIMS];
   int nd = t->ndim ? t->ndim : 1;
   if (t->ndim) memcpy(shape, t->shape, sizeof(int64_t) * t->ndim);
   else shape[0] = 1;
   shape[0] *= pg->world;
-  dl_tensor *c = dl_contiguous(t);
+  dl_tensor *c = backend_copy(pg, t);
   if (!c) return NULL;
-  dl_tensor *out = tensor_new(t->dtype, shape, nd);
+  dl_tensor *out = tensor_new_on(pg->device, t->dtype, shape, nd);
   if (!out || pg->ops->all_gather(pg->impl, out, c)) {
     dl_tensor_release(c);
     if (out) dl_tensor_release(out);
     return NULL;
   }
   dl_tensor_release(c);
-  return out;
+  return to_caller(out, t);
 }
 
 DL_API dl_tensor *dl_pg_reduce_scatter(dl_pg *pg, const dl_tensor *t, int op) {
-  if (check_cpu("reduce_scatter", t) || check_op("reduce_scatter", t, op)) return NULL;
+  if (check_tensor_any("reduce_scatter", t) || check_op("reduce_scatter", t, op)) return NULL;
   if (t->ndim == 0) return dl_errp(EM_PG_SCALAR, "reduce_scatter");
   if (t->shape[0] % pg->world)
     return dl_errp(EM_PG_DIVIDE, "reduce_scatter", fmt_tshape(t), pg->world);
@@ -329,16 +377,16 @@ DL_API dl_tensor *dl_pg_reduce_scatter(dl_pg *pg, const dl_tensor *t, int op) {
   int64_t shape[DL_MAX_DIMS];
   memcpy(shape, t->shape, sizeof(int64_t) * t->ndim);
   shape[0] /= pg->world;
-  dl_tensor *c = dl_contiguous(t);
+  dl_tensor *c = backend_copy(pg, t);
   if (!c) return NULL;
-  dl_tensor *out = tensor_new(t->dtype, shape, t->ndim);
+  dl_tensor *out = tensor_new_on(pg->device, t->dtype, shape, t->ndim);
   if (!out || pg->ops->reduce_scatter(pg->impl, out, c, op)) {
     dl_tensor_release(c);
     if (out) dl_tensor_release(out);
     return NULL;
   }
   dl_tensor_release(c);
-  return out;
+  return to_caller(out, t);
 }
 
 DL_API dl_tensor *dl_pg_shared_zeros(dl_pg *pg, int64_t numel, int dtype) {

@@ -12,7 +12,8 @@
 
 typedef struct pg_ops {
   const char *name;
-  /* t: contiguous CPU tensor; op already checked against the dtype. */
+  /* t: contiguous, on the group's device (pg->device; -1: host memory);
+  ** op already checked against the dtype. */
   int (*all_reduce)(void *impl, dl_tensor *t, int op);
   int (*broadcast)(void *impl, dl_tensor *t, int src);
   /* out: contiguous, world * numel(t) elements of t's dtype. */
@@ -25,6 +26,9 @@ typedef struct pg_ops {
   int (*barrier)(void *impl);
   void (*set_timeout)(void *impl, double seconds);
   void (*free)(void *impl);
+  /* Optional (NULL: all_reduce one by one): n all-reduces at once, as one
+  ** group (NCCL), for the asynchronous calls queued together. */
+  int (*all_reduce_many)(void *impl, dl_tensor *const *ts, const int *ops, int n);
 } pg_ops;
 
 typedef struct pg_queue pg_queue;
@@ -34,6 +38,7 @@ struct dl_pg {
   void *impl;
   int rank, world;
   double timeout;
+  int device;    /* where the backend's tensors live: -1 host, k cuda:k (pg.c stages others) */
   pg_queue *q;   /* the asynchronous calls' thread, started on first use */
 };
 
@@ -57,6 +62,11 @@ extern DL_HIDDEN const pg_ops gloo_pg_ops;
 DL_HIDDEN void *hier_new(dl_store *store, int rank, int world, int local_world,
                          const char *job_id, double timeout_s);
 extern DL_HIDDEN const pg_ops hier_ops;
+
+/* cuda_dist.c: the NCCL backend, one communicator on cuda:device; its
+** calls block the host until done (bounded by the timeout, then the
+** communicator is aborted). */
+DL_HIDDEN dl_pg *nccl_pg_new(dl_store *store, int rank, int world, int device, double timeout_s);
 
 /* Call kinds, and "all_reduce(sum) #3 float32 x10" for error messages. */
 enum { PG_ALL_REDUCE, PG_BROADCAST, PG_ALL_GATHER, PG_BARRIER, PG_REDUCE_SCATTER };

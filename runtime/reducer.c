@@ -14,12 +14,17 @@
 ** rank used gets .grad = nil, as in one process.  After the first synced
 ** pass the buckets are rebuilt in the order rank 0's gradients became
 ** ready, which is the order they will be ready in from then on.
+**
+** CUDA parameters: the buckets live on the parameters' device (all of
+** them on one), so gradients never leave it; the process group runs the
+** all-reduce there (NCCL) or stages the bucket through host memory.
 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "device.h"
 #include "pg.h"
 
 typedef struct rparam {
@@ -42,6 +47,7 @@ typedef struct rbucket {
 
 struct dl_reducer {
   dl_pg *pg;
+  int device;          /* the parameters' (-1: cpu) */
   rparam *ps;
   int n;
   rbucket *bs;
@@ -127,8 +133,14 @@ static int build_buckets(dl_reducer *r, const int *order) {
     int64_t end = off[i] + r->ps[i].numel;
     if (end > tot[bucket_of[i]]) tot[bucket_of[i]] = end;
   }
-  for (int b = 0; !rc && b < nb; b++)
-    if (!(bs[b].flat = dl_pg_shared_zeros(r->pg, tot[b], bs[b].dtype))) rc = -1;
+  for (int b = 0; !rc && b < nb; b++) {
+    if (r->device < 0) {
+      if (!(bs[b].flat = dl_pg_shared_zeros(r->pg, tot[b], bs[b].dtype))) rc = -1;
+    } else if (!(bs[b].flat = tensor_new_on(r->device, bs[b].dtype, &tot[b], 1)) ||
+               dl_fill_(bs[b].flat, 0)) {
+      rc = -1;
+    }
+  }
   dl_tensor **views = rc ? NULL : calloc((size_t)r->n, sizeof *views);
   if (!rc && !views) rc = dl_err(EM_NOMEM, "ddp.DDP", 0LL, 0LL);
   for (int i = 0; !rc && i < r->n; i++) {
@@ -320,13 +332,21 @@ DL_API dl_reducer *dl_reducer_new(dl_pg *pg, dl_tensor *const *params, int n,
   if (comm < DL_COMM_NONE || comm > DL_COMM_CUSTOM)
     return dl_errp(EM_BADVALUE, op, "unknown gradient compression");
   for (int i = 0; i < n; i++) {
-    if (check_cpu(op, params[i])) return NULL;
+    if (check_tensor_any(op, params[i])) return NULL;
+    int d0 = params[0]->storage->device, d = params[i]->storage->device;
+    if (d != d0) {
+      char a[32], b[32];
+      snprintf(a, sizeof a, d < 0 ? "cpu" : "cuda:%d", d);
+      snprintf(b, sizeof b, d0 < 0 ? "cpu" : "cuda:%d", d0);
+      return dl_errp(EM_DDP_DEVICES, op, i + 1, a, b);
+    }
     if (!dl_is_leaf(params[i]) || !dl_requires_grad(params[i]))
       return dl_errp(EM_BADVALUE, op, "every parameter must be a leaf that requires grad");
   }
   dl_reducer *r = calloc(1, sizeof *r);
   if (!r) return dl_errp(EM_NOMEM, op, 0LL, 0LL);
   r->pg = pg;
+  r->device = params[0]->storage->device;
   r->n = n;
   r->cap = bucket_cap > 0 ? bucket_cap : 25 << 20;
   r->first_cap = first_cap > 0 ? first_cap : 1 << 20;

@@ -654,7 +654,8 @@ static void shm_free(void *impl) {
 
 DL_HIDDEN const pg_ops shm_ops = {
   "shm", shm_all_reduce, shm_broadcast, shm_all_gather, shm_reduce_scatter,
-  shm_send, shm_recv, shm_barrier, shm_set_timeout, shm_free
+  shm_send, shm_recv, shm_barrier, shm_set_timeout, shm_free,
+  NULL  /* all_reduce_many: one call at a time */
 };
 
 /* -- Creating the arena ------------------------------------------------------ */

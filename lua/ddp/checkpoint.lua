@@ -46,6 +46,9 @@ function M.save(tensors, path, metadata)
     if not core.is_tensor(v) then
       raise(("save: value of \"%s\" is a %s, expected a tensor"):format(k, core.describe(v)))
     end
+    -- the file holds host bytes: CUDA tensors are copied to the CPU first
+    -- (they load as CPU tensors; load_state_dict copies them to the device)
+    if v:device() ~= "cpu" then v = v:cpu() end
     names[#names + 1], list[#list + 1] = k, v
   end
   local keys, values = {}, {}

@@ -211,6 +211,9 @@ end
 -- A device name as an index: -1 for "cpu", N for "cuda:N"; "cuda" is this
 -- worker's GPU (LOCAL_RANK among the devices, as ddp.device() names it).
 -- A CUDA device that is not there is an error saying why.
+-- "cuda" is the current device: ddp.cuda.set_device's (ddp.init sets this
+-- rank's), else LOCAL_RANK among the devices.
+M.current_cuda = nil
 function M.device_arg(dev, op)
   if dev == nil or dev == "cpu" then return -1 end
   local k = type(dev) == "string" and (dev:match("^cuda:(%d+)$") or (dev == "cuda" and ""))
@@ -221,7 +224,7 @@ function M.device_arg(dev, op)
   if n <= 0 then
     raise(("%s: device %s: CUDA is not available: %s"):format(op, dev, ffi.string(C.dl_cuda_status())))
   end
-  if k == "" then return (tonumber(os.getenv("LOCAL_RANK") or "0") or 0) % n end
+  if k == "" then return M.current_cuda or (tonumber(os.getenv("LOCAL_RANK") or "0") or 0) % n end
   k = tonumber(k)
   if k >= n then raise(("%s: no CUDA device %d (%d device(s) found)"):format(op, k, n)) end
   return k

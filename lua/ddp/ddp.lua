@@ -147,16 +147,16 @@ function M.DDP(model, opts)
     if p[2].requires_grad then named[#named + 1] = p end
   end
   if #named == 0 then raise("ddp.DDP: the model has no parameter that requires grad") end
-  local want = "cuda:" .. dist.local_rank()
+  local want = dist.device()
   for _, p in ipairs(named) do
     local dev = p[2]:device()
+    if dev ~= named[1][2]:device() then
+      raise(("ddp.DDP: parameters %s (%s) and %s (%s) are on different devices; DDP needs the whole model on one device (model:to(ddp.device()))")
+            :format(named[1][1], named[1][2]:device(), p[1], dev))
+    end
     if dev ~= "cpu" and dev ~= want then
       raise(("ddp.DDP: parameter %s is on %s but this rank's device is %s; move the model with model:to(ddp.device())")
             :format(p[1], dev, want))
-    end
-    if dev ~= named[1][2]:device() then
-      raise(("ddp.DDP: parameters %s (%s) and %s (%s) are on different devices")
-            :format(named[1][1], named[1][2]:device(), p[1], dev))
     end
   end
   if dist.world_size() > 1 then

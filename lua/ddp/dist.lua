@@ -21,6 +21,7 @@ local concat, floor, huge = table.concat, math.floor, math.huge
 core.add_lib_file(debug.getinfo(1, "S").source)
 
 local M = {}
+local C, ffi = core.C, core.ffi
 
 -- -- The environment ----------------------------------------------------------
 
@@ -76,12 +77,23 @@ function M.local_world_size() return env().local_world_size end
 function M.node_rank() return env().node_rank end
 function M.is_main() return env().rank == 0 end
 
--- "cuda:<local_rank>" where CUDA is available, else "cpu".
+-- Real (not emulated) CUDA devices, for the choice of NCCL.
+local function real_cuda_devices()
+  local n = C.dl_cuda_device_count()
+  if n <= 0 then return 0 end
+  if ffi.string(C.dl_cuda_status()):find("emulat", 1, true) then return 0 end
+  return n
+end
+
+-- ddp.device() / ddp.local_device(): this rank's device, "cuda:<k>" with
+-- k = LOCAL_RANK mod the number of devices where CUDA is available (one
+-- rank per GPU, as torchrun), else "cpu".
 function M.device()
-  local ddp = require "ddp"
-  if ddp.cuda.is_available() then return "cuda:" .. env().local_rank end
+  local n = C.dl_cuda_device_count()
+  if n > 0 then return "cuda:" .. (env().local_rank % n) end
   return "cpu"
 end
+M.local_device = M.device
 
 -- ddp.print(...): as print, on rank 0 only.
 function M.print(...)
@@ -95,8 +107,6 @@ function M.log(...)
 end
 
 -- -- Init and shutdown ------------------------------------------------------
-
-local C, ffi = core.C, core.ffi
 
 local backends = { auto = true, cpu = true, shm = true, gloo = true, hier = true, nccl = true }
 local state = nil   -- {store=, timeout=, backend=, pg=} once initialized
@@ -149,6 +159,33 @@ end
 
 local sentinel  -- closes the store when the Lua state is closed
 
+-- "auto" means NCCL when this node has a real GPU for each of its ranks
+-- (the device of a rank: ddp.device()), which then becomes the current
+-- device; otherwise (or when NCCL cannot start: no libnccl.so.2) a CPU
+-- transport, which stages CUDA tensors through host memory.
+local function pick_backend(st, e)
+  if st.backend == "auto" and real_cuda_devices() >= e.local_world_size then return "nccl" end
+  return st.backend
+end
+
+local function new_group(st, store_h, e, timeout)
+  local b = pick_backend(st, e)
+  -- a world of one has no store: shared memory with itself, or NCCL
+  if store_h == nil and b ~= "nccl" then b = "auto" end
+  local pg = C.dl_pg_new(store_h, e.rank, e.world_size, e.local_world_size, b,
+                         os.getenv("DDP_JOB_ID"), timeout)
+  if pg == nil and b ~= st.backend then
+    -- every rank meets the same failure (rank 0 publishes its reason)
+    if e.rank == 0 then
+      io.stderr:write("ddp.init: NCCL unavailable (" .. core.last_error() .. "); using the CPU transport\n")
+    end
+    b = st.backend
+    pg = C.dl_pg_new(store_h, e.rank, e.world_size, e.local_world_size, b,
+                     os.getenv("DDP_JOB_ID"), timeout)
+  end
+  return pg
+end
+
 -- ddp.init([{backend=, timeout=}]): joins the process group.
 function M.init(opts)
   if opts ~= nil and type(opts) ~= "table" then
@@ -197,10 +234,9 @@ function M.init(opts)
       s:close()
       error(err, 0)
     end
-    -- Tensor collectives: shared memory within a node, Gloo across nodes
-    -- (pg.c picks the backend from the node layout unless one was given).
-    local pg = C.dl_pg_new(s.h, e.rank, e.world_size, e.local_world_size,
-                           st.backend, os.getenv("DDP_JOB_ID"), timeout)
+    -- Tensor collectives: NCCL with one rank per GPU, else shared memory
+    -- within a node and Gloo across (pg.c picks from the node layout).
+    local pg = new_group(st, s.h, e, timeout)
     if pg == nil then
       local msg = core.last_error()
       state = nil
@@ -215,6 +251,16 @@ function M.init(opts)
   end
   state = st
   seq = 0
+  local n = C.dl_cuda_device_count()
+  if n > 0 then core.current_cuda = e.local_rank % n end
+end
+
+-- The current CUDA device index: ddp.cuda.set_device's, else this rank's
+-- (ddp.init sets it), else 0.
+function M.current_device()
+  if core.current_cuda then return core.current_cuda end
+  local n = C.dl_cuda_device_count()
+  return n > 0 and env().local_rank % n or 0
 end
 
 function M.is_initialized() return state ~= nil end
@@ -222,12 +268,12 @@ function M.is_initialized() return state ~= nil end
 -- The store connection (nil before init or in a world of one).
 function M._store() return state and state.store end
 
--- The backend in use ("shm", "gloo" or "hier"; "shm" in a world of one),
--- nil before init.
+-- The backend in use ("shm", "gloo", "hier" or "nccl"; in a world of one
+-- the one its first collective will use), nil before init.
 function M.backend()
   if not state then return nil end
   if state.pg then return ffi.string(C.dl_pg_backend(state.pg)) end
-  return "shm"
+  return pick_backend(state, env()) == "nccl" and "nccl" or "shm"
 end
 
 -- ddp.shutdown(): leaves the process group; safe to repeat.  The store
@@ -470,7 +516,7 @@ end
 local function group(op)
   local st = need_init(op)
   if st.pg then return st.pg end
-  local pg = C.dl_pg_shm_new(nil, 0, 1, os.getenv("DDP_JOB_ID"), st.timeout)
+  local pg = new_group(st, nil, env(), st.timeout)
   if pg == nil then raise(op .. ": " .. core.last_error()) end
   st.pg = ffi.gc(pg, C.dl_pg_free)
   return st.pg

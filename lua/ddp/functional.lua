@@ -155,5 +155,12 @@ function F.mse_loss(input, target, opts)
              reduction(opts.reduction, "mse_loss"))
 end
 
+-- Autocast's op lists (ddp.autocast).
+do
+  local autocast = require "ddp.autocast"
+  autocast.install(F, autocast.functional_low, "low")
+  autocast.install(F, autocast.functional_f32, "f32")
+end
+
 local _ = ddp
 return F

@@ -398,11 +398,7 @@ function ddp.empty_cache() C.dl_empty_cache() end
 -- index or "cuda:N"; the default is this worker's GPU (LOCAL_RANK, as
 -- ddp.device() names it).
 local function cuda_index(op, d)
-  if d == nil then
-    local lr = tonumber(os.getenv("LOCAL_RANK") or "0") or 0
-    local n = C.dl_cuda_device_count()
-    return n > 0 and lr % n or 0
-  end
+  if d == nil then return require("ddp.dist").current_device() end
   if type(d) == "string" then
     local k = d:match("^cuda:(%d+)$") or (d == "cuda" and "0")
     if k then return tonumber(k) end
@@ -417,6 +413,10 @@ local mem_stat_names = { "allocated", "reserved", "peak_allocated", "peak_reserv
 ddp.cuda = {
   is_available = function() return C.dl_cuda_device_count() > 0 end,
   device_count = function() return C.dl_cuda_device_count() end,
+  -- The current device (ddp.init makes it this rank's, ddp.device()).
+  current_device = function() return require("ddp.dist").current_device() end,
+  -- "cuda" (no index) names it from then on.
+  set_device = function(d) core.current_cuda = cuda_index("cuda.set_device", d) end,
   status = function() return ffi.string(C.dl_cuda_status()) end,
   synchronize = function(d) check(C.dl_cuda_synchronize(cuda_index("cuda.synchronize", d))) end,
   empty_cache = function(d) check(C.dl_cuda_empty_cache(cuda_index("cuda.empty_cache", d))) end,
@@ -454,7 +454,7 @@ local _ = ops
 -- The process group (ddp.dist, which needs ddp.store, which needs ddp):
 -- ddp.init, ddp.rank, ddp.barrier, ... load it on their first call.
 for _, name in ipairs { "init", "shutdown", "is_initialized", "backend", "rank", "world_size",
-                        "local_rank", "local_world_size", "node_rank", "is_main",
+                        "local_rank", "local_world_size", "node_rank", "is_main", "local_device",
                         "print", "barrier", "broadcast_object", "all_gather_object",
                         "all_reduce", "broadcast", "all_gather", "reduce_scatter",
                         "send", "recv", "all_reduce_async" } do
@@ -464,6 +464,13 @@ for _, name in ipairs { "init", "shutdown", "is_initialized", "backend", "rank",
     return f(...)
   end
 end
+-- ddp.autocast(dtype, fn, ...): mixed precision (ddp.autocast).
+do
+  local autocast = require "ddp.autocast"
+  ddp.autocast = autocast.autocast
+  ddp.autocast_dtype = autocast.get_dtype
+end
+
 -- ddp.DDP(model[, opts]) (ddp.ddp): the data-parallel wrapper.
 function ddp.DDP(...)
   local f = require("ddp.ddp").DDP

@@ -371,6 +371,13 @@ mt.__len = function(a)
   return tonumber(C.dl_tensor_size(a, 0))
 end
 
+-- Autocast's op lists (ddp.autocast): before the aliases, so they share the wrappers.
+do
+  local autocast = require "ddp.autocast"
+  autocast.install(T, autocast.tensor_low, "low")
+  autocast.install(T, autocast.tensor_f32, "f32")
+end
+
 for alias, name in pairs(aliases) do
   T[alias] = T[name]
   if T[name .. "_"] then T[alias .. "_"] = T[name .. "_"] end

@@ -166,8 +166,11 @@ function Optimizer:load_state_dict(sd)
   for k, s in pairs(sd.state) do
     local idx = tonumber(k)
     local st = copy_value(s)
-    for field, v in pairs(st) do  -- state tensors follow the parameter's dtype and shape
-      if core.is_tensor(v) and field ~= "step" then st[field] = v:to(params[idx]:dtype()):view(params[idx]:shape()) end
+    for field, v in pairs(st) do  -- state tensors follow the parameter's dtype, shape and device
+      if core.is_tensor(v) and field ~= "step" then
+        local p = params[idx]
+        st[field] = v:to(p:dtype()):view(p:shape()):to(p:device())
+      end
     end
     self.state[idx] = st
   end

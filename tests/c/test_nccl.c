@@ -441,7 +441,8 @@ int main(void) {
   port = dl_store_port(srv);
 
   /* Arguments are checked before CUDA is looked for: safe in the parent. */
-  CHECK(nccl_new(NULL, "p", 0, 1, 0, 1) == NULL && dl_last_error_code() == DL_EINVAL);
+  /* (a world of one needs no store: the NCCL process group of `--nproc 1`) */
+  CHECK(nccl_new(NULL, "p", 0, 2, 0, 1) == NULL && dl_last_error_code() == DL_EINVAL);
   CHECK(nccl_new(srv, NULL, 0, 1, 0, 1) == NULL && dl_last_error_code() == DL_EINVAL);
   CHECK(nccl_new(srv, "p", 2, 2, 0, 1) == NULL && dl_last_error_code() == DL_EINVAL);
   CHECK(nccl_new(srv, "p", 0, 0, 0, 1) == NULL && dl_last_error_code() == DL_EINVAL);

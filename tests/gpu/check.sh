@@ -5,8 +5,17 @@
 #                                     build/test_device and build/test_nccl
 #                                     and copies into
 #                                     build/gpu-libs the shared libraries
-#                                     build/ needs beyond a bare system
+#                                     build/ needs beyond a bare system; then
+#                                     packs all a device run needs into
+#                                     build/gpu-bundle.tar.xz (~15 MiB: the
+#                                     one path to carry; unpacked by the run)
 #   bash tests/gpu/check.sh           runs the checks; prints a table last
+#
+# The checks: the C device tests, the CUDA op specs (tests/cuda/*_spec.lua,
+# through busted or else tests/gpu/mini_busted.lua), Fashion-MNIST on one
+# GPU (`ddplua --nproc 1`, NCCL with one rank), and the GPU benchmarks
+# against PyTorch (bench/gpu_*.lua and .py); the benchmark numbers go in
+# the table too.  Under 8 minutes on one GPU.
 #
 # The GPU machine has the CUDA driver and toolkit but none of our Debian
 # packages and no network, so everything here comes from the working tree
@@ -29,6 +38,9 @@ base_lib() {
   case "$1" in
     linux-vdso*|ld-linux*|libc.so*|libm.so*|libdl.so*|libpthread.so*| \
     librt.so*|libgcc_s.so*|libstdc++.so*|libcuda.so*) return 0 ;;
+    # the CUDA toolkit's (hundreds of MiB: far over the bundle's limit);
+    # the GPU machine has the toolkit, and cuda_lib_dirs finds them there
+    libcublas*|libcudart*|libnccl*|libnvrtc*|libnvJitLink*) return 0 ;;
   esac
   return 1
 }
@@ -58,6 +70,23 @@ stage() {
     done
   done
   echo "stage: $(du -sh "$LIBS" | cut -f1) in $LIBS"
+  # Fashion-MNIST's test split (4.3 MiB; the train split would not fit the
+  # bundle): the GPU machine trains on it too (see fm_data).
+  local fm=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+  if [ -f "$fm/t10k-images-idx3-ubyte.gz" ]; then
+    mkdir -p "$BUILD/gpu-data"
+    cp "$fm"/t10k-images-idx3-ubyte.gz "$fm"/t10k-labels-idx1-ubyte.gz "$BUILD/gpu-data/"
+    echo "stage: Fashion-MNIST test split in $BUILD/gpu-data"
+  fi
+  # One compressed file (the libraries shrink about 8 times), as the
+  # bundle's size is limited; the checks below unpack it.
+  local files=()
+  for f in "$BUILD"/libddplua.so "$BUILD"/libddplua_cuda.so "$BUILD"/ddplua "$BUILD"/lua \
+           "$BUILD"/test_device "$BUILD"/test_nccl "$BUILD"/test_devalloc "$LIBS" "$BUILD/gpu-data"; do
+    [ -e "$f" ] && files+=("$f")
+  done
+  tar -cJf "$BUILD/gpu-bundle.tar.xz" "${files[@]}" || return 1
+  echo "stage: $(du -h "$BUILD/gpu-bundle.tar.xz" | cut -f1) in $BUILD/gpu-bundle.tar.xz (carry this one path)"
 }
 
 if [ "${1:-}" = "--stage" ]; then
@@ -66,6 +95,16 @@ if [ "${1:-}" = "--stage" ]; then
 fi
 
 # -- Checks ---------------------------------------------------------------------
+
+# A carried bundle (--stage) is unpacked over build/ first: with tar and
+# xz, else with Python's tarfile.
+if [ -f "$BUILD/gpu-bundle.tar.xz" ] && [ "$BUILD/gpu-bundle.tar.xz" -nt "$BUILD/.bundle-unpacked" ]; then
+  if command -v xz >/dev/null; then
+    tar -xJf "$BUILD/gpu-bundle.tar.xz"
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall()' "$BUILD/gpu-bundle.tar.xz"
+  fi && touch "$BUILD/.bundle-unpacked" && echo "unpacked $BUILD/gpu-bundle.tar.xz"
+fi
 
 ROWS=()
 NFAIL=0
@@ -114,6 +153,28 @@ for name in ("torch", "nvidia"):
   done
   return 0
 }
+
+# The CUDA toolkit's libraries (libcublas.so.N for libddplua_cuda.so) on
+# the search path when the loader does not know them: /usr/local/cuda,
+# then the nvidia-* wheels beside PyTorch.
+cuda_lib_dirs() {
+  local d tp
+  ldconfig -p 2>/dev/null | grep -q 'libcublas\.so' && return 0
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && ls "$d"/libcublas.so* >/dev/null 2>&1 && echo "$d"
+  done
+  command -v python3 >/dev/null || return 0
+  tp=$(run_limited 30 python3 -c '
+import importlib.util as u, os, glob
+s = u.find_spec("nvidia")
+for loc in (s.submodule_search_locations or []) if s else []:
+    for d in glob.glob(os.path.join(loc, "*", "lib")):
+        print(d)
+' 2>/dev/null)
+  printf '%s\n' "$tp" | grep -v '^$'
+}
+for d in $(cuda_lib_dirs); do LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"; done
+export LD_LIBRARY_PATH
 
 section "host"
 echo "$(uname -srm), $(nproc 2>/dev/null || echo '?') cpus, checkout $ROOT"
@@ -221,6 +282,90 @@ else
   else
     row test_nccl PASS "${last#test_nccl: }${skip2:+ (${skip2#SKIP: })}"
   fi
+fi
+
+# -- ddplua on the GPU: specs, Fashion-MNIST, benchmarks -------------------------
+
+# The summary line of a busted-style run ("N successes / N failures / ...").
+summary() { printf '%s\n' "$1" | grep -E '^[0-9]+ successes / ' | tail -1; }
+
+section "cuda specs"
+if [ "$HAVE_GPU" != 1 ]; then
+  echo "SKIP: no GPU (CI runs these specs on the emulator: scripts/run-tests.sh)"
+  row cuda-specs SKIP "no GPU"
+else
+  if command -v busted >/dev/null; then
+    out=$(run_limited 300 busted --lua=luajit tests/cuda/*_spec.lua 2>&1)
+  else
+    out=$(run_limited 300 "$BUILD/ddplua" tests/gpu/mini_busted.lua tests/cuda/*_spec.lua 2>&1)
+  fi
+  rc=$?
+  echo "$out"
+  sum=$(summary "$out")
+  if [ "$rc" -eq 0 ] && [ -n "$sum" ]; then row cuda-specs PASS "${sum% :*}"
+  else row cuda-specs FAIL "exit $rc${sum:+, ${sum% :*}}"; fi
+fi
+
+# A Fashion-MNIST directory: the system's, else the staged test split, as
+# both splits (a copy made here: links do not travel in the bundle).
+fm_data() {
+  local sys=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist} d
+  if [ -f "$sys/train-images-idx3-ubyte.gz" ]; then echo "$sys"; return 0; fi
+  [ -f "$BUILD/gpu-data/t10k-images-idx3-ubyte.gz" ] || return 0
+  d=$(mktemp -d)
+  cp "$BUILD"/gpu-data/t10k-* "$d/"
+  cp "$d/t10k-images-idx3-ubyte.gz" "$d/train-images-idx3-ubyte.gz"
+  cp "$d/t10k-labels-idx1-ubyte.gz" "$d/train-labels-idx1-ubyte.gz"
+  echo "$d"
+}
+
+section "fashion_mnist"
+if [ "$HAVE_GPU" != 1 ]; then
+  echo "SKIP: no GPU"
+  row fashion_mnist SKIP "no GPU"
+elif ! fmdir=$(fm_data) || [ -z "$fmdir" ]; then
+  echo "SKIP: no Fashion-MNIST data (tests/gpu/check.sh --stage copies the test split)"
+  row fashion_mnist SKIP "no data"
+else
+  t0=$(date +%s)
+  out=$(FASHION_MNIST_DIR=$fmdir DDPLUA_NCCL_LIB=$nccl run_limited 150 "$BUILD/ddplua" --nproc 1 --no-prefix \
+        examples/fashion_mnist.lua --epochs 1 --checkpoint "$(mktemp -u)" 2>&1)
+  rc=$?
+  echo "$out"
+  ep=$(printf '%s\n' "$out" | grep -E '^epoch 1 +loss' | tail -1)
+  be=$(printf '%s\n' "$out" | grep -oE 'backend [a-z]+' | head -1)
+  # ddp.init's fallback when NCCL does not start (the line above names the
+  # backend chosen before the group was made)
+  printf '%s\n' "$out" | grep -q 'NCCL unavailable' && be="backend shm (NCCL unavailable)"
+  if [ "$rc" -eq 0 ] && [ -n "$ep" ]; then
+    row fashion_mnist PASS "${ep#epoch 1  }, ${be:-backend ?}, $(( $(date +%s) - t0 )) s"
+  else
+    row fashion_mnist FAIL "exit $rc: $(printf '%s\n' "$out" | grep -m1 -E '\.lua:[0-9]+:|rror' | cut -c1-120)"
+  fi
+fi
+
+# bench NAME: bench/NAME.lua, then bench/NAME.py, a row with both RESULTs.
+bench() {
+  local name=$1 l p
+  section "bench $name"
+  l=$(run_limited 90 "$BUILD/ddplua" "bench/$name.lua" 2>&1)
+  echo "$l"
+  p=$(run_limited 90 python3 "bench/$name.py" 2>&1)
+  echo "$p"
+  l=$(printf '%s\n' "$l" | grep '^RESULT' | tail -1)
+  p=$(printf '%s\n' "$p" | grep '^RESULT' | tail -1)
+  if [ -z "$l" ]; then row "$name" FAIL "no RESULT line from bench/$name.lua"; return; fi
+  # on a GPU, ddplua skipping a measurement means an op failed there
+  local st=PASS
+  case "$l" in *skip*) st=FAIL ;; esac
+  row "$name" "$st" "${l#RESULT "$name" } | ${p:+${p#RESULT "$name" }}"
+}
+if [ "$HAVE_GPU" = 1 ]; then
+  bench gpu_matmul
+  bench gpu_elementwise
+  bench gpu_train
+else
+  row benchmarks SKIP "no GPU"
 fi
 
 section "results"

@@ -1,0 +1,67 @@
+-- gpu_train.lua: training step time on cuda:0 of the Fashion-MNIST MLP
+-- (784-1024-1024-10) and CNN of examples/fashion_mnist.lua, AdamW, batch
+-- 128 of synthetic data already on the device (the GPU machine has no
+-- dataset), twin of gpu_train.py (PyTorch eager).  Prints one line:
+--   RESULT gpu_train impl=ddplua amp=none batch=128 mlp_ms=<ms/step> cnn_ms=<ms/step>
+-- a model whose ops fail says <model>_ms=skip (and why on stderr).
+--   ddplua bench/gpu_train.lua [STEPS] [none|bf16]
+local ddp = require "ddp"
+local nn = require "ddp.nn"
+local optim = require "ddp.optim"
+local F = nn.functional
+local now = dofile((arg[0]:match("^(.*)/") or ".") .. "/clock.lua")
+
+local steps, amp = tonumber(arg[1]) or 100, arg[2] or "none"
+local B, WARMUP = 128, 10
+
+if not ddp.cuda.is_available() then
+  print(("RESULT gpu_train impl=ddplua skip=%q"):format(ddp.cuda.status()))
+  os.exit(0)
+end
+
+local function mlp()
+  return nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+end
+local function cnn()
+  return nn.Sequential(
+    nn.Conv2d(1, 32, 3, { padding = 1 }), nn.ReLU(), nn.MaxPool2d(2),
+    nn.Conv2d(32, 64, 3, { padding = 1 }), nn.ReLU(), nn.MaxPool2d(2),
+    nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+end
+
+-- ms per step (forward, loss, backward, AdamW) after WARMUP steps.
+local function step_ms(build, shape)
+  ddp.manual_seed(0)
+  local model = build():to("cuda:0")
+  local opt = optim.AdamW(model:parameters(), { lr = 1e-3 })
+  local x = ddp.rand(shape):cuda()
+  local y = ddp.randint(0, 10, { B }):cuda()
+  local function step()
+    opt:zero_grad()
+    local loss
+    if amp == "bf16" then
+      loss = ddp.autocast("bf16", function() return F.cross_entropy(model(x), y) end)
+    else
+      loss = F.cross_entropy(model(x), y)
+    end
+    loss:backward()
+    opt:step()
+  end
+  for _ = 1, WARMUP do step() end
+  ddp.cuda.synchronize()
+  local t0 = now()
+  for _ = 1, steps do step() end
+  ddp.cuda.synchronize()
+  return (now() - t0) / steps * 1e3
+end
+
+local function measure(name, build, shape)
+  local ok, v = pcall(step_ms, build, shape)
+  if ok then return ("%.3f"):format(v) end
+  io.stderr:write(("gpu_train %s: %s\n"):format(name, tostring(v)))
+  return "skip"
+end
+
+local m = measure("mlp", mlp, { B, 784 })
+local c = measure("cnn", cnn, { B, 1, 28, 28 })
+print(("RESULT gpu_train impl=ddplua amp=%s batch=%d mlp_ms=%s cnn_ms=%s"):format(amp, B, m, c))
