@@ -53,6 +53,12 @@ for _, name in ipairs { "add", "sub" } do
     if alpha_ok(alpha, name .. "_") then b = T.mul(operand(b, name .. "_", 2), alpha) end
     return inplace(a, b)
   end
+  -- Debian's LuaJIT 2.1.0-beta3 miscompiled a trace through this wrapper:
+  -- a hot loop calling a fresh closure that did `x + 1` (x a tensor)
+  -- crashed with SIGSEGV within a few hundred iterations.  These two stay
+  -- interpreted (a trace reaching them stops there); tests/jit_spec.lua.
+  jit.off(T[name])
+  jit.off(T[name .. "_"])
   local _ = op
 end
 
