@@ -21,10 +21,18 @@ local core = require "ddp.core"
 local raise, show = core.raise, core.show
 local is_tensor = core.is_tensor
 local select, pcall, error, unpack = select, pcall, error, unpack or table.unpack
+local maxn = table.maxn
 
 local M = {}
 
-local low = nil   -- the low dtype while autocast is on ("bfloat16" / "float16"), else nil
+-- state.low: the low dtype while autocast is on ("bfloat16" / "float16"),
+-- else nil.  Kept in the registry, not in this module: the tensor metatype
+-- is set once per process, so after a reload of these modules (busted
+-- does that between spec files) the wrappers installed by the first load
+-- must still see the state the new ddp.autocast sets.
+local reg = debug.getregistry()
+reg.ddp_autocast_state = reg.ddp_autocast_state or { low = nil }
+local state = reg.ddp_autocast_state
 
 local names = { bf16 = "bfloat16", bfloat16 = "bfloat16", fp16 = "float16", float16 = "float16",
                 half = "float16" }
@@ -39,9 +47,13 @@ end
 -- tensors; options tables pass as they are) under autocast.
 local function wrap(f, mode)
   return function(...)
+    local low = state.low
     if not low then return f(...) end
-    local n = select("#", ...)
+    -- maxn, not select("#", ...): Debian's LuaJIT 2.1.0-beta3 miscompiles
+    -- select on varargs in some traces (core.lua's shape_args); trailing
+    -- nils need not be passed on
     local a = { ... }
+    local n = maxn(a)
     for i = 1, n do
       local x = a[i]
       if is_tensor(x) then
@@ -72,7 +84,7 @@ M.functional_f32 = { "softmax", "log_softmax", "cross_entropy", "nll_loss", "mse
 
 -- The previous state back, then fn's results or its error.
 local function restore(prev, ok, ...)
-  low = prev
+  state.low = prev
   if not ok then error((...), 0) end
   return ...
 end
@@ -91,13 +103,13 @@ function M.autocast(dtype, fn, ...)
     end
   end
   if type(fn) ~= "function" then raise("autocast: expected a function, got " .. core.describe(fn)) end
-  local prev = low
-  low = want
+  local prev = state.low
+  state.low = want
   return restore(prev, pcall(fn, ...))
 end
 
 -- The autocast dtype in effect ("bfloat16", "float16"), or nil.
-function M.get_dtype() return low end
-function M.is_enabled() return low ~= nil end
+function M.get_dtype() return state.low end
+function M.is_enabled() return state.low ~= nil end
 
 return M
