@@ -100,8 +100,18 @@ $(BUILD)/obj/nccl.o $(BUILD)/obj/device.o: runtime/nccl.h runtime/device.h
 # -ldl: nccl.cu and blas.cu dlopen libnccl.so.2 and libcublas (never
 # linked, so the library loads without them; a glibc before 2.34 keeps
 # dlopen in libdl).
-$(BUILD)/libddplua_cuda.so: $(CUDA_SRC) $(CUDA_HDR) runtime/include/ddplua.h
-	$(NVCC) $(NVFLAGS) -shared -o $@ $(CUDA_SRC) -ldl
+# One object per kernel file, so `make -j` compiles them side by side and
+# an edit recompiles one file (each takes tens of seconds: three targets).
+CUDA_OBJ := $(CUDA_SRC:runtime/cuda/%.cu=$(BUILD)/cuda/%.o)
+
+$(BUILD)/cuda/%.o: runtime/cuda/%.cu $(CUDA_HDR) runtime/include/ddplua.h | $(BUILD)/cuda
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/cuda:
+	@mkdir -p $@
+
+$(BUILD)/libddplua_cuda.so: $(CUDA_OBJ)
+	$(NVCC) $(NVFLAGS) -shared -o $@ $(CUDA_OBJ) -ldl
 
 $(BUILD)/emu/%.o: runtime/cuda/%.cu $(CUDA_HDR) $(wildcard runtime/cuda/emu/*.h) runtime/include/ddplua.h | $(BUILD)/emu
 	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
@@ -115,10 +125,18 @@ $(BUILD)/emu:
 $(EMU_LIB): $(EMU_OBJ)
 	$(CXX) -shared -o $@ $^ -lpthread
 
-run: deps all
+# run, test and bench build after deps in a fresh make (which then sees the
+# packages deps installed: pkg-config is read when a Makefile is parsed),
+# on every core (the CUDA kernel files take a minute on one).
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+BUILD_ALL = @$(MAKE) --no-print-directory -j$(JOBS) all
+
+run: deps
+	$(BUILD_ALL)
 	$(CLI) --nproc 2 examples/fashion_mnist.lua --model mlp --epochs 3 --checkpoint $(BUILD)/fashion_mnist.ckpt
 
-test: deps all
+test: deps
+	$(BUILD_ALL)
 	@bash scripts/run-tests.sh
 
 # `make fuzz`: the safetensors reader, then the store's frame parser, under
@@ -178,7 +196,8 @@ $(FUZZ_STORE): tests/fuzz/fuzz_store.c $(FUZZ_OBJ)
 gpu-bundle: all
 	@bash tests/gpu/check.sh --stage
 
-bench: deps all
+bench: deps
+	$(BUILD_ALL)
 	@bash bench/run.sh
 
 install: all
