@@ -39,7 +39,7 @@ NVCC     :=
 endif
 CUDA_LIB := $(if $(NVCC),$(BUILD)/libddplua_cuda.so)
 CUDA_SRC := $(wildcard runtime/cuda/*.cu)
-CUDA_HDR := $(wildcard runtime/cuda/*.h runtime/cuda/*.cuh)
+CUDA_HDR := $(wildcard runtime/cuda/*.h runtime/cuda/*.cuh) runtime/philox.h
 # The same kernel sources built by g++ against runtime/cuda/emu: CUDA on
 # the CPU (DDPLUA_CUDA_EMU=N), so CI runs every CUDA path without a GPU.
 # NCCL needs real devices and is left out.
@@ -72,6 +72,7 @@ $(BUILD)/obj/%.o:  runtime/%.cc runtime/gloo.h runtime/include/ddplua.h Makefile
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
 $(filter $(BUILD)/obj/nn_%,$(LIB_OBJ)): runtime/nn.h
+$(BUILD)/obj/random.o $(BUILD)/obj/nn_embed.o: runtime/philox.h
 $(filter $(BUILD)/obj/pg% $(BUILD)/obj/shm.o $(BUILD)/obj/reducer.o,$(LIB_OBJ)): runtime/pg.h runtime/gloo.h
 
 $(BUILD)/obj:

@@ -156,9 +156,8 @@ DL_HIDDEN dl_tensor *as_dtype(const dl_tensor *t, int dtype);
 /* -- Random numbers ------------------------------------------------------ */
 
 /* Reserves `blocks` Philox blocks of the global stream (returns the first
-** counter, sets the seed); rng_block computes one block's 4 words. */
+** counter, sets the seed); philox.h computes one block's 4 words. */
 DL_HIDDEN uint64_t rng_reserve(uint64_t blocks, uint64_t *seed);
-DL_HIDDEN void rng_block(uint64_t seed, uint64_t counter, uint32_t out[4]);
 
 /* -- Threads ------------------------------------------------------------- */
 

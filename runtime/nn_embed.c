@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cuda_nn.h"
+#include "philox.h"
 
 /* -- Embedding --------------------------------------------------------------- */
 
@@ -186,11 +187,11 @@ typedef struct {
     T *out = (T *)c->out, scale = (T)c->scale;                               \
     uint32_t w[4];                                                           \
     for (int64_t b = b0; b < b1; b++) {                                      \
-      rng_block(c->seed, c->base + (uint64_t)b, w);                          \
+      philox(c->seed, c->base + (uint64_t)b, w);                             \
       for (int j = 0; j < 4; j++) {                                          \
         int64_t i = b * 4 + j;                                               \
         if (i >= c->n) break;                                                \
-        double u = (double)(w[j] >> 8) * 0x1p-24;           \
+        double u = philox_unit24(w[j]);                                      \
         uint8_t m = u < c->keep;                                             \
         c->mask[i] = m;                                                      \
         out[i] = (x[i] * (T)m) * scale;                                      \

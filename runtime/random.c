@@ -9,6 +9,7 @@
 
 #include "autograd.h"
 #include "cuda_nn.h"
+#include "philox.h"
 
 /* PyTorch's default seed, so a fresh process starts from a known state. */
 #define DEFAULT_SEED UINT64_C(67280421310721)
@@ -27,32 +28,12 @@ DL_API void dl_rng_set_state(uint64_t seed, uint64_t offset) {
   atomic_store(&rng_offset, offset);
 }
 
-/* One Philox4x32-10 block: 4 random words from a 128-bit counter. */
-static void philox(uint64_t seed, uint64_t counter, uint32_t out[4]) {
-  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-  for (int r = 0; r < 10; r++) {
-    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-    c1 = (uint32_t)p1;
-    c3 = (uint32_t)p0;
-    c0 = n0;
-    c2 = n2;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
-}
-
 /* For kernels that draw their own numbers (dropout): reserves `blocks`
-** counter blocks of the stream, as generate() does, and hands out block i
-** (4 words; a float32 uniform is (word >> 8) * 2^-24, as rand gives). */
+** counter blocks of the stream, as generate() does (philox.h computes a
+** block's words). */
 DL_HIDDEN uint64_t rng_reserve(uint64_t blocks, uint64_t *seed) {
   *seed = atomic_load(&rng_seed);
   return atomic_fetch_add(&rng_offset, blocks);
-}
-DL_HIDDEN void rng_block(uint64_t seed, uint64_t counter, uint32_t out[4]) {
-  philox(seed, counter, out);
 }
 
 typedef enum { D_UNIFORM, D_NORMAL, D_INT } dist_kind;
@@ -73,10 +54,6 @@ static int per_block(const gen_ctx *g) {
   return g->dtype == DL_FLOAT32 ? 4 : 2;
 }
 
-static double unit53(uint32_t hi, uint32_t lo) {
-  return (double)((((uint64_t)hi << 32) | lo) >> 11) * 0x1p-53;
-}
-
 static void gen_range(void *p, int64_t begin, int64_t end) {
   const gen_ctx *g = p;
   int pb = per_block(g);
@@ -94,10 +71,10 @@ static void gen_range(void *p, int64_t begin, int64_t end) {
       continue;
     }
     if (pb == 4) {
-      for (int j = 0; j < 4; j++) v[j] = (double)(w[j] >> 8) * 0x1p-24;
+      for (int j = 0; j < 4; j++) v[j] = philox_unit24(w[j]);
     } else {
-      v[0] = unit53(w[0], w[1]);
-      v[1] = unit53(w[2], w[3]);
+      v[0] = philox_unit53(w[0], w[1]);
+      v[1] = philox_unit53(w[2], w[3]);
     }
     if (g->kind == D_NORMAL) {
       /* Box-Muller on pairs; 1 - u keeps the log argument in (0, 1] */

@@ -5,22 +5,7 @@
 ** mapping, so a seed gives the same numbers on either device.
 */
 #include "nn_common.cuh"
-
-__device__ __forceinline__ void philox(uint64_t seed, uint64_t counter, uint32_t out[4]) {
-  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-  for (int r = 0; r < 10; r++) {
-    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-    c1 = (uint32_t)p1;
-    c3 = (uint32_t)p0;
-    c0 = n0;
-    c2 = n2;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
-}
+#include "../philox.h"
 
 /* a + s * v rounded twice, as the CPU computes it: nvcc would fuse it
 ** into one fma and the last bit could differ from the CPU's number. */
@@ -30,10 +15,6 @@ __device__ __forceinline__ double affine_rn(double a, double s, double v) {
 #else
   return __dadd_rn(a, __dmul_rn(s, v));
 #endif
-}
-
-__device__ __forceinline__ double unit53(uint32_t hi, uint32_t lo) {
-  return (double)((((uint64_t)hi << 32) | lo) >> 11) * 0x1p-53;
 }
 
 /* kind: 0 uniform in [a, b), 1 normal (mean a, std b), 2 integers
@@ -57,10 +38,10 @@ __global__ void philox_fill_kernel(int kind, int64_t n, T *out, uint64_t seed, u
       continue;
     } else {
       if (pb == 4) {
-        for (int j = 0; j < 4; j++) v[j] = (double)(w[j] >> 8) * 0x1p-24;
+        for (int j = 0; j < 4; j++) v[j] = philox_unit24(w[j]);
       } else {
-        v[0] = unit53(w[0], w[1]);
-        v[1] = unit53(w[2], w[3]);
+        v[0] = philox_unit53(w[0], w[1]);
+        v[1] = philox_unit53(w[2], w[3]);
       }
       if (kind == 1) {
         for (int j = 0; j < pb; j += 2) {
@@ -118,7 +99,7 @@ __global__ void dropout_kernel(int64_t n, const T *x, T *out, uint8_t *mask, uin
     for (int j = 0; j < 4; j++) {
       int64_t i = blk * 4 + j;
       if (i >= n) break;
-      double u = (double)(w[j] >> 8) * 0x1p-24;
+      double u = philox_unit24(w[j]);
       uint8_t m = u < keep;
       mask[i] = m;
       out[i] = (x[i] * (T)m) * scale;
