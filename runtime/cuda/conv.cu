@@ -6,22 +6,7 @@
 ** products themselves are cuBLAS calls (blas.cu: dlc_gemm) made by
 ** runtime/cuda_linalg.c.
 */
-#include "common.cuh"
-
-/* f(T{}) for the two dtypes conv computes in (nn.h: nn_kdtype). */
-template <class F> static int float_dispatch(int dtype, const char *what, F &&f) {
-  if (dtype == DL_FLOAT32) f(float());
-  else if (dtype == DL_FLOAT64) f(double());
-  else {
-    dlc_set_error("%s: dtype %d is neither float32 nor float64", what, dtype);
-    return DL_EDTYPE;
-  }
-  return 0;
-}
-
-#define GRID_STRIDE(i, total)                                                        \
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (total); \
-       i += (int64_t)blockDim.x * gridDim.x)
+#include "nn_kernels.cuh"
 
 /* One thread per column entry (g, kk, n, p), p fastest: neighbouring
 ** threads read neighbouring input pixels (stride sw). */
@@ -78,30 +63,26 @@ DLC_API int dlc_im2col(int device, int dtype, const dlc_conv *g, const void *x, 
                        int64_t n0, int64_t nchunk) {
   int64_t total = g->groups * g->K * nchunk * g->HW;
   if (total == 0) return 0;
-  DLC_ON(device, "im2col");
   dlc_conv v = *g;
-  int rc = float_dispatch(dtype, "im2col", [&](auto z) {
+  return float_launch(device, dtype, "im2col", [&](auto z) {
     typedef decltype(z) T;
     auto k = im2col_k<T>;
     DLC_LAUNCH(k, dlc_blocks(total, 256), 256, 0, dlc_stream(device), v, (const T *)x, (T *)col,
                n0, nchunk);
   });
-  return rc ? rc : dlc_check_launch("im2col", device);
 }
 
 DLC_API int dlc_col2im(int device, int dtype, const dlc_conv *g, const void *col, void *x,
                        int64_t n0, int64_t nchunk) {
   int64_t total = nchunk * g->C * g->H * g->W;
   if (total == 0) return 0;
-  DLC_ON(device, "col2im");
   dlc_conv v = *g;
-  int rc = float_dispatch(dtype, "col2im", [&](auto z) {
+  return float_launch(device, dtype, "col2im", [&](auto z) {
     typedef decltype(z) T;
     auto k = col2im_k<T>;
     DLC_LAUNCH(k, dlc_blocks(total, 256), 256, 0, dlc_stream(device), v, (const T *)col, (T *)x,
                n0, nchunk);
   });
-  return rc ? rc : dlc_check_launch("col2im", device);
 }
 
 /* -- Bias -------------------------------------------------------------------- */
@@ -114,14 +95,12 @@ DLC_API int dlc_bias_add(int device, int dtype, void *out, const void *b, int64_
                          int64_t HW) {
   int64_t total = N * O * HW;
   if (total == 0) return 0;
-  DLC_ON(device, "conv2d bias");
-  int rc = float_dispatch(dtype, "conv2d bias", [&](auto z) {
+  return float_launch(device, dtype, "conv2d bias", [&](auto z) {
     typedef decltype(z) T;
     auto k = bias_add_k<T>;
     DLC_LAUNCH(k, dlc_blocks(total, 256), 256, 0, dlc_stream(device), (T *)out, (const T *)b,
                total, O, HW);
   });
-  return rc ? rc : dlc_check_launch("conv2d bias", device);
 }
 
 enum { BG_THREADS = 256 };
@@ -151,13 +130,11 @@ DLC_API int dlc_bias_grad(int device, int dtype, const void *g, void *gb, int64_
     dlc_set_error("conv2d bias grad: %lld channels is too many", (long long)O);
     return DL_EINVAL;
   }
-  DLC_ON(device, "conv2d bias grad");
-  int rc = float_dispatch(dtype, "conv2d bias grad", [&](auto z) {
+  return float_launch(device, dtype, "conv2d bias grad", [&](auto z) {
     typedef decltype(z) T;
     auto k = bias_grad_k<T>;
     DLC_LAUNCH(k, (unsigned)O, BG_THREADS, 0, dlc_stream(device), (const T *)g, (T *)gb, N, O, HW);
   });
-  return rc ? rc : dlc_check_launch("conv2d bias grad", device);
 }
 
 /* -- Swap ------------------------------------------------------------------------ */
@@ -176,12 +153,10 @@ DLC_API int dlc_swap01(int device, int dtype, const void *src, void *dst, int64_
                        int64_t R) {
   int64_t total = A * B * R;
   if (total == 0) return 0;
-  DLC_ON(device, "conv2d swap");
-  int rc = float_dispatch(dtype, "conv2d swap", [&](auto z) {
+  return float_launch(device, dtype, "conv2d swap", [&](auto z) {
     typedef decltype(z) T;
     auto k = swap01_k<T>;
     DLC_LAUNCH(k, dlc_blocks(total, 256), 256, 0, dlc_stream(device), (const T *)src, (T *)dst,
                A, B, R);
   });
-  return rc ? rc : dlc_check_launch("conv2d swap", device);
 }

@@ -4,21 +4,7 @@
 ** order: one thread per output (forward) or per input pixel (average
 ** backward, a gather, so no atomics); max backward scatters with atomics.
 */
-#include "common.cuh"
-
-template <class F> static int float_dispatch(int dtype, const char *what, F &&f) {
-  if (dtype == DL_FLOAT32) f(float());
-  else if (dtype == DL_FLOAT64) f(double());
-  else {
-    dlc_set_error("%s: dtype %d is neither float32 nor float64", what, dtype);
-    return DL_EDTYPE;
-  }
-  return 0;
-}
-
-#define GRID_STRIDE(i, total)                                                        \
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (total); \
-       i += (int64_t)blockDim.x * gridDim.x)
+#include "nn_kernels.cuh"
 
 __device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -67,15 +53,13 @@ DLC_API int dlc_max_pool(int device, int dtype, const dlc_pool *g, const void *x
                          int64_t *idx) {
   int64_t total = g->NC * g->Ho * g->Wo;
   if (total == 0) return 0;
-  DLC_ON(device, "max_pool2d");
   dlc_pool v = *g;
-  int rc = float_dispatch(dtype, "max_pool2d", [&](auto z) {
+  return float_launch(device, dtype, "max_pool2d", [&](auto z) {
     typedef decltype(z) T;
     auto k = max_pool_k<T>;
     DLC_LAUNCH(k, dlc_blocks(total, 256), 256, 0, dlc_stream(device), v, (const T *)x, (T *)out,
                idx);
   });
-  return rc ? rc : dlc_check_launch("max_pool2d", device);
 }
 
 DLC_API int dlc_max_pool_backward(int device, int dtype, int64_t planes, int64_t in_plane,
@@ -83,8 +67,7 @@ DLC_API int dlc_max_pool_backward(int device, int dtype, int64_t planes, int64_t
                                   void *gx) {
   int64_t nin = planes * in_plane, nout = planes * out_plane;
   if (nin == 0) return 0;
-  DLC_ON(device, "max_pool2d_backward");
-  int rc = float_dispatch(dtype, "max_pool2d_backward", [&](auto z) {
+  return float_launch(device, dtype, "max_pool2d_backward", [&](auto z) {
     typedef decltype(z) T;
     auto kz = zero_k<T>;
     DLC_LAUNCH(kz, dlc_blocks(nin, 256), 256, 0, dlc_stream(device), (T *)gx, nin);
@@ -93,7 +76,6 @@ DLC_API int dlc_max_pool_backward(int device, int dtype, int64_t planes, int64_t
     DLC_LAUNCH(k, dlc_blocks(nout, 256), 256, 0, dlc_stream(device), planes, in_plane, out_plane,
                (const T *)gout, idx, (T *)gx);
   });
-  return rc ? rc : dlc_check_launch("max_pool2d_backward", device);
 }
 
 /* -- Average ------------------------------------------------------------------------ */
@@ -160,27 +142,23 @@ __global__ void avg_pool_bwd_k(dlc_pool g, const T *__restrict__ go, T *__restri
 DLC_API int dlc_avg_pool(int device, int dtype, const dlc_pool *g, const void *x, void *out) {
   int64_t total = g->NC * g->Ho * g->Wo;
   if (total == 0) return 0;
-  DLC_ON(device, "avg_pool2d");
   dlc_pool v = *g;
-  int rc = float_dispatch(dtype, "avg_pool2d", [&](auto z) {
+  return float_launch(device, dtype, "avg_pool2d", [&](auto z) {
     typedef decltype(z) T;
     auto k = avg_pool_k<T>;
     DLC_LAUNCH(k, dlc_blocks(total, 256), 256, 0, dlc_stream(device), v, (const T *)x, (T *)out);
   });
-  return rc ? rc : dlc_check_launch("avg_pool2d", device);
 }
 
 DLC_API int dlc_avg_pool_backward(int device, int dtype, const dlc_pool *g, const void *gout,
                                   void *gx) {
   int64_t total = g->NC * g->H * g->W;
   if (total == 0) return 0;
-  DLC_ON(device, "avg_pool2d_backward");
   dlc_pool v = *g;
-  int rc = float_dispatch(dtype, "avg_pool2d_backward", [&](auto z) {
+  return float_launch(device, dtype, "avg_pool2d_backward", [&](auto z) {
     typedef decltype(z) T;
     auto k = avg_pool_bwd_k<T>;
     DLC_LAUNCH(k, dlc_blocks(total, 256), 256, 0, dlc_stream(device), v, (const T *)gout,
                (T *)gx);
   });
-  return rc ? rc : dlc_check_launch("avg_pool2d_backward", device);
 }
