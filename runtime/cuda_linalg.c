@@ -82,37 +82,6 @@ DL_HIDDEN int cuda_mm(const char *op, int device, const dlc_mm *p, int ta, int64
   return 0;
 }
 
-/* -- Shared by conv2d and pooling ----------------------------------------------- */
-
-DL_HIDDEN int cuda_check_float(const char *op, const char *what, const dl_tensor *t, int want) {
-  if (!t) return dl_err(EM_NULLARG, op, what);
-  if (check_tensor_any(op, t)) return -1;
-  if (!dl_dtype_is_float(t->dtype)) return dl_err(EM_DTYPE_NEED_FLOAT, op, fmt_dtype(t->dtype));
-  if (want >= 0 && t->dtype != want)
-    return dl_err(EM_DTYPE_MISMATCH, op, fmt_dtype(want), fmt_dtype(t->dtype));
-  return 0;
-}
-
-DL_HIDDEN dl_tensor *cuda_prep(const dl_tensor *t, int kd) {
-  if (t->dtype == kd && dl_tensor_is_contiguous(t)) {
-    dl_tensor_retain((dl_tensor *)t);
-    return (dl_tensor *)t;
-  }
-  dl_tensor *c = tensor_new_on(t->storage->device, kd, t->shape, t->ndim);
-  if (c && dl_copy_(c, t)) {
-    dl_tensor_release(c);
-    return NULL;
-  }
-  return c;
-}
-
-DL_HIDDEN dl_tensor *cuda_finish(dl_tensor *work, int dtype) {
-  if (!work || work->dtype == dtype) return work;
-  dl_tensor *r = cuda_prep(work, dtype);
-  dl_tensor_release(work);
-  return r;
-}
-
 /* -- conv2d ----------------------------------------------------------------------- */
 
 /* Column buffers are made for this many elements at most (256 MiB of

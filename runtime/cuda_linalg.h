@@ -40,12 +40,4 @@ DL_HIDDEN int cuda_avg_pool(const char *op, int dev, int kd, const dlc_pool *g, 
 DL_HIDDEN int cuda_avg_pool_backward(const char *op, int dev, int kd, const dlc_pool *g,
                                      const void *gout, void *gx);
 
-/* A float tensor check that, unlike nn.h's nn_check_float, takes any
-** device (the op then runs where its operands are). */
-DL_HIDDEN int cuda_check_float(const char *op, const char *what, const dl_tensor *t, int want);
-/* nn.h's nn_prep on t's own device: t itself when contiguous of dtype kd. */
-DL_HIDDEN dl_tensor *cuda_prep(const dl_tensor *t, int kd);
-/* nn.h's nn_finish on work's device. */
-DL_HIDDEN dl_tensor *cuda_finish(dl_tensor *work, int dtype);
-
 #endif

@@ -17,35 +17,6 @@ DL_HIDDEN int cn_device(const char *op, const dl_tensor *a, const dl_tensor *b,
   return op_device_opt(op, 5, ts);
 }
 
-/* nn_prep on device dev: t itself (retained) or a contiguous copy in kd
-** there (a CPU 0-dim operand, which goes with any device, moves over). */
-static dl_tensor *prep(const dl_tensor *t, int kd, int dev) {
-  if (!t) return NULL;
-  if (t->storage->device != dev) {
-    dl_tensor *m = dl_to_device(t, dev), *r = m ? prep(m, kd, dev) : NULL;
-    dl_tensor_release(m);
-    return r;
-  }
-  if (t->dtype == kd && dl_tensor_is_contiguous(t)) {
-    dl_tensor_retain((dl_tensor *)t);
-    return (dl_tensor *)t;
-  }
-  dl_tensor *c = tensor_new_on(dev, kd, t->shape, t->ndim);
-  if (c && dl_copy_(c, t)) {
-    dl_tensor_release(c);
-    return NULL;
-  }
-  return c;
-}
-
-/* nn_finish on the device: work itself, or a copy in dtype (consumes work). */
-static dl_tensor *finish(dl_tensor *work, int dtype) {
-  if (!work || work->dtype == dtype) return work;
-  dl_tensor *r = prep(work, dtype, work->storage->device);
-  dl_tensor_release(work);
-  return r;
-}
-
 static void *dp(const dl_tensor *t) { return t ? tensor_first(t) : NULL; }
 
 static void release(int n, dl_tensor **ts) {
@@ -85,8 +56,10 @@ DL_HIDDEN dl_tensor *cuda_cls_forward(const char *op, int logits, const dl_tenso
   if (!f) return NULL;
   int dev = input->storage->device, kd = nn_kdtype(input->dtype);
   int64_t P = N * S, nbuf = nn_max64(3 * P, 1), one = 1;
-  dl_tensor *ci = prep(target, DL_INT64, dev), *cz = NULL, *cw = NULL, *buf = NULL, *out = NULL;
-  if (!ci || !(cz = prep(input, kd, dev)) || (weight && !(cw = prep(weight, DL_FLOAT64, dev))) ||
+  dl_tensor *ci = cuda_prep(target, DL_INT64, dev), *cz = NULL, *cw = NULL, *buf = NULL,
+            *out = NULL;
+  if (!ci || !(cz = cuda_prep(input, kd, dev)) ||
+      (weight && !(cw = cuda_prep(weight, DL_FLOAT64, dev))) ||
       !(buf = tensor_new_on(dev, DL_FLOAT64, &nbuf, 1)) ||
       !(out = tensor_new_on(dev, input->dtype, reduction == DL_REDUCTION_NONE ? tshape : &one,
                             reduction == DL_REDUCTION_NONE ? tnd : 0)))
@@ -115,10 +88,11 @@ DL_HIDDEN dl_tensor *cuda_cls_backward(const char *op, int logits, const dl_tens
   if (!f) return NULL;
   int dev = input->storage->device, kd = nn_kdtype(input->dtype);
   int64_t two = 2;
-  dl_tensor *ci = prep(target, DL_INT64, dev), *cz = NULL, *cg = NULL, *cw = NULL, *buf = NULL,
+  dl_tensor *ci = cuda_prep(target, DL_INT64, dev), *cz = NULL, *cg = NULL, *cw = NULL, *buf = NULL,
             *gi = NULL;
-  if (!ci || (!checked && check_indices(op, dev, ci, C, ignore, 1, 1)) || !(cz = prep(input, kd, dev)) ||
-      !(cg = prep(grad_out, kd, dev)) || (weight && !(cw = prep(weight, DL_FLOAT64, dev))) ||
+  if (!ci || (!checked && check_indices(op, dev, ci, C, ignore, 1, 1)) ||
+      !(cz = cuda_prep(input, kd, dev)) || !(cg = cuda_prep(grad_out, kd, dev)) ||
+      (weight && !(cw = cuda_prep(weight, DL_FLOAT64, dev))) ||
       !(buf = tensor_new_on(dev, DL_FLOAT64, &two, 1)) ||
       !(gi = tensor_new_on(dev, kd, input->shape, input->ndim)))
     goto fail;
@@ -126,7 +100,7 @@ DL_HIDDEN dl_tensor *cuda_cls_backward(const char *op, int logits, const dl_tens
                           reduction, dp(cg), dp(buf), dp(gi))))
     goto fail;
   RELEASE(ci, cz, cg, cw, buf);
-  return finish(gi, input->dtype);
+  return cuda_finish(gi, input->dtype);
 fail:
   RELEASE(ci, cz, cg, cw, buf, gi);
   return NULL;
@@ -139,7 +113,8 @@ DL_HIDDEN dl_tensor *cuda_mse(const char *op, const dl_tensor *input, const dl_t
   if (!f || !parts) return NULL;
   int dev = input->storage->device, kd = nn_kdtype(input->dtype);
   int64_t n = dl_tensor_numel(input), np = nn_max64(parts(n), 1);
-  dl_tensor *ca = prep(input, kd, dev), *cb = ca ? prep(target, kd, dev) : NULL, *buf = NULL, *out = NULL;
+  dl_tensor *ca = cuda_prep(input, kd, dev), *cb = ca ? cuda_prep(target, kd, dev) : NULL,
+            *buf = NULL, *out = NULL;
   int none = reduction == DL_REDUCTION_NONE;
   if (!cb || (!none && !(buf = tensor_new_on(dev, DL_FLOAT64, &np, 1))) ||
       !(out = none ? tensor_new_on(dev, kd, input->shape, input->ndim)
@@ -148,7 +123,7 @@ DL_HIDDEN dl_tensor *cuda_mse(const char *op, const dl_tensor *input, const dl_t
   if (cuda_err(op, dev, f(dev, kd, reduction, n, dp(ca), dp(cb), dp(buf), dp(out), input->dtype)))
     goto fail;
   RELEASE(ca, cb, buf);
-  return none ? finish(out, input->dtype) : out;
+  return none ? cuda_finish(out, input->dtype) : out;
 fail:
   RELEASE(ca, cb, buf, out);
   return NULL;
@@ -161,8 +136,8 @@ DL_HIDDEN dl_tensor *cuda_mse_backward(const char *op, const dl_tensor *grad_out
   if (!f) return NULL;
   int dev = input->storage->device, kd = nn_kdtype(input->dtype);
   int64_t n = dl_tensor_numel(input);
-  dl_tensor *ca = prep(input, kd, dev), *cb = ca ? prep(target, kd, dev) : NULL;
-  dl_tensor *cg = cb ? prep(grad_out, kd, dev) : NULL;
+  dl_tensor *ca = cuda_prep(input, kd, dev), *cb = ca ? cuda_prep(target, kd, dev) : NULL;
+  dl_tensor *cg = cb ? cuda_prep(grad_out, kd, dev) : NULL;
   dl_tensor *out = cg ? tensor_new_on(dev, kd, input->shape, input->ndim) : NULL;
   double norm = reduction == DL_REDUCTION_MEAN ? 2.0 / (double)n : 2.0;
   if (out && cuda_err(op, dev, f(dev, kd, n, dp(ca), dp(cb), dp(cg),
@@ -171,7 +146,7 @@ DL_HIDDEN dl_tensor *cuda_mse_backward(const char *op, const dl_tensor *grad_out
     out = NULL;
   }
   RELEASE(ca, cb, cg);
-  return finish(out, input->dtype);
+  return cuda_finish(out, input->dtype);
 }
 
 /* -- Embedding and dropout ---------------------------------------------------------- */
@@ -182,8 +157,9 @@ DL_HIDDEN dl_tensor *cuda_embedding(const char *op, const dl_tensor *weight,
   if (!f) return NULL;
   int dev = weight->storage->device;
   int64_t V = weight->shape[0], D = weight->shape[1];
-  dl_tensor *ci = prep(indices, DL_INT64, dev), *cw = NULL, *out = NULL;
-  if (!ci || check_indices(op, dev, ci, V, 0, 0, 0) || !(cw = prep(weight, weight->dtype, dev)) ||
+  dl_tensor *ci = cuda_prep(indices, DL_INT64, dev), *cw = NULL, *out = NULL;
+  if (!ci || check_indices(op, dev, ci, V, 0, 0, 0) ||
+      !(cw = cuda_prep(weight, weight->dtype, dev)) ||
       !(out = tensor_new_on(dev, weight->dtype, shape, ndim)))
     goto fail;
   if (cuda_err(op, dev, f(dev, dl_tensor_numel(ci), D * dl_dtype_sizes[weight->dtype], dp(cw),
@@ -207,8 +183,8 @@ DL_HIDDEN dl_tensor *cuda_embedding_backward(const char *op, const dl_tensor *gr
   int nd = indices->ndim;
   int64_t D = grad_out->shape[nd], n = dl_tensor_numel(indices);
   int64_t gs[2] = {num_weights, D}, ns = num_weights + 1 + n;
-  dl_tensor *ci = prep(indices, DL_INT64, dev), *hi = NULL, *tab = NULL, *dtab = NULL, *cg = NULL,
-            *gw = NULL;
+  dl_tensor *ci = cuda_prep(indices, DL_INT64, dev), *hi = NULL, *tab = NULL, *dtab = NULL,
+            *cg = NULL, *gw = NULL;
   if (!ci || !(hi = dl_to_device(ci, -1)) || !(tab = tensor_new(DL_INT64, &ns, 1))) goto fail;
   const int64_t *idx = (const int64_t *)dp(hi);
   for (int64_t i = 0; i < n; i++)
@@ -223,7 +199,7 @@ DL_HIDDEN dl_tensor *cuda_embedding_backward(const char *op, const dl_tensor *gr
   for (int64_t i = 0; i < n; i++) order[start[idx[i]]++] = i;
   for (int64_t v = num_weights; v > 0; v--) start[v] = start[v - 1];
   start[0] = 0;
-  if (!(dtab = dl_to_device(tab, dev)) || !(cg = prep(grad_out, kd, dev)) ||
+  if (!(dtab = dl_to_device(tab, dev)) || !(cg = cuda_prep(grad_out, kd, dev)) ||
       !(gw = tensor_new_on(dev, kd, gs, 2)))
     goto fail;
   const int64_t *ds = (const int64_t *)dp(dtab);
@@ -231,7 +207,7 @@ DL_HIDDEN dl_tensor *cuda_embedding_backward(const char *op, const dl_tensor *gr
                           dp(cg), dp(gw))))
     goto fail;
   RELEASE(ci, hi, tab, dtab, cg);
-  return finish(gw, grad_out->dtype);
+  return cuda_finish(gw, grad_out->dtype);
 fail:
   RELEASE(ci, hi, tab, dtab, cg, gw);
   return NULL;
@@ -243,7 +219,7 @@ DL_HIDDEN int cuda_dropout(const char *op, const dl_tensor *x, double p, dl_tens
   if (!f) return -1;
   int dev = x->storage->device, kd = nn_kdtype(x->dtype);
   int64_t n = dl_tensor_numel(x), blocks = (n + 3) / 4;
-  dl_tensor *cx = prep(x, kd, dev), *o = NULL, *m = NULL;
+  dl_tensor *cx = cuda_prep(x, kd, dev), *o = NULL, *m = NULL;
   if (!cx || !(o = tensor_new_on(dev, kd, x->shape, x->ndim)) ||
       !(m = tensor_new_on(dev, DL_UINT8, x->shape, x->ndim)))
     goto fail;
@@ -252,7 +228,7 @@ DL_HIDDEN int cuda_dropout(const char *op, const dl_tensor *x, double p, dl_tens
                           p < 1 ? 1 / (1 - p) : 0)))
     goto fail;
   dl_tensor_release(cx);
-  if (!(*out = finish(o, x->dtype))) {
+  if (!(*out = cuda_finish(o, x->dtype))) {
     dl_tensor_release(m);
     return -1;
   }
@@ -268,7 +244,7 @@ DL_HIDDEN dl_tensor *cuda_dropout_backward(const char *op, const dl_tensor *grad
   LAUNCHER(dlc_dropout_backward_fn, f, op, "dlc_dropout_backward");
   if (!f) return NULL;
   int dev = grad_out->storage->device, kd = nn_kdtype(grad_out->dtype);
-  dl_tensor *cg = prep(grad_out, kd, dev), *cm = cg ? prep(mask, DL_UINT8, dev) : NULL;
+  dl_tensor *cg = cuda_prep(grad_out, kd, dev), *cm = cg ? cuda_prep(mask, DL_UINT8, dev) : NULL;
   dl_tensor *o = cm ? tensor_new_on(dev, kd, grad_out->shape, grad_out->ndim) : NULL;
   if (o && cuda_err(op, dev, f(dev, kd, dl_tensor_numel(o), dp(cg), (const uint8_t *)dp(cm),
                                p < 1 ? 1 / (1 - p) : 0, dp(o)))) {
@@ -276,7 +252,7 @@ DL_HIDDEN dl_tensor *cuda_dropout_backward(const char *op, const dl_tensor *grad
     o = NULL;
   }
   RELEASE(cg, cm);
-  return finish(o, grad_out->dtype);
+  return cuda_finish(o, grad_out->dtype);
 }
 
 /* -- Normalisation -------------------------------------------------------------------- */
@@ -289,15 +265,15 @@ DL_HIDDEN int cuda_layer_norm(const char *op, const dl_tensor *x, int64_t M, int
   int dev = x->storage->device, kd = nn_kdtype(x->dtype);
   int64_t ss[DL_MAX_DIMS];
   for (int i = 0; i < x->ndim; i++) ss[i] = i < axis ? x->shape[i] : 1;
-  dl_tensor *cx = prep(x, kd, dev), *cw = NULL, *cb = NULL, *o = NULL, *mu = NULL, *rs = NULL;
-  if (!cx || (w && !(cw = prep(w, kd, dev))) || (b && !(cb = prep(b, kd, dev))) ||
+  dl_tensor *cx = cuda_prep(x, kd, dev), *cw = NULL, *cb = NULL, *o = NULL, *mu = NULL, *rs = NULL;
+  if (!cx || (w && !(cw = cuda_prep(w, kd, dev))) || (b && !(cb = cuda_prep(b, kd, dev))) ||
       !(o = tensor_new_on(dev, kd, x->shape, x->ndim)) ||
       !(mu = tensor_new_on(dev, kd, ss, x->ndim)) || !(rs = tensor_new_on(dev, kd, ss, x->ndim)))
     goto fail;
   if (cuda_err(op, dev, f(dev, kd, M, N, eps, dp(cx), dp(cw), dp(cb), dp(o), dp(mu), dp(rs))))
     goto fail;
   RELEASE(cx, cw, cb);
-  if (!(*out = finish(o, x->dtype))) {
+  if (!(*out = cuda_finish(o, x->dtype))) {
     RELEASE(mu, rs);
     return -1;
   }
@@ -320,8 +296,9 @@ DL_HIDDEN int cuda_layer_norm_backward(const char *op, const dl_tensor *grad_out
   (void)N;
   dl_tensor *cx = NULL, *cg = NULL, *cm = NULL, *cr = NULL, *cw = NULL, *gx = NULL, *gw = NULL,
             *gb = NULL;
-  if (!(cx = prep(x, kd, dev)) || !(cg = prep(grad_out, kd, dev)) || !(cm = prep(mean, kd, dev)) ||
-      !(cr = prep(rstd, kd, dev)) || (w && !(cw = prep(w, kd, dev))) ||
+  if (!(cx = cuda_prep(x, kd, dev)) || !(cg = cuda_prep(grad_out, kd, dev)) ||
+      !(cm = cuda_prep(mean, kd, dev)) || !(cr = cuda_prep(rstd, kd, dev)) ||
+      (w && !(cw = cuda_prep(w, kd, dev))) ||
       (need_x && !(gx = tensor_new_on(dev, kd, x->shape, x->ndim))) ||
       (need_w && !(gw = tensor_new_on(dev, DL_FLOAT64, ns, nnorm))) ||
       (need_b && !(gb = tensor_new_on(dev, DL_FLOAT64, ns, nnorm))))
@@ -329,8 +306,9 @@ DL_HIDDEN int cuda_layer_norm_backward(const char *op, const dl_tensor *grad_out
   if (cuda_err(op, dev, f(dev, kd, M, N, dp(cx), dp(cg), dp(cw), dp(cm), dp(cr), dp(gx),
                           dp(gw), dp(gb))))
     goto done;
-  if ((need_x && !(gx = finish(gx, x->dtype))) || (need_w && !(gw = finish(gw, x->dtype))) ||
-      (need_b && !(gb = finish(gb, x->dtype))))
+  if ((need_x && !(gx = cuda_finish(gx, x->dtype))) ||
+      (need_w && !(gw = cuda_finish(gw, x->dtype))) ||
+      (need_b && !(gb = cuda_finish(gb, x->dtype))))
     goto done;
   if (grad_x) *grad_x = gx;
   if (grad_w) *grad_w = gw;
@@ -350,10 +328,12 @@ DL_HIDDEN int cuda_batch_norm(const char *op, const dl_tensor *x, const dl_tenso
   if (!f) return -1;
   int dev = x->storage->device, kd = nn_kdtype(x->dtype), rc = -1;
   int64_t n4 = nn_max64(4 * C, 1);
-  dl_tensor *cx = prep(x, kd, dev), *cw = NULL, *cb = NULL, *crm = NULL, *crv = NULL, *st = NULL,
-            *o = NULL, *sm = NULL, *si = NULL, *vm = NULL, *vi = NULL;
-  if (!cx || (w && !(cw = prep(w, DL_FLOAT64, dev))) || (b && !(cb = prep(b, DL_FLOAT64, dev))) ||
-      (rm && !(crm = prep(rm, DL_FLOAT64, dev))) || (rv && !(crv = prep(rv, DL_FLOAT64, dev))) ||
+  dl_tensor *cx = cuda_prep(x, kd, dev), *cw = NULL, *cb = NULL, *crm = NULL, *crv = NULL,
+            *st = NULL, *o = NULL, *sm = NULL, *si = NULL, *vm = NULL, *vi = NULL;
+  if (!cx || (w && !(cw = cuda_prep(w, DL_FLOAT64, dev))) ||
+      (b && !(cb = cuda_prep(b, DL_FLOAT64, dev))) ||
+      (rm && !(crm = cuda_prep(rm, DL_FLOAT64, dev))) ||
+      (rv && !(crv = cuda_prep(rv, DL_FLOAT64, dev))) ||
       !(st = tensor_new_on(dev, DL_FLOAT64, &n4, 1)) ||
       !(o = tensor_new_on(dev, kd, x->shape, x->ndim)))
     goto done;
@@ -362,7 +342,8 @@ DL_HIDDEN int cuda_batch_norm(const char *op, const dl_tensor *x, const dl_tenso
   if (cuda_err(op, dev, f(dev, kd, N, C, S, training, momentum, eps, dp(cx), dp(cw), dp(cb),
                           dp(crm), dp(crv), dp(st), dp(o))))
     goto done;
-  if (training && ((rm && crm != rm && dl_copy_(rm, crm)) || (rv && crv != rv && dl_copy_(rv, crv))))
+  if (training &&
+      ((rm && crm != rm && dl_copy_(rm, crm)) || (rv && crv != rv && dl_copy_(rv, crv))))
     goto done;
   if (training) {
     if (rm && crm == rm) tensor_bump_version(rm);
@@ -371,9 +352,9 @@ DL_HIDDEN int cuda_batch_norm(const char *op, const dl_tensor *x, const dl_tenso
   int64_t off0 = 0, off1 = C, one = 1;
   if (!(vm = tensor_alias(st, &C, &one, 1, st->offset + off0)) ||
       !(vi = tensor_alias(st, &C, &one, 1, st->offset + off1)) ||
-      !(sm = prep(vm, kd, dev)) || !(si = prep(vi, kd, dev)))
+      !(sm = cuda_prep(vm, kd, dev)) || !(si = cuda_prep(vi, kd, dev)))
     goto done;
-  if (!(*out = finish(o, x->dtype))) {
+  if (!(*out = cuda_finish(o, x->dtype))) {
     o = NULL;
     goto done;
   }
@@ -398,17 +379,21 @@ DL_HIDDEN int cuda_batch_norm_backward(const char *op, const dl_tensor *grad_out
   int64_t n5 = nn_max64(5 * C, 1), one = 1;
   dl_tensor *cx = NULL, *cg = NULL, *cm = NULL, *ci = NULL, *cw = NULL, *buf = NULL, *gx = NULL,
             *gw = NULL, *gb = NULL, *vb = NULL, *vw = NULL;
-  if (!(cx = prep(x, kd, dev)) || !(cg = prep(grad_out, kd, dev)) ||
-      !(cm = prep(save_mean, DL_FLOAT64, dev)) || !(ci = prep(save_invstd, DL_FLOAT64, dev)) ||
-      (w && !(cw = prep(w, DL_FLOAT64, dev))) || !(buf = tensor_new_on(dev, DL_FLOAT64, &n5, 1)) ||
+  if (!(cx = cuda_prep(x, kd, dev)) || !(cg = cuda_prep(grad_out, kd, dev)) ||
+      !(cm = cuda_prep(save_mean, DL_FLOAT64, dev)) ||
+      !(ci = cuda_prep(save_invstd, DL_FLOAT64, dev)) ||
+      (w && !(cw = cuda_prep(w, DL_FLOAT64, dev))) ||
+      !(buf = tensor_new_on(dev, DL_FLOAT64, &n5, 1)) ||
       (need_x && !(gx = tensor_new_on(dev, kd, x->shape, x->ndim))))
     goto done;
   if (cuda_err(op, dev, f(dev, kd, N, C, S, training, dp(cg), dp(cx), dp(cm), dp(ci), dp(cw),
                           dp(buf), dp(gx))))
     goto done;
-  if ((need_b && (!(vb = tensor_alias(buf, &C, &one, 1, buf->offset)) || !(gb = prep(vb, x->dtype, dev)))) ||
-      (need_w && (!(vw = tensor_alias(buf, &C, &one, 1, buf->offset + C)) || !(gw = prep(vw, x->dtype, dev)))) ||
-      (need_x && !(gx = finish(gx, x->dtype))))
+  if ((need_b && (!(vb = tensor_alias(buf, &C, &one, 1, buf->offset)) ||
+                  !(gb = cuda_prep(vb, x->dtype, dev)))) ||
+      (need_w && (!(vw = tensor_alias(buf, &C, &one, 1, buf->offset + C)) ||
+                  !(gw = cuda_prep(vw, x->dtype, dev)))) ||
+      (need_x && !(gx = cuda_finish(gx, x->dtype))))
     goto done;
   if (grad_x) *grad_x = gx;
   if (grad_w) *grad_w = gw;

@@ -10,16 +10,7 @@
 #include "device.h"
 #include "nn.h"
 
-/* nn_check_float / nn_check_index for the ported ops: any device. */
-static inline int cn_check_float(const char *op, const char *what, const dl_tensor *t, int want) {
-  if (!t) return dl_err(EM_NULLARG, op, what);
-  if (check_tensor_any(op, t)) return -1;
-  if (!dl_dtype_is_float(t->dtype)) return dl_err(EM_DTYPE_NEED_FLOAT, op, fmt_dtype(t->dtype));
-  if (want >= 0 && t->dtype != want)
-    return dl_err(EM_DTYPE_MISMATCH, op, fmt_dtype(want), fmt_dtype(t->dtype));
-  return 0;
-}
-
+/* nn_check_index for the ported ops: any device. */
 static inline int cn_check_index(const char *op, const char *what, const dl_tensor *t) {
   if (!t) return dl_err(EM_NULLARG, op, what);
   if (check_tensor_any(op, t)) return -1;

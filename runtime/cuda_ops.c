@@ -44,6 +44,41 @@ DL_HIDDEN int op_device_opt(const char *op, int n, const dl_tensor *const *ts) {
   return device_of(op, n, ts, 1);
 }
 
+DL_HIDDEN int cuda_check_float(const char *op, const char *what, const dl_tensor *t, int want) {
+  if (!t) return dl_err(EM_NULLARG, op, what);
+  if (check_tensor_any(op, t)) return -1;
+  if (!dl_dtype_is_float(t->dtype)) return dl_err(EM_DTYPE_NEED_FLOAT, op, fmt_dtype(t->dtype));
+  if (want >= 0 && t->dtype != want)
+    return dl_err(EM_DTYPE_MISMATCH, op, fmt_dtype(want), fmt_dtype(t->dtype));
+  return 0;
+}
+
+DL_HIDDEN dl_tensor *cuda_prep(const dl_tensor *t, int kd, int dev) {
+  if (!t) return NULL;
+  if (t->storage->device != dev) {
+    dl_tensor *m = dl_to_device(t, dev), *r = m ? cuda_prep(m, kd, dev) : NULL;
+    dl_tensor_release(m);
+    return r;
+  }
+  if (t->dtype == kd && dl_tensor_is_contiguous(t)) {
+    dl_tensor_retain((dl_tensor *)t);
+    return (dl_tensor *)t;
+  }
+  dl_tensor *c = tensor_new_on(dev, kd, t->shape, t->ndim);
+  if (c && dl_copy_(c, t)) {
+    dl_tensor_release(c);
+    return NULL;
+  }
+  return c;
+}
+
+DL_HIDDEN dl_tensor *cuda_finish(dl_tensor *work, int dtype) {
+  if (!work || work->dtype == dtype) return work;
+  dl_tensor *r = cuda_prep(work, dtype, work->storage->device);
+  dl_tensor_release(work);
+  return r;
+}
+
 DL_HIDDEN void *cuda_fn(void **slot, const char *op, const char *sym) {
   void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
   if (f) return f;

@@ -36,6 +36,16 @@ DL_HIDDEN int cuda_copy_bytes(const char *op, void *dst, const void *src, size_t
 DL_HIDDEN int op_device(const char *op, int n, const dl_tensor *const *ts);
 /* The same where NULLs are optional arguments (a bias), skipped. */
 DL_HIDDEN int op_device_opt(const char *op, int n, const dl_tensor *const *ts);
+/* nn.h's nn_check_float for an op that runs where its operands are: any
+** device.  want < 0: any float dtype, else that one. */
+DL_HIDDEN int cuda_check_float(const char *op, const char *what, const dl_tensor *t, int want);
+/* nn.h's nn_prep on device dev: t itself (retained) or a contiguous copy in
+** kd there (a CPU 0-dim operand, which goes with any device, moves over);
+** NULL for NULL. */
+DL_HIDDEN dl_tensor *cuda_prep(const dl_tensor *t, int kd, int dev);
+/* nn.h's nn_finish on work's device: work itself or a copy in dtype;
+** consumes work either way. */
+DL_HIDDEN dl_tensor *cuda_finish(dl_tensor *work, int dtype);
 /* The launcher sym, looked up once into *slot; NULL with the error set. */
 DL_HIDDEN void *cuda_fn(void **slot, const char *op, const char *sym);
 /* rc of a launcher into the runtime's error (0 stays 0). */

@@ -375,8 +375,9 @@ static dl_tensor *conv2d_device(const char *op, int dev, const conv_geom *g, con
   dlc_conv d;
   to_dlc(g, &d);
   int64_t oshape[4] = {g->N, g->O, g->Ho, g->Wo};
-  dl_tensor *cx = cuda_prep(x, kd), *cw = cx ? cuda_prep(w, kd) : NULL, *cb = NULL, *out = NULL;
-  if (cw && (!b || (cb = cuda_prep(b, kd))) &&
+  dl_tensor *cx = cuda_prep(x, kd, dev), *cw = cx ? cuda_prep(w, kd, dev) : NULL, *cb = NULL,
+            *out = NULL;
+  if (cw && (!b || (cb = cuda_prep(b, kd, dev))) &&
       (out = tensor_new_on(dev, kd, oshape + !bt, x->ndim)) &&
       cuda_conv2d_forward(op, dev, kd, &d, tensor_first(cx), tensor_first(cw),
                           cb ? tensor_first(cb) : NULL, tensor_first(out))) {
@@ -396,10 +397,11 @@ static int conv2d_backward_device(const char *op, int dev, const conv_geom *g,
   int kd = nn_kdtype(x->dtype), rc = -1;
   dlc_conv d;
   to_dlc(g, &d);
-  dl_tensor *cx = NULL, *cw = NULL, *cg = cuda_prep(grad_out, kd), *gx = NULL, *gw = NULL,
+  dl_tensor *cx = NULL, *cw = NULL, *cg = cuda_prep(grad_out, kd, dev), *gx = NULL, *gw = NULL,
             *gb = NULL;
   if (!cg) goto done;
-  if ((need_x || need_w) && (!(cx = cuda_prep(x, kd)) || !(cw = cuda_prep(w, kd)))) goto done;
+  if ((need_x || need_w) && (!(cx = cuda_prep(x, kd, dev)) || !(cw = cuda_prep(w, kd, dev))))
+    goto done;
   if ((need_x && !(gx = tensor_new_on(dev, kd, x->shape, x->ndim))) ||
       (need_w && !(gw = tensor_new_on(dev, kd, w->shape, 4))) ||
       (need_b && !(gb = tensor_new_on(dev, kd, &g->O, 1))))

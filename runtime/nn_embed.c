@@ -104,7 +104,7 @@ DL_API dl_tensor *dl_embedding_backward(const dl_tensor *grad_out,
                                         int64_t padding_idx,
                                         int scale_grad_by_freq) {
   const char *op = "embedding_backward";
-  if (cn_check_float(op, "grad_out", grad_out, -1) ||
+  if (cuda_check_float(op, "grad_out", grad_out, -1) ||
       cn_check_index(op, "indices", indices))
     return NULL;
   if (num_weights < 0)
@@ -206,7 +206,7 @@ DL_API int dl_dropout(const dl_tensor *x, double p, int training,
   const char *op = "dropout";
   if (!out || !mask) return dl_err(EM_NULLARG, op, "out");
   *out = *mask = NULL;
-  if (cn_check_float(op, "input", x, -1)) return -1;
+  if (cuda_check_float(op, "input", x, -1)) return -1;
   if (!(p >= 0 && p <= 1)) return dl_err(EM_NN_PROB, op, "p", p);
   if (!training || p == 0) {
     /* nothing dropped: a new header over the same data */
@@ -257,7 +257,7 @@ DEF_DROP_BWD(double, f64)
 DL_API dl_tensor *dl_dropout_backward(const dl_tensor *grad_out,
                                       const dl_tensor *mask, double p) {
   const char *op = "dropout_backward";
-  if (cn_check_float(op, "grad_out", grad_out, -1)) return NULL;
+  if (cuda_check_float(op, "grad_out", grad_out, -1)) return NULL;
   if (!(p >= 0 && p <= 1)) return dl_errp(EM_NN_PROB, op, "p", p);
   if (!mask)  /* forward dropped nothing */
     return tensor_alias(grad_out, grad_out->shape, grad_out->stride,

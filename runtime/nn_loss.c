@@ -21,9 +21,9 @@ typedef struct {
 static int cls_setup(const char *op, const dl_tensor *input,
                      const dl_tensor *target, const dl_tensor *weight,
                      int reduction, cls_geom *g) {
-  if (cn_check_float(op, "input", input, -1) ||
+  if (cuda_check_float(op, "input", input, -1) ||
       cn_check_index(op, "target", target) ||
-      (weight && cn_check_float(op, "weight", weight, input->dtype)) ||
+      (weight && cuda_check_float(op, "weight", weight, input->dtype)) ||
       nn_check_reduction(op, reduction))
     return -1;
   memset(g, 0, sizeof *g);
@@ -212,7 +212,7 @@ static dl_tensor *cls_backward(const char *op, int logits, const dl_tensor *grad
                                double ls, int reduction, int checked) {
   cls_geom g;
   if (cls_setup(op, input, target, weight, reduction, &g) ||
-      cn_check_float(op, "grad_out", grad_out, input->dtype) ||
+      cuda_check_float(op, "grad_out", grad_out, input->dtype) ||
       check_grad_out(op, grad_out, g.tshape, g.tnd, reduction))
     return NULL;
   if (!(ls >= 0 && ls <= 1)) return dl_errp(EM_NN_PROB, op, "label_smoothing", ls);
@@ -369,8 +369,8 @@ DEF_MSE(double, f64)
 
 static int mse_setup(const char *op, const dl_tensor *input,
                      const dl_tensor *target, int reduction) {
-  if (cn_check_float(op, "input", input, -1) ||
-      cn_check_float(op, "target", target, input->dtype) ||
+  if (cuda_check_float(op, "input", input, -1) ||
+      cuda_check_float(op, "target", target, input->dtype) ||
       nn_check_reduction(op, reduction))
     return -1;
   if (!nn_same_shape(target, input->shape, input->ndim))
@@ -418,7 +418,7 @@ DL_API dl_tensor *dl_mse_loss_backward(const dl_tensor *grad_out,
                                        const dl_tensor *target, int reduction) {
   const char *op = "mse_loss_backward";
   if (mse_setup(op, input, target, reduction) ||
-      cn_check_float(op, "grad_out", grad_out, input->dtype) ||
+      cuda_check_float(op, "grad_out", grad_out, input->dtype) ||
       check_grad_out(op, grad_out, input->shape, input->ndim, reduction))
     return NULL;
   int dev = cn_device(op, input, target, grad_out, NULL, NULL);

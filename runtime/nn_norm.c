@@ -120,9 +120,9 @@ DEF_LN(double, f64)
 static int ln_setup(const char *op, const dl_tensor *x, const int64_t *ns,
                     int nnorm, const dl_tensor *w, const dl_tensor *b,
                     int64_t *M, int64_t *N) {
-  if (cn_check_float(op, "input", x, -1) ||
-      (w && cn_check_float(op, "weight", w, x->dtype)) ||
-      (b && cn_check_float(op, "bias", b, x->dtype)))
+  if (cuda_check_float(op, "input", x, -1) ||
+      (w && cuda_check_float(op, "weight", w, x->dtype)) ||
+      (b && cuda_check_float(op, "bias", b, x->dtype)))
     return -1;
   if (!ns && nnorm > 0) return dl_err(EM_NULLARG, op, "normalized_shape");
   if (nnorm < 1 || nnorm > x->ndim) {
@@ -210,8 +210,8 @@ DL_API int dl_layer_norm_backward(const dl_tensor *grad_out,
     return dl_err(EM_NULLARG, op, "for a needed gradient");
   int64_t M = 0, N = 0;
   if (ln_setup(op, x, normalized_shape, nnorm, w, NULL, &M, &N) ||
-      cn_check_float(op, "grad_out", grad_out, x->dtype) ||
-      cn_check_float(op, "mean", mean, -1) || cn_check_float(op, "rstd", rstd, -1))
+      cuda_check_float(op, "grad_out", grad_out, x->dtype) ||
+      cuda_check_float(op, "mean", mean, -1) || cuda_check_float(op, "rstd", rstd, -1))
     return -1;
   if (!nn_same_shape(grad_out, x->shape, x->ndim))
     return dl_err(EM_NN_SHAPE, op, "grad_out", fmt_tshape(grad_out), fmt_tshape(x));
@@ -367,7 +367,7 @@ static void run_chan(chan_ctx *k, int f64) {
 static int bn_check_vec(const char *op, const char *what, const dl_tensor *t,
                         int64_t C) {
   if (!t) return 0;
-  if (cn_check_float(op, what, t, -1)) return -1;
+  if (cuda_check_float(op, what, t, -1)) return -1;
   if (t->ndim != 1 || t->shape[0] != C)
     return dl_err(EM_NN_SHAPE, op, what, fmt_tshape(t), fmt_shape(&C, 1));
   return 0;
@@ -385,7 +385,7 @@ static int read_vec(const dl_tensor *t, int64_t C, double dflt, double *out) {
 
 static int bn_setup(const char *op, const dl_tensor *x, const dl_tensor *w,
                     int64_t *N, int64_t *C, int64_t *S) {
-  if (cn_check_float(op, "input", x, -1)) return -1;
+  if (cuda_check_float(op, "input", x, -1)) return -1;
   if (x->ndim < 2)
     return dl_err(EM_NN_NDIM, op, "an input of 2 or more dims [N, C, ...]",
                   "an input", fmt_tshape(x));
@@ -503,7 +503,7 @@ DL_API int dl_batch_norm_backward(const dl_tensor *grad_out,
     return dl_err(EM_NULLARG, op, "for a needed gradient");
   int64_t N = 0, C = 0, S = 0;
   if (bn_setup(op, x, w, &N, &C, &S) ||
-      cn_check_float(op, "grad_out", grad_out, x->dtype))
+      cuda_check_float(op, "grad_out", grad_out, x->dtype))
     return -1;
   if (!save_mean || !save_invstd)
     return dl_err(EM_NULLARG, op, "save_mean/save_invstd");

@@ -154,7 +154,7 @@ DL_API int dl_max_pool2d(const dl_tensor *x, const int64_t *kernel,
   pool_shape(x, &g, s);
   if (dev >= 0) {
     dlc_pool d = to_dlc(&g);
-    dl_tensor *cx = cuda_prep(x, kd), *o = cx ? tensor_new_on(dev, kd, s, x->ndim) : NULL;
+    dl_tensor *cx = cuda_prep(x, kd, dev), *o = cx ? tensor_new_on(dev, kd, s, x->ndim) : NULL;
     dl_tensor *ix = o ? tensor_new_on(dev, DL_INT64, s, x->ndim) : NULL;
     int rc = ix ? cuda_max_pool(op, dev, kd, &d, tensor_first(cx), tensor_first(o),
                                 (int64_t *)tensor_first(ix))
@@ -247,7 +247,8 @@ DL_API dl_tensor *dl_max_pool2d_backward(const dl_tensor *grad_out,
   if (dev >= 0) {
     int64_t in_plane = x->shape[nd - 2] * x->shape[nd - 1], out_plane = s[nd - 2] * s[nd - 1];
     int64_t planes = dl_tensor_numel(x) / nn_max64(1, in_plane);
-    dl_tensor *cg = cuda_prep(grad_out, kd), *ci = cg ? cuda_prep(indices, DL_INT64) : NULL;
+    dl_tensor *cg = cuda_prep(grad_out, kd, dev),
+              *ci = cg ? cuda_prep(indices, DL_INT64, dev) : NULL;
     dl_tensor *gx = ci ? tensor_new_on(dev, kd, x->shape, nd) : NULL;
     int rc = gx ? cuda_max_pool_backward(op, dev, kd, planes, in_plane, out_plane,
                                          tensor_first(cg), (const int64_t *)tensor_first(ci),
@@ -381,7 +382,7 @@ DL_API dl_tensor *dl_avg_pool2d(const dl_tensor *x, const int64_t *kernel,
   pool_shape(x, &g, s);
   if (dev >= 0) {
     dlc_pool d = to_dlc(&g);
-    dl_tensor *cx = cuda_prep(x, kd), *o = cx ? tensor_new_on(dev, kd, s, x->ndim) : NULL;
+    dl_tensor *cx = cuda_prep(x, kd, dev), *o = cx ? tensor_new_on(dev, kd, s, x->ndim) : NULL;
     int rc = o ? cuda_avg_pool(op, dev, kd, &d, tensor_first(cx), tensor_first(o)) : -1;
     dl_tensor_release(cx);
     return device_done(rc, o, x->dtype);
@@ -418,7 +419,8 @@ DL_API dl_tensor *dl_avg_pool2d_backward(const dl_tensor *grad_out,
                    fmt_shape(s, x->ndim));
   if (dev >= 0) {
     dlc_pool d = to_dlc(&g);
-    dl_tensor *cg = cuda_prep(grad_out, kd), *gx = cg ? tensor_new_on(dev, kd, x->shape, x->ndim) : NULL;
+    dl_tensor *cg = cuda_prep(grad_out, kd, dev),
+              *gx = cg ? tensor_new_on(dev, kd, x->shape, x->ndim) : NULL;
     int rc = gx ? cuda_avg_pool_backward(op, dev, kd, &d, tensor_first(cg), tensor_first(gx)) : -1;
     dl_tensor_release(cg);
     return device_done(rc, gx, x->dtype);
