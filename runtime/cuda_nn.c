@@ -187,18 +187,8 @@ DL_HIDDEN dl_tensor *cuda_embedding_backward(const char *op, const dl_tensor *gr
             *cg = NULL, *gw = NULL;
   if (!ci || !(hi = dl_to_device(ci, -1)) || !(tab = tensor_new(DL_INT64, &ns, 1))) goto fail;
   const int64_t *idx = (const int64_t *)dp(hi);
-  for (int64_t i = 0; i < n; i++)
-    if (idx[i] < 0 || idx[i] >= num_weights) {
-      dl_err(EM_NN_INDEX_RANGE, op, (long long)idx[i], (long long)num_weights, (long long)i);
-      goto fail;
-    }
-  int64_t *start = (int64_t *)dp(tab), *order = start + num_weights + 1;
-  memset(start, 0, sizeof(int64_t) * (size_t)(num_weights + 1));
-  for (int64_t i = 0; i < n; i++) start[idx[i] + 1]++;
-  for (int64_t v = 0; v < num_weights; v++) start[v + 1] += start[v];
-  for (int64_t i = 0; i < n; i++) order[start[idx[i]]++] = i;
-  for (int64_t v = num_weights; v > 0; v--) start[v] = start[v - 1];
-  start[0] = 0;
+  if (nn_check_rows(op, idx, n, num_weights)) goto fail;
+  nn_sort_by_index(idx, n, num_weights, (int64_t *)dp(tab));
   if (!(dtab = dl_to_device(tab, dev)) || !(cg = cuda_prep(grad_out, kd, dev)) ||
       !(gw = tensor_new_on(dev, kd, gs, 2)))
     goto fail;

@@ -97,6 +97,14 @@ static inline int nn_check_reduction(const char *op, int reduction) {
   return 0;
 }
 
+/* nn_embed.c, for the CPU and CUDA embeddings alike: -1 with the error
+** set (naming the first) when an index is outside [0, rows). */
+DL_HIDDEN int nn_check_rows(const char *op, const int64_t *idx, int64_t n, int64_t rows);
+/* The positions 0..n of idx sorted by index with a counting sort, stable
+** so each row's come in position order: row v's are order[start[v] ..
+** start[v + 1]), with order = start + rows + 1 (n more entries). */
+DL_HIDDEN void nn_sort_by_index(const int64_t *idx, int64_t n, int64_t rows, int64_t *start);
+
 static inline int64_t nn_max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t nn_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 

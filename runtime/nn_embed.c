@@ -11,11 +11,21 @@
 
 /* -- Embedding --------------------------------------------------------------- */
 
-/* Position of the first index outside [0, rows), or -1. */
-static int64_t first_bad(const int64_t *idx, int64_t n, int64_t rows) {
+DL_HIDDEN int nn_check_rows(const char *op, const int64_t *idx, int64_t n, int64_t rows) {
   for (int64_t i = 0; i < n; i++)
-    if (idx[i] < 0 || idx[i] >= rows) return i;
-  return -1;
+    if (idx[i] < 0 || idx[i] >= rows)
+      return dl_err(EM_NN_INDEX_RANGE, op, (long long)idx[i], (long long)rows, (long long)i);
+  return 0;
+}
+
+DL_HIDDEN void nn_sort_by_index(const int64_t *idx, int64_t n, int64_t rows, int64_t *start) {
+  int64_t *order = start + rows + 1;
+  memset(start, 0, sizeof(int64_t) * (size_t)(rows + 1));
+  for (int64_t i = 0; i < n; i++) start[idx[i] + 1]++;
+  for (int64_t v = 0; v < rows; v++) start[v + 1] += start[v];
+  for (int64_t i = 0; i < n; i++) order[start[idx[i]]++] = i;
+  for (int64_t v = rows; v > 0; v--) start[v] = start[v - 1];
+  start[0] = 0;
 }
 
 typedef struct {
@@ -50,12 +60,8 @@ DL_API dl_tensor *dl_embedding(const dl_tensor *weight,
   dl_tensor *ci = nn_prep_index(indices), *cw = NULL, *out = NULL;
   if (!ci) return NULL;
   const int64_t *idx = (const int64_t *)tensor_first(ci);
-  int64_t n = dl_tensor_numel(ci), bad = first_bad(idx, n, V);
-  if (bad >= 0) {
-    dl_err(EM_NN_INDEX_RANGE, op, (long long)idx[bad], (long long)V, (long long)bad);
-    goto done;
-  }
-  if (!(cw = nn_prep(weight, weight->dtype)) ||
+  int64_t n = dl_tensor_numel(ci);
+  if (nn_check_rows(op, idx, n, V) || !(cw = nn_prep(weight, weight->dtype)) ||
       !(out = tensor_new(weight->dtype, s, indices->ndim + 1)))
     goto done;
   gather_ctx c = {tensor_first(cw), idx, tensor_first(out),
@@ -132,23 +138,11 @@ DL_API dl_tensor *dl_embedding_backward(const dl_tensor *grad_out,
   dl_tensor *ci = nn_prep_index(indices), *cg = NULL, *gw = NULL, *tab = NULL;
   if (!ci) return NULL;
   const int64_t *idx = (const int64_t *)tensor_first(ci);
-  int64_t bad = first_bad(idx, n, num_weights);
-  if (bad >= 0) {
-    dl_err(EM_NN_INDEX_RANGE, op, (long long)idx[bad], (long long)num_weights,
-           (long long)bad);
+  if (nn_check_rows(op, idx, n, num_weights) || !(cg = nn_prep(grad_out, kd)) ||
+      !(gw = tensor_new(kd, gs, 2)) || !(tab = tensor_new(DL_INT64, &ns, 1)))
     goto fail;
-  }
-  if (!(cg = nn_prep(grad_out, kd)) || !(gw = tensor_new(kd, gs, 2)) ||
-      !(tab = tensor_new(DL_INT64, &ns, 1)))
-    goto fail;
-  /* counting sort of the positions by index: stable, so in position order */
   int64_t *start = (int64_t *)tensor_first(tab), *order = start + num_weights + 1;
-  memset(start, 0, sizeof(int64_t) * (size_t)(num_weights + 1));
-  for (int64_t i = 0; i < n; i++) start[idx[i] + 1]++;
-  for (int64_t v = 0; v < num_weights; v++) start[v + 1] += start[v];
-  for (int64_t i = 0; i < n; i++) order[start[idx[i]]++] = i;
-  for (int64_t v = num_weights; v > 0; v--) start[v] = start[v - 1];
-  start[0] = 0;
+  nn_sort_by_index(idx, n, num_weights, start);
   scatter_ctx c = {D, padding_idx, scale_grad_by_freq, start, order,
                    tensor_first(cg), tensor_first(gw)};
   int64_t per = nn_max64(1, D * nn_max64(1, n / nn_max64(1, num_weights)));
