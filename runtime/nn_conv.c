@@ -390,6 +390,19 @@ static dl_tensor *conv2d_device(const char *op, int dev, const conv_geom *g, con
   return cuda_finish(out, x->dtype);
 }
 
+/* Where both backwards end: on failure the grads already handed out go;
+** the n temporaries go either way.  Returns rc. */
+static int backward_done(int rc, dl_tensor **grad_x, dl_tensor **grad_w, dl_tensor **grad_b,
+                         dl_tensor *const *tmp, int n) {
+  if (rc) {
+    dl_tensor **grads[] = {grad_x, grad_w, grad_b};
+    for (int i = 0; i < 3; i++)
+      if (grads[i] && *grads[i]) dl_tensor_release(*grads[i]), *grads[i] = NULL;
+  }
+  for (int i = 0; i < n; i++) dl_tensor_release(tmp[i]);
+  return rc;
+}
+
 static int conv2d_backward_device(const char *op, int dev, const conv_geom *g,
                                   const dl_tensor *grad_out, const dl_tensor *x,
                                   const dl_tensor *w, int need_x, int need_w, int need_b,
@@ -417,18 +430,7 @@ static int conv2d_backward_device(const char *op, int dev, const conv_geom *g,
   if (need_b && (*grad_b = cuda_finish(gb, x->dtype), gb = NULL, !*grad_b)) goto done;
   rc = 0;
 done:
-  if (rc) {
-    if (grad_x && *grad_x) dl_tensor_release(*grad_x), *grad_x = NULL;
-    if (grad_w && *grad_w) dl_tensor_release(*grad_w), *grad_w = NULL;
-    if (grad_b && *grad_b) dl_tensor_release(*grad_b), *grad_b = NULL;
-  }
-  dl_tensor_release(cx);
-  dl_tensor_release(cw);
-  dl_tensor_release(cg);
-  dl_tensor_release(gx);
-  dl_tensor_release(gw);
-  dl_tensor_release(gb);
-  return rc;
+  return backward_done(rc, grad_x, grad_w, grad_b, (dl_tensor *[]){cx, cw, cg, gx, gw, gb}, 6);
 }
 
 /* -- Public ------------------------------------------------------------------------ */
@@ -647,37 +649,12 @@ DL_API int dl_conv2d_backward(const dl_tensor *grad_out, const dl_tensor *x,
       else ((float *)tensor_first(gb))[o] = (float)v;
     }
   }
-  if (need_x && !(*grad_x = nn_finish(gx, x->dtype))) {
-    gx = NULL;
-    goto done;
-  }
-  gx = NULL;
-  if (need_w && !(*grad_w = nn_finish(gw, x->dtype))) {
-    gw = NULL;
-    goto done;
-  }
-  gw = NULL;
-  if (need_b && !(*grad_b = nn_finish(gb, x->dtype))) {
-    gb = NULL;
-    goto done;
-  }
-  gb = NULL;
+  /* nn_finish consumes its argument, result or not */
+  if (need_x && (*grad_x = nn_finish(gx, x->dtype), gx = NULL, !*grad_x)) goto done;
+  if (need_w && (*grad_w = nn_finish(gw, x->dtype), gw = NULL, !*grad_w)) goto done;
+  if (need_b && (*grad_b = nn_finish(gb, x->dtype), gb = NULL, !*grad_b)) goto done;
   rc = 0;
 done:
-  if (rc) {
-    if (grad_x && *grad_x) dl_tensor_release(*grad_x), *grad_x = NULL;
-    if (grad_w && *grad_w) dl_tensor_release(*grad_w), *grad_w = NULL;
-    if (grad_b && *grad_b) dl_tensor_release(*grad_b), *grad_b = NULL;
-  }
-  dl_tensor_release(cx);
-  dl_tensor_release(cw);
-  dl_tensor_release(cg);
-  dl_tensor_release(gx);
-  dl_tensor_release(gw);
-  dl_tensor_release(gb);
-  dl_tensor_release(cols);
-  dl_tensor_release(gcols);
-  dl_tensor_release(gwp);
-  dl_tensor_release(gbp);
-  return rc;
+  return backward_done(rc, grad_x, grad_w, grad_b,
+                       (dl_tensor *[]){cx, cw, cg, gx, gw, gb, cols, gcols, gwp, gbp}, 10);
 }
