@@ -300,10 +300,7 @@ DL_HIDDEN int cuda_layer_norm_backward(const char *op, const dl_tensor *grad_out
       (need_w && !(gw = cuda_finish(gw, x->dtype))) ||
       (need_b && !(gb = cuda_finish(gb, x->dtype))))
     goto done;
-  if (grad_x) *grad_x = gx;
-  if (grad_w) *grad_w = gw;
-  if (grad_b) *grad_b = gb;
-  gx = gw = gb = NULL;
+  nn_give_grads(&gx, &gw, &gb, grad_x, grad_w, grad_b);
   rc = 0;
 done:
   RELEASE(cx, cg, cm, cr, cw, gx, gw, gb);
@@ -385,10 +382,7 @@ DL_HIDDEN int cuda_batch_norm_backward(const char *op, const dl_tensor *grad_out
                   !(gw = cuda_prep(vw, x->dtype, dev)))) ||
       (need_x && !(gx = cuda_finish(gx, x->dtype))))
     goto done;
-  if (grad_x) *grad_x = gx;
-  if (grad_w) *grad_w = gw;
-  if (grad_b) *grad_b = gb;
-  gx = gw = gb = NULL;
+  nn_give_grads(&gx, &gw, &gb, grad_x, grad_w, grad_b);
   rc = 0;
 done:
   RELEASE(cx, cg, cm, ci, cw, buf, gx, gw, gb, vb, vw);

@@ -81,6 +81,16 @@ static inline int nn_same_shape(const dl_tensor *a, const int64_t *shape,
   return 1;
 }
 
+/* A backward's grads to the caller's pointers (those given), which own them
+** from then on; *gx, *gw and *gb are cleared so the cleanup skips them. */
+static inline void nn_give_grads(dl_tensor **gx, dl_tensor **gw, dl_tensor **gb,
+                                 dl_tensor **grad_x, dl_tensor **grad_w, dl_tensor **grad_b) {
+  if (grad_x) *grad_x = *gx;
+  if (grad_w) *grad_w = *gw;
+  if (grad_b) *grad_b = *gb;
+  *gx = *gw = *gb = NULL;
+}
+
 /* Checks a parameter pair v[0], v[1] >= min; names it as "stride" etc. */
 static inline int nn_check_pair(const char *op, const char *what,
                                 const int64_t *v, int64_t min) {

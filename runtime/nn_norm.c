@@ -258,10 +258,7 @@ DL_API int dl_layer_norm_backward(const dl_tensor *grad_out,
     dl_tensor_release(buf);
   }
   if (need_x && !(gx = nn_finish(gx, x->dtype))) goto done;
-  if (grad_x) *grad_x = gx;
-  if (grad_w) *grad_w = gw;
-  if (grad_b) *grad_b = gb;
-  gx = gw = gb = NULL;
+  nn_give_grads(&gx, &gw, &gb, grad_x, grad_w, grad_b);
   rc = 0;
 done:
   dl_tensor_release(cx);
@@ -552,10 +549,7 @@ DL_API int dl_batch_norm_backward(const dl_tensor *grad_out,
   }
   if (need_b && !(gb = dl_from_doubles(sdy, &C, 1, x->dtype))) goto done;
   if (need_x && !(gx = nn_finish(gx, x->dtype))) goto done;
-  if (grad_x) *grad_x = gx;
-  if (grad_w) *grad_w = gw;
-  if (grad_b) *grad_b = gb;
-  gx = gw = gb = NULL;
+  nn_give_grads(&gx, &gw, &gb, grad_x, grad_w, grad_b);
   rc = 0;
 done:
   dl_tensor_release(buf);
