@@ -248,13 +248,11 @@ DL_HIDDEN dl_tensor *cuda_dropout_backward(const char *op, const dl_tensor *grad
 /* -- Normalisation -------------------------------------------------------------------- */
 
 DL_HIDDEN int cuda_layer_norm(const char *op, const dl_tensor *x, int64_t M, int64_t N,
-                              int axis, const dl_tensor *w, const dl_tensor *b, double eps,
-                              dl_tensor **out, dl_tensor **mean, dl_tensor **rstd) {
+                              const int64_t *ss, const dl_tensor *w, const dl_tensor *b,
+                              double eps, dl_tensor **out, dl_tensor **mean, dl_tensor **rstd) {
   LAUNCHER(dlc_layer_norm_fn, f, op, "dlc_layer_norm");
   if (!f) return -1;
   int dev = x->storage->device, kd = nn_kdtype(x->dtype);
-  int64_t ss[DL_MAX_DIMS];
-  for (int i = 0; i < x->ndim; i++) ss[i] = i < axis ? x->shape[i] : 1;
   dl_tensor *cx = cuda_prep(x, kd, dev), *cw = NULL, *cb = NULL, *o = NULL, *mu = NULL, *rs = NULL;
   if (!cx || (w && !(cw = cuda_prep(w, kd, dev))) || (b && !(cb = cuda_prep(b, kd, dev))) ||
       !(o = tensor_new_on(dev, kd, x->shape, x->ndim)) ||

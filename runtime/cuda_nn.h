@@ -58,10 +58,11 @@ DL_HIDDEN int cuda_dropout(const char *op, const dl_tensor *x, double p, dl_tens
 DL_HIDDEN dl_tensor *cuda_dropout_backward(const char *op, const dl_tensor *grad_out,
                                            const dl_tensor *mask, double p);
 
-/* Normalisation (nn_norm.c), after the CPU's checks. */
+/* Normalisation (nn_norm.c), after the CPU's checks; layer_norm's mean and rstd
+** have shape ss (nn_norm.c works it out for both). */
 DL_HIDDEN int cuda_layer_norm(const char *op, const dl_tensor *x, int64_t M, int64_t N,
-                              int axis, const dl_tensor *w, const dl_tensor *b, double eps,
-                              dl_tensor **out, dl_tensor **mean, dl_tensor **rstd);
+                              const int64_t *ss, const dl_tensor *w, const dl_tensor *b,
+                              double eps, dl_tensor **out, dl_tensor **mean, dl_tensor **rstd);
 DL_HIDDEN int cuda_layer_norm_backward(const char *op, const dl_tensor *grad_out,
                                        const dl_tensor *x, const int64_t *ns, int nnorm,
                                        int64_t M, int64_t N, const dl_tensor *mean,

@@ -162,9 +162,9 @@ DL_API int dl_layer_norm(const dl_tensor *x, const int64_t *normalized_shape,
   int kd = nn_kdtype(x->dtype), axis = x->ndim - nnorm;
   int dev = cn_device(op, x, w, b, NULL, NULL);
   if (dev < -1) return -1;
-  if (dev >= 0) return cuda_layer_norm(op, x, M, N, axis, w, b, eps, out, mean, rstd);
-  int64_t ss[DL_MAX_DIMS];
+  int64_t ss[DL_MAX_DIMS];  /* mean and rstd: x's shape, 1 in the normalized dims */
   for (int i = 0; i < x->ndim; i++) ss[i] = i < axis ? x->shape[i] : 1;
+  if (dev >= 0) return cuda_layer_norm(op, x, M, N, ss, w, b, eps, out, mean, rstd);
   dl_tensor *cx = nn_prep(x, kd), *cw = NULL, *cb = NULL, *o = NULL,
             *mu = NULL, *rs = NULL;
   if (!cx || (w && !(cw = nn_prep(w, kd))) || (b && !(cb = nn_prep(b, kd))) ||
