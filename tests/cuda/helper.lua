@@ -1,7 +1,7 @@
 -- What the CUDA op specs share: whether a device is there (real, or the
 -- CPU emulation that scripts/run-tests.sh turns on with DDPLUA_CUDA_EMU
--- where no GPU is), moving arguments to it, and comparing a CUDA result
--- with the CPU's result of the same call.
+-- where no GPU is), moving arguments to it, comparing a CUDA result (or
+-- error) with the CPU's of the same call, and sample inputs.
 local ddp = require "ddp"
 
 local M = {}
@@ -91,6 +91,40 @@ function M.check(what, f, args, tol)
     end
   end
   return rc, rd
+end
+
+-- The CPU decides what is an error; CUDA must then fail too.  Else
+-- check's comparison of the two results.
+function M.both(what, f, args, tol)
+  local ok = pcall(f, unpack(args))
+  if not ok then
+    local dok, err = pcall(f, unpack(M.todev(args)))
+    assert(not dok, what .. ": fails on cpu but not on cuda")
+    assert(tostring(err):match("%S"), what .. ": empty error")
+    return
+  end
+  M.check(what, f, args, tol)
+end
+
+-- Seeded values in dtype with signs, zeros and fractions: randn * 3,
+-- rounded for the integers, |x| * 10 for uint8, x > 0 for bool.
+function M.sample(dtype, shape, seed)
+  ddp.manual_seed(seed or 1)
+  local x = ddp.randn(shape) * 3
+  if dtype == "bool" then return x:gt(0) end
+  if dtype == "uint8" then return (x:abs() * 10):to("uint8") end
+  if dtype == "int32" or dtype == "int64" then return x:round():to(dtype) end
+  return x:to(dtype)
+end
+
+-- x with a NaN, an inf and a zero at flat positions i, j and k, where x
+-- is a float tensor of more than n elements; x itself.
+function M.specials(x, n, i, j, k)
+  if x:is_floating_point() and x:numel() > n then
+    local v = x:view(-1)
+    v:set(i, 0 / 0) v:set(j, 1 / 0) v:set(k, 0)
+  end
+  return x
 end
 
 -- describe() that runs only where a device is, else one pending line

@@ -20,16 +20,7 @@ end
 -- the float32 sums, so within a few ulps of the half type.
 local HALF_TOL = { bfloat16 = {2e-2, 2e-2}, float16 = {4e-3, 4e-3} }
 
-local function both(what, f, args)
-  local ok = pcall(f, table.unpack(args))
-  if not ok then
-    local dok, err = pcall(f, table.unpack(H.todev(args)))
-    assert(not dok, what .. ": fails on cpu but not on cuda")
-    assert(tostring(err):match("%S"), what .. ": empty error")
-    return
-  end
-  H.check(what, f, args, HALF_TOL[args[1]:dtype()])
-end
+local function both(what, f, args) H.both(what, f, args, HALF_TOL[args[1]:dtype()]) end
 
 H.describe("CUDA matrix products", function()
   it("matmul in every dtype: vector, matrix, batched and broadcast shapes", function()
