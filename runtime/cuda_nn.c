@@ -6,8 +6,6 @@
 ** cast back to the caller's dtype.  No host syncs except the index range
 ** checks, which must read the indices back to name a bad one.
 */
-#include <string.h>
-
 #include "autograd.h"
 #include "cuda_nn.h"
 
