@@ -1,6 +1,7 @@
 /*
 ** nn.h -- what the neural network kernels (nn_conv.c, nn_pool.c, nn_norm.c,
-** nn_loss.c) share: operand checks, the compute dtype, pairs of parameters.
+** nn_loss.c, nn_embed.c) and their CUDA halves share: operand checks, the
+** compute dtype, pairs of parameters, handing out results.
 */
 #ifndef DL_NN_H
 #define DL_NN_H
