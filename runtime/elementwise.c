@@ -387,12 +387,35 @@ static const char *inplace_name(const char *name) {
 
 /* Runs op into out (shape already the broadcast shape, dtype = out dtype
 ** of the op, or compute dtype for half results). */
+/* On CUDA, half-type math reads and writes the half type and computes in
+** float32 in registers: one kernel where the CPU path makes float32
+** copies, with the same result (float32 math, one rounding).  Tensor
+** operands go to cd first (an int tensor beside a bf16 one), CPU scalars
+** to float32. */
+static int binary_half(const char *name, int op, dl_tensor *out, const dl_tensor *a,
+                       const dl_tensor *b, int cd) {
+  const dl_tensor *in[2] = {a, b};
+  dl_tensor *c[2] = {NULL, NULL};
+  int rc = -1;
+  for (int i = 0; i < 2; i++)
+    if (!(c[i] = as_dtype(in[i], in[i]->storage->device < 0 ? DL_FLOAT32 : cd))) goto done;
+  dl_tensor *ops[3] = {out, c[0], c[1]};
+  rc = cuda_binary(name, op, cd, ops);
+done:
+  dl_tensor_release(c[0]);
+  dl_tensor_release(c[1]);
+  return rc;
+}
+
 static int binary_into(const char *name, int op, dl_tensor *out,
                        const dl_tensor *a, const dl_tensor *b, int cd) {
   int kd = is_half_dtype(cd) ? DL_FLOAT32 : cd;
   int k = kslot(kd);
   loop_fn fn = k >= 0 ? bin_table[op][k] : NULL;
   if (!fn) return dl_err(EM_DTYPE_UNSUP, name, fmt_dtype(cd));
+  if (out->storage->device >= 0 && is_half_dtype(cd) &&
+      out->dtype == (bin_is_cmp(op) ? DL_BOOL : cd))
+    return binary_half(name, op, out, a, b, cd);
   dl_tensor *ca = as_dtype(a, kd), *cb = ca ? as_dtype(b, kd) : NULL;
   int od = bin_is_cmp(op) ? DL_BOOL : kd;
   dl_tensor *tmp = NULL, *dst = out;
@@ -510,6 +533,11 @@ static int unary_into(const char *name, int op, dl_tensor *out,
   loop_fn fn = un_table[op][kslot(kd)];
   if (!fn) return dl_err(EM_DTYPE_UNSUP, name, fmt_dtype(a->dtype));
   int od = un_out_bool(op) ? DL_BOOL : kd;
+  if (out->storage->device >= 0 && is_half_dtype(cd) && a->dtype == cd &&
+      out->dtype == (un_out_bool(op) ? DL_BOOL : cd)) {  /* as binary_half */
+    dl_tensor *ops[2] = {out, (dl_tensor *)a};
+    return cuda_unary(name, op, cd, ops);
+  }
   dl_tensor *ca = as_dtype(a, kd), *tmp = NULL, *dst = out;
   int rc = -1;
   if (!ca) return -1;

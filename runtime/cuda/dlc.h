@@ -40,11 +40,14 @@ typedef int (*dlc_cast_fn)(int device, const dlc_iter *it);
 /* Operand 0 = the value's bytes (its dtype's size of them). */
 typedef int (*dlc_fill_fn)(int device, const dlc_iter *it, uint64_t bytes);
 /* op (dl_binop), computed in dtype (float32, float64, int32, int64,
-** uint8, bool); the result is dtype, or bool for comparisons.  Integer
+** uint8, bool); the result is dtype, or bool for comparisons.  dtype
+** bfloat16 / float16: operands of that dtype or float32 host scalars,
+** computed in float32 registers and rounded once into the result.  Integer
 ** division by zero and negative integer powers: returns DL_EINVAL after
 ** a stream sync, with the message naming which (these sync; others not). */
 typedef int (*dlc_binary_fn)(int device, int op, int dtype, const dlc_iter *it);
-/* op (dl_unop) in dtype; bool results for the predicates. */
+/* op (dl_unop) in dtype; bool results for the predicates (bfloat16 and
+** float16 in float32 registers, as for dlc_binary). */
 typedef int (*dlc_unary_fn)(int device, int op, int dtype, const dlc_iter *it);
 /* out = clamp(a, lo, hi) in dtype (NaN bounds mean no bound). */
 typedef int (*dlc_clamp_fn)(int device, int dtype, double lo, double hi, const dlc_iter *it);

@@ -95,6 +95,24 @@ template <int OP, class T> struct bin_f {
   }
 };
 
+/* bfloat16 / float16: loaded into float32, computed there, rounded once
+** into the result -- what the CPU does through float32 copies, in one
+** kernel.  Operands whose bit is set in smask are float32 host scalars. */
+template <int OP, class H> struct bin_half_f {
+  unsigned smask;
+  __device__ void operator()(char **p) const {
+    float x = (smask & 2u) ? *(const float *)p[1] : cvt<float, H>(*(const H *)p[1]);
+    float y = (smask & 4u) ? *(const float *)p[2] : cvt<float, H>(*(const H *)p[2]);
+    union { float f; bool b; } r;
+    char *q[3] = {(char *)&r, (char *)&x, (char *)&y};
+    bin_f<OP, float>{NULL}(q);
+    if constexpr ((OP >= DL_EQ && OP <= DL_GE) || OP == DL_LOGICAL_AND || OP == DL_LOGICAL_OR)
+      *(bool *)p[0] = r.b;
+    else
+      *(H *)p[0] = cvt<H, float>(r.f);
+  }
+};
+
 /* A word of device memory per device where kernels report integer
 ** errors; read (with a sync) only after the ops that can set it. */
 static int *err_word(int device) {
@@ -123,6 +141,11 @@ template <int OP> static int run_binary(int device, int dtype, const dlc_iter &i
     typedef decltype(tag) T;
     constexpr bool F = std::is_floating_point<T>::value;
     constexpr bool B = std::is_same<T, bool>::value;
+    if constexpr (std::is_same<T, bf16_t>::value || std::is_same<T, f16_t>::value) {
+      known = true;
+      rc = dlc_run<3>("binary op", device, it, bin_half_f<OP, T>{it.scalar_mask});
+      return;
+    }
     constexpr bool ok = (OP >= DL_EQ && OP <= DL_GE) || OP == DL_LOGICAL_AND ||
                         OP == DL_LOGICAL_OR ||
                         F ||
@@ -215,6 +238,20 @@ template <int OP, class T> struct un_f {
   }
 };
 
+/* bfloat16 / float16 in float32 registers, rounded once (see bin_half_f). */
+template <int OP, class H> struct un_half_f {
+  __device__ void operator()(char **p) const {
+    float x = cvt<float, H>(*(const H *)p[1]);
+    union { float f; bool b; } r;
+    char *q[2] = {(char *)&r, (char *)&x};
+    un_f<OP, float>{}(q);
+    if constexpr (OP == DL_LOGICAL_NOT || OP == DL_ISNAN || OP == DL_ISINF || OP == DL_ISFINITE)
+      *(bool *)p[0] = r.b;
+    else
+      *(H *)p[0] = cvt<H, float>(r.f);
+  }
+};
+
 template <int OP> static int run_unary(int device, int dtype, const dlc_iter &it) {
   int rc = DL_EDTYPE;
   bool known = false;
@@ -224,7 +261,10 @@ template <int OP> static int run_unary(int device, int dtype, const dlc_iter &it
     constexpr bool half = std::is_same<T, bf16_t>::value || std::is_same<T, f16_t>::value;
     constexpr bool bool_ok = OP == DL_LOGICAL_NOT || OP == DL_SIGN || OP == DL_ISNAN ||
                              OP == DL_ISINF || OP == DL_ISFINITE;
-    if constexpr (!half && (!B || bool_ok)) {
+    if constexpr (half) {
+      known = true;
+      rc = dlc_run<2>("unary op", device, it, un_half_f<OP, T>{});
+    } else if constexpr (!B || bool_ok) {
       known = true;
       rc = dlc_run<2>("unary op", device, it, un_f<OP, T>{});
     }

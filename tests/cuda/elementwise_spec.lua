@@ -151,3 +151,30 @@ H.describe("CUDA elementwise ops", function()
     H.same(ddp.tensor({2, 4, 6}, {dtype = "int64"}), i * 2, "after an error")
   end)
 end)
+
+H.describe("CUDA half-type elementwise ops", function()
+  -- bfloat16 / float16 math runs in float32 registers and rounds once, as
+  -- the CPU does through float32 copies: exactly rounded ops give the
+  -- CPU's very bits, and one kernel writes the result (no float32 copies)
+  it("give the CPU's bits for exactly rounded ops", function()
+    for _, dt in ipairs({"bfloat16", "float16"}) do
+      local a, b = H.sample(dt, {6, 7}, 31), H.sample(dt, {7}, 32)
+      for _, op in ipairs({"add", "sub", "mul", "div", "maximum", "minimum", "eq", "lt"}) do
+        H.check(op .. " " .. dt, function(x, y) return x[op](x, y) end, {a, b}, {0, 0})
+      end
+      for _, op in ipairs({"neg", "abs", "relu", "sqrt", "isnan", "floor"}) do
+        H.check(op .. " " .. dt, function(x) return x[op](x) end, {a}, {0, 0})
+      end
+      H.check("number " .. dt, function(x) return x * 0.3 + 1 end, {a}, {0, 0})
+    end
+  end)
+
+  it("allocate only their result", function()
+    local x, y = ddp.randn(64, 64):bfloat16():cuda(), ddp.randn(64):bfloat16():cuda()
+    local before = ddp.cuda.memory_stats().allocs
+    local z, r = x + y, x:relu()
+    assert.equal(2, ddp.cuda.memory_stats().allocs - before)
+    assert.equal("bfloat16", z:dtype())
+    assert.equal("bfloat16", r:dtype())
+  end)
+end)
