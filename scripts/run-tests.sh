@@ -36,6 +36,24 @@ for src in tests/c/test_*.c; do
   fi
 done
 
+# -- the device test again on two emulated CUDA devices (the probe, the
+# status line, launches on cuda:1, bad device numbers) where no GPU is
+if [ -x "$BUILD/test_device" ] && [ -e "$BUILD/libddplua_cudaemu.so" ]; then
+  DDPLUA_CUDA_EMU=2 "$BUILD/test_device" >"$out/test_device_emu.log" 2>&1
+  rc=$?
+  line=$(tail -n 1 "$out/test_device_emu.log")
+  p=$(sed -nE 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\1/p' <<<"$line")
+  f=$(sed -nE 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$line")
+  if [ -z "$p" ]; then
+    echo "FAIL test_device (emulated): exited $rc without a summary line"; tail -n 20 "$out/test_device_emu.log"; count 0 1 0
+  else
+    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+    grep -E '^FAIL' "$out/test_device_emu.log"
+    echo "test_device (2 emulated devices): $p passed, $f failed"
+    count "$p" "$f" 0
+  fi
+fi
+
 # -- busted specs (TAP: "ok", "not ok", "ok ... # SKIP")
 run_busted() {  # $1: label, $2: TAP file, rest: spec files
   local label=$1 tap=$2
