@@ -453,7 +453,6 @@ DL_API dl_tensor *dl_binary(int op, const dl_tensor *a, const dl_tensor *b) {
   if (op < 0 || op >= DL_NBINOPS) return dl_errp(EM_BADVALUE, "binary", "unknown op");
   const char *name = binop_names[op];
   const dl_tensor *args[2] = {a, b};
-  if (check_tensor_any(name, a) || check_tensor_any(name, b)) return NULL;
   int dev = op_device(name, 2, args);
   if (dev < -1) return NULL;
   int cd, od, nd;
@@ -489,7 +488,6 @@ DL_API int dl_binary_(int op, dl_tensor *a, const dl_tensor *b) {
   if (op < 0 || op >= DL_NBINOPS) return dl_err(EM_BADVALUE, "binary_", "unknown op");
   const char *name = inplace_name(binop_names[op]);
   const dl_tensor *args[2] = {a, b};
-  if (check_tensor_any(name, a) || check_tensor_any(name, b)) return -1;
   if (op_device(name, 2, args) < -1) return -1;
   if (a->ndim == 0 && a->storage->device < 0 && b->storage->device >= 0)
     return dl_err(EM_DEVICE_MIX, name, "cpu", 1, "cuda", 2);
@@ -713,8 +711,6 @@ WHERE_FN(where8, uint64_t)
 DL_API dl_tensor *dl_where(const dl_tensor *cond, const dl_tensor *a,
                            const dl_tensor *b) {
   const dl_tensor *args[3] = {cond, a, b};
-  if (check_tensor_any("where", cond) || check_tensor_any("where", a) || check_tensor_any("where", b))
-    return NULL;
   int dev = op_device("where", 3, args);
   if (dev < -1) return NULL;
   if (cond->dtype != DL_BOOL && cond->dtype != DL_UINT8)
