@@ -12,74 +12,108 @@ PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 CFLAGS   ?= -O2
+# -MMD -MP: every object's header dependencies are written beside it by the
+# compiler (build/**/*.d, included below), so no list is kept by hand.
+DEPFLAGS := -MMD -MP
 CFLAGS   += -std=c11 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
             -D_GNU_SOURCE -Iruntime/include -Iruntime $(PKG_CFLAGS)
-# C++ (gloo.cc only: Gloo's API is C++), same warnings and visibility.
+# C++ (dist/gloo.cc only: Gloo's API is C++), same warnings and visibility.
 CXXFLAGS ?= -O2
 CXXFLAGS += -std=c++17 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
             -D_GNU_SOURCE -Iruntime/include -Iruntime
 # Kernel files: -O3 lets GCC vectorise loops with runtime alias checks, and
 # fused multiply-adds (in the x86-64-v3 clones) speed up polynomials, and
 # without errno, sqrt vectorises (nothing reads errno after a kernel).
-KERNELS  := elementwise reduce scan optim nn_conv nn_pool nn_norm nn_embed nn_loss pg_reduce
+KERNELS  := ops/elementwise ops/reduce ops/scan nn/optim nn/conv nn/pool nn/norm \
+            nn/embedding_dropout nn/loss dist/reduce_kernels
 LDLIBS   := -lopenblas -lz -lm -lpthread -ldl
 GLOO_LIBS := -lgloo -lstdc++
 
-LIB_SRC  := $(filter-out runtime/main.c runtime/repl.c runtime/launcher.c,$(wildcard runtime/*.c))
-LIB_CXX  := $(wildcard runtime/*.cc)
+# The library, by layer (runtime/README: what each folder holds).
+LAYERS   := core ops autograd nn io dist cuda cpu
+LIB_SRC  := $(foreach d,$(LAYERS),$(wildcard runtime/$(d)/*.c))
+LIB_CXX  := $(wildcard runtime/dist/*.cc)
 LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(BUILD)/obj/%.o) $(LIB_CXX:runtime/%.cc=$(BUILD)/obj/%.o)
-CLI_OBJ  := $(BUILD)/obj/main.o $(BUILD)/obj/repl.o $(BUILD)/obj/launcher.o
+# The ddplua program: main, REPL, launcher, SLURM node lists (cli/).
+CLI_SRC  := $(wildcard cli/*.c)
+CLI_OBJ  := $(CLI_SRC:cli/%.c=$(BUILD)/obj/cli/%.o)
 LIB      := $(BUILD)/libddplua.so
+# The same objects as an archive: the C tests link it, so they reach the
+# runtime's internals without the shared library exporting them.
+LIB_A    := $(BUILD)/libddplua.a
 CLI      := $(BUILD)/ddplua
 CDEF     := $(BUILD)/lua/ddp/cdef.lua
+# The public headers, in the order the FFI declarations are generated.
+PUBLIC_H := $(wildcard runtime/include/*.h)
 
 NVCC     := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 ifeq ($(CUDA),0)
 NVCC     :=
 endif
 CUDA_LIB := $(if $(NVCC),$(BUILD)/libddplua_cuda.so)
-CUDA_SRC := $(wildcard runtime/cuda/*.cu)
-CUDA_HDR := $(wildcard runtime/cuda/*.h runtime/cuda/*.cuh) runtime/philox.h
+CUDA_SRC := $(wildcard runtime/cuda/kernels/*.cu)
 # The same kernel sources built by g++ against runtime/cuda/emu: CUDA on
 # the CPU (DDPLUA_CUDA_EMU=N), so CI runs every CUDA path without a GPU.
 # NCCL needs real devices and is left out.
 EMU_LIB  := $(BUILD)/libddplua_cudaemu.so
-EMU_SRC  := $(filter-out runtime/cuda/nccl.cu,$(CUDA_SRC))
-EMU_OBJ  := $(EMU_SRC:runtime/cuda/%.cu=$(BUILD)/emu/%.o) $(BUILD)/emu/emu.o
+EMU_SRC  := $(filter-out runtime/cuda/kernels/nccl.cu,$(CUDA_SRC))
+EMU_OBJ  := $(EMU_SRC:runtime/cuda/kernels/%.cu=$(BUILD)/emu/%.o) $(BUILD)/emu/emu.o
 EMU_FLAGS := -std=c++17 -O1 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror \
-            -Wno-unused-parameter -Wno-unknown-pragmas -DDLC_EMU -Iruntime/cuda/emu -Iruntime/cuda -Iruntime/include
+            -Wno-unused-parameter -Wno-unknown-pragmas -DDLC_EMU -Iruntime/cuda/emu -Iruntime \
+            -Iruntime/include $(DEPFLAGS)
 # cudart is linked statically (nvcc's default, spelled out so it stays so):
 # the library then needs only the driver's libcuda.so.1 at run time, which
 # cudart dlopens itself, so it loads on any machine with an NVIDIA driver.
 NVFLAGS  := -O2 -std=c++17 --cudart static -diag-suppress 186 \
-            -Xcompiler -fPIC,-fvisibility=hidden -Iruntime/include -Iruntime/cuda \
+            -Xcompiler -fPIC,-fvisibility=hidden -Iruntime/include -Iruntime \
             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
             -gencode arch=compute_90,code=compute_90
 
-.PHONY: emu all deps run test test-c test-lua bench clean install gpu-check fuzz fuzz-build gpu-bundle
-all: $(LIB) $(CLI) $(CDEF) $(CUDA_LIB) $(EMU_LIB)
+# C unit tests (tests/c/test_*.c): one program each, linked with the
+# archive, in build/ itself (the CUDA probe looks for libddplua_cuda.so
+# next to the program the runtime is linked into).
+CTEST_SRC := $(wildcard tests/c/test_*.c)
+CTESTS   := $(CTEST_SRC:tests/c/%.c=$(BUILD)/%)
+# Test hooks the Lua specs reach through the FFI (tests/c/hooks.c): a
+# library of their own, never part of libddplua.so.
+HOOKS    := $(BUILD)/tests/libddplua_testhooks.so
+
+.PHONY: emu all deps run test ctests test-c bench clean install gpu-check fuzz fuzz-build gpu-bundle
+all: $(LIB) $(LIB_A) $(CLI) $(CDEF) $(CUDA_LIB) $(EMU_LIB) $(CTESTS) $(HOOKS)
 
 # `make emu`: only the emulated CUDA library (quick to rebuild).
 emu: $(EMU_LIB)
 
+# `make ctests`: build the C unit tests; `make test-c` runs them alone.
+ctests: $(CTESTS)
+test-c: $(CTESTS)
+	@bash scripts/run-tests.sh c
+
 deps:
 	@bash scripts/install-deps.sh
 
-$(BUILD)/obj/%.o:  runtime/%.c runtime/internal.h runtime/errmsg.h runtime/simd.h runtime/include/ddplua.h Makefile | $(BUILD)/obj
-	$(CC) $(CFLAGS) $(if $(filter $*,$(KERNELS)),-O3 -ffp-contract=fast -fno-math-errno) -c $< -o $@
+$(BUILD)/obj/%.o: runtime/%.c Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(DEPFLAGS) $(if $(filter $*,$(KERNELS)),-O3 -ffp-contract=fast -fno-math-errno) -c $< -o $@
 
-$(BUILD)/obj/%.o:  runtime/%.cc runtime/gloo.h runtime/include/ddplua.h Makefile | $(BUILD)/obj
-	$(CXX) $(CXXFLAGS) -c $< -o $@
+$(BUILD)/obj/%.o: runtime/%.cc Makefile
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(filter $(BUILD)/obj/nn_%,$(LIB_OBJ)): runtime/nn.h
-$(BUILD)/obj/random.o $(BUILD)/obj/nn_embed.o: runtime/philox.h
-$(filter $(BUILD)/obj/pg% $(BUILD)/obj/shm.o $(BUILD)/obj/reducer.o,$(LIB_OBJ)): runtime/pg.h runtime/gloo.h
+$(BUILD)/obj/cli/%.o: cli/%.c Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/obj:
-	@mkdir -p $@
+# runtime/exports.map: only dl_* leave the library (C++ template code that
+# gloo.cc instantiates would otherwise be exported too);
+# scripts/check-exports.sh checks they are exactly the public headers'.
+$(LIB): $(LIB_OBJ) runtime/exports.map
+	$(CC) -shared -o $@ $(LIB_OBJ) $(GLOO_LIBS) $(LDLIBS) -Wl,-soname,libddplua.so \
+	  -Wl,--version-script,runtime/exports.map
 
-$(LIB): $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(GLOO_LIBS) $(LDLIBS) -Wl,-soname,libddplua.so
+$(LIB_A): $(LIB_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
 
 # --no-as-needed: the program calls little of the library itself, but
 # LuaJIT's ffi.C must find all of it in the global namespace.
@@ -88,43 +122,48 @@ $(CLI): $(CLI_OBJ) $(LIB)
 	  -Wl,--pop-state $(PKG_LIBS) $(LDLIBS) \
 	  -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-E
 
-$(CLI_OBJ): runtime/cli.h
-$(BUILD)/obj/safetensors.o $(BUILD)/obj/safetensors_save.o: runtime/safetensors.h
-$(BUILD)/obj/store.o $(BUILD)/obj/store_server.o: runtime/store.h
-
-$(CDEF): runtime/include/ddplua.h scripts/gen_cdef.sh
+$(CDEF): $(PUBLIC_H) scripts/gen_cdef.sh
 	@mkdir -p $(dir $@)
-	bash scripts/gen_cdef.sh $< $@
+	bash scripts/gen_cdef.sh $@ $(PUBLIC_H)
 
-$(BUILD)/obj/nccl.o $(BUILD)/obj/device.o: runtime/nccl.h runtime/device.h
+# The tests compile with the runtime's flags and see its private headers;
+# test_launcher also links the program's node-list parser.
+$(BUILD)/test_%: tests/c/test_%.c $(LIB_A) Makefile
+	$(CC) $(filter-out -fvisibility=hidden,$(CFLAGS)) -O1 $(DEPFLAGS) -Icli -Itests/c $< \
+	  $(if $(filter launcher,$*),cli/nodelist.c) -Wl,--whole-archive $(LIB_A) -Wl,--no-whole-archive \
+	  $(GLOO_LIBS) $(LDLIBS) -o $@
+
+$(HOOKS): tests/c/hooks.c Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -shared -o $@ $<
 
 # -ldl: nccl.cu and blas.cu dlopen libnccl.so.2 and libcublas (never
 # linked, so the library loads without them; a glibc before 2.34 keeps
 # dlopen in libdl).
 # One object per kernel file, so `make -j` compiles them side by side and
 # an edit recompiles one file (each takes tens of seconds: three targets).
-CUDA_OBJ := $(CUDA_SRC:runtime/cuda/%.cu=$(BUILD)/cuda/%.o)
+# nvcc writes its dependency file with -MD -MF beside the object.
+CUDA_OBJ := $(CUDA_SRC:runtime/cuda/kernels/%.cu=$(BUILD)/cuda/%.o)
 
-$(BUILD)/cuda/%.o: runtime/cuda/%.cu $(CUDA_HDR) runtime/include/ddplua.h | $(BUILD)/cuda
-	$(NVCC) $(NVFLAGS) -c $< -o $@
-
-$(BUILD)/cuda:
-	@mkdir -p $@
+$(BUILD)/cuda/%.o: runtime/cuda/kernels/%.cu Makefile
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -MD -MF $(@:.o=.d) -c $< -o $@
 
 $(BUILD)/libddplua_cuda.so: $(CUDA_OBJ)
 	$(NVCC) $(NVFLAGS) -shared -o $@ $(CUDA_OBJ) -ldl
 
-$(BUILD)/emu/%.o: runtime/cuda/%.cu $(CUDA_HDR) $(wildcard runtime/cuda/emu/*.h) runtime/include/ddplua.h | $(BUILD)/emu
+$(BUILD)/emu/%.o: runtime/cuda/kernels/%.cu Makefile
+	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
 
-$(BUILD)/emu/emu.o: runtime/cuda/emu/emu.cc $(wildcard runtime/cuda/emu/*.h) | $(BUILD)/emu
+$(BUILD)/emu/emu.o: runtime/cuda/emu/emu.cc Makefile
+	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_FLAGS) -c $< -o $@
-
-$(BUILD)/emu:
-	@mkdir -p $@
 
 $(EMU_LIB): $(EMU_OBJ)
 	$(CXX) -shared -o $@ $^ -lpthread
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # run, test and bench build after deps in a fresh make (which then sees the
 # packages deps installed: pkg-config is read when a Makefile is parsed),
@@ -176,13 +215,13 @@ fuzz-build:
 	@command -v $(FUZZ_CC) >/dev/null 2>&1 || bash scripts/install-deps.sh clang
 	@$(MAKE) --no-print-directory $(FUZZ_BIN) $(FUZZ_STORE)
 
-$(FUZZ_DIR)/obj/%.o: runtime/%.c runtime/internal.h runtime/errmsg.h runtime/simd.h runtime/safetensors.h runtime/store.h runtime/include/ddplua.h Makefile
+$(FUZZ_DIR)/obj/%.o: runtime/%.c Makefile
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(DEPFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
-$(FUZZ_DIR)/obj/%.o: runtime/%.cc runtime/gloo.h runtime/include/ddplua.h Makefile
+$(FUZZ_DIR)/obj/%.o: runtime/%.cc Makefile
 	@mkdir -p $(dir $@)
-	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) $(DEPFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
 $(FUZZ_BIN): tests/fuzz/fuzz_safetensors.c $(FUZZ_OBJ)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(GLOO_LIBS) $(LDLIBS)

@@ -12,15 +12,17 @@ count() {  # $1: passed, $2: failed, $3: skipped
   passed=$((passed + $1)); failed=$((failed + $2)); skipped=$((skipped + $3))
 }
 
-# -- C unit tests: each prints "name: N passed, M failed" last, "SKIP:" lines
+# -- C unit tests (built by make as build/test_*, linked with the
+# runtime's archive): each prints "name: N passed, M failed" last, "SKIP:"
+# lines for a missing device
 for src in tests/c/test_*.c; do
   [ -e "$src" ] || continue
   name=$(basename "$src" .c)
-  if ! ${CC:-cc} -std=c11 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -Iruntime/include -Iruntime \
-       "$src" -L"$BUILD" -lddplua -Wl,-rpath,"$PWD/$BUILD" -lz -lm -lpthread -o "$BUILD/$name" 2>"$out/$name.build"; then
-    echo "FAIL $name: does not compile"; cat "$out/$name.build"; count 0 1 0; continue
+  bin="$BUILD/$name"
+  if [ ! -x "$bin" ]; then
+    echo "FAIL $name: not built (make ctests)"; count 0 1 0; continue
   fi
-  "$BUILD/$name" >"$out/$name.log" 2>&1
+  "$bin" >"$out/$name.log" 2>&1
   rc=$?
   grep -E '^(SKIP|FAIL)' "$out/$name.log"
   line=$(tail -n 1 "$out/$name.log")
@@ -36,6 +38,15 @@ for src in tests/c/test_*.c; do
   fi
 done
 
+# -- the library exports exactly what its public headers declare
+if bash scripts/check-exports.sh "$BUILD/libddplua.so"; then count 1 0 0; else count 0 1 0; fi
+
+if [ "${1:-}" = c ]; then  # make test-c: the C tests alone
+  echo "$passed passed, $failed failed, $skipped skipped"
+  [ "$failed" -eq 0 ]
+  exit
+fi
+
 # -- the device test again on two emulated CUDA devices (the probe, the
 # status line, launches on cuda:1, bad device numbers) where no GPU is
 if [ -x "$BUILD/test_device" ] && [ -e "$BUILD/libddplua_cudaemu.so" ]; then
@@ -49,6 +60,11 @@ if [ -x "$BUILD/test_device" ] && [ -e "$BUILD/libddplua_cudaemu.so" ]; then
   else
     [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
     grep -E '^FAIL' "$out/test_device_emu.log"
+    # the emulator is built, so a skip here means it did not load: a failure
+    if grep -q '^SKIP' "$out/test_device_emu.log"; then
+      grep '^SKIP' "$out/test_device_emu.log" | sed 's/^SKIP/FAIL (the emulator did not load)/'
+      [ "$f" -eq 0 ] && f=1
+    fi
     echo "test_device (2 emulated devices): $p passed, $f failed"
     count "$p" "$f" 0
   fi
@@ -95,7 +111,7 @@ fi
 
 # -- fuzz smoke: the safetensors reader under libFuzzer, ASan and UBSan for
 # 10 s where clang is installed (`make fuzz` runs it longer; FUZZ_SMOKE=0
-# skips it).  A sanitizer build that fails is a skip, not a test failure.
+# skips it).  A sanitizer build that fails is a failure.
 if command -v clang >/dev/null && [ "${FUZZ_SMOKE:-1}" != 0 ]; then
   if make -s --no-print-directory -j"$(nproc)" fuzz-build BUILD="$BUILD" >"$out/fuzz.build" 2>&1; then
     rm -rf "$BUILD/fuzz/smoke" && mkdir -p "$BUILD/fuzz/smoke"
@@ -116,7 +132,7 @@ if command -v clang >/dev/null && [ "${FUZZ_SMOKE:-1}" != 0 ]; then
       echo "FAIL fuzz store:"; grep -vE '^#[0-9]' "$out/fuzz_store.log" | tail -n 40; count 0 1 0
     fi
   else
-    echo "SKIP: fuzz smoke run (the sanitizer build failed, see $out/fuzz.build)"; count 0 0 1
+    echo "FAIL fuzz smoke run: the sanitizer build failed:"; tail -n 40 "$out/fuzz.build"; count 0 1 0
   fi
 else
   echo "SKIP: fuzz smoke run (no clang, or FUZZ_SMOKE=0)"; count 0 0 1

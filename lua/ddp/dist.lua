@@ -493,11 +493,11 @@ end
 -- order.  Errors (a timeout names the call, its number and the ranks that
 -- had not arrived) leave the group unusable.
 
-local red_ops = { sum = C.DL_RED_SUM, avg = C.DL_RED_AVG, max = C.DL_RED_MAX,
-                  min = C.DL_RED_MIN, prod = C.DL_RED_PROD }
+local red_ops = { sum = C.DL_PG_SUM, avg = C.DL_PG_AVG, max = C.DL_PG_MAX,
+                  min = C.DL_PG_MIN, prod = C.DL_PG_PROD }
 
 local function red_arg(op, r)
-  if r == nil then return C.DL_RED_SUM end
+  if r == nil then return C.DL_PG_SUM end
   local v = type(r) == "string" and red_ops[r]
   if not v then
     raise(op .. ": op must be \"sum\", \"avg\", \"max\", \"min\" or \"prod\", got " .. show(r))

@@ -53,7 +53,7 @@ local function pair(v, op, what, slot, dflt)
   return p
 end
 
-local reductions = { none = C.DL_REDUCTION_NONE, mean = C.DL_REDUCTION_MEAN, sum = C.DL_REDUCTION_SUM }
+local reductions = { none = C.DL_LOSS_NONE, mean = C.DL_LOSS_MEAN, sum = C.DL_LOSS_SUM }
 local function reduction(r, op)
   local v = reductions[r or "mean"]
   if not v then raise(('%s: reduction must be "mean", "sum" or "none", got %s'):format(op, tostring(r))) end

@@ -103,7 +103,7 @@ end
 local function take(p)
   if p == nil then raise_c() end
   local s = ffi.string(p, len_out[0])
-  C.dl_store_free(p)
+  C.dl_store_value_free(p)
   return s
 end
 

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "devalloc.h"
-#include "device.h"
+#include "cuda/devalloc.h"
+#include "cuda/cuda.h"
 
 typedef struct fake {
   size_t cap, used;

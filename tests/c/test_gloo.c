@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "gloo.h"
+#include "dist/gloo.h"
 
 static int port;
 static char err[1024];
@@ -70,8 +70,8 @@ static int is_flt(int dt) {
 ** NaN now and then for max and min; integers take random bits. */
 static double fval(int r, int64_t i, int salt, int op) {
   uint64_t v = val(r, i, salt);
-  if (op == DL_RED_PROD) { static const double k[5] = {-2, -1, 1, 2, 3}; return k[v % 5]; }
-  if ((op == DL_RED_MAX || op == DL_RED_MIN) && (v >> 20) % 101 == 0) return NAN;
+  if (op == DL_PG_PROD) { static const double k[5] = {-2, -1, 1, 2, 3}; return k[v % 5]; }
+  if ((op == DL_PG_MAX || op == DL_PG_MIN) && (v >> 20) % 101 == 0) return NAN;
   return (double)(int)(v % 17) - 8;
 }
 
@@ -103,21 +103,21 @@ static int expect(void *out, int dt, int op, int W, int64_t i, int salt) {
     for (int r = 1; r < W; r++) {
       double x = fval(r, i, salt, op);
       nan |= isnan(x);
-      if (op == DL_RED_SUM || op == DL_RED_AVG) acc += x;
-      else if (op == DL_RED_PROD) acc *= x;
-      else if (op == DL_RED_MAX) acc = x > acc ? x : acc;
+      if (op == DL_PG_SUM || op == DL_PG_AVG) acc += x;
+      else if (op == DL_PG_PROD) acc *= x;
+      else if (op == DL_PG_MAX) acc = x > acc ? x : acc;
       else acc = x < acc ? x : acc;
     }
     if (nan) return 1;
-    if (op == DL_RED_AVG) acc = dt == DL_FLOAT64 ? acc / W : (double)((float)acc / (float)W);
+    if (op == DL_PG_AVG) acc = dt == DL_FLOAT64 ? acc / W : (double)((float)acc / (float)W);
     store_as(out, dt, acc);
     return 0;
   }
   if (dt == DL_BOOL) {
-    int acc = (op == DL_RED_SUM || op == DL_RED_MAX) ? 0 : 1;
+    int acc = (op == DL_PG_SUM || op == DL_PG_MAX) ? 0 : 1;
     for (int r = 0; r < W; r++) {
       int b = (int)(val(r, i, salt) & 1);
-      acc = (op == DL_RED_SUM || op == DL_RED_MAX) ? (acc | b) : (acc & b);
+      acc = (op == DL_PG_SUM || op == DL_PG_MAX) ? (acc | b) : (acc & b);
     }
     *(uint8_t *)out = (uint8_t)acc;
     return 0;
@@ -133,9 +133,9 @@ static int expect(void *out, int dt, int op, int W, int64_t i, int salt) {
     int64_t sa = dt == DL_INT32 ? (int64_t)(int32_t)acc : (int64_t)acc;
     int gt = dt == DL_UINT8 ? x > acc : sx > sa;
     int lt = dt == DL_UINT8 ? x < acc : sx < sa;
-    if (op == DL_RED_SUM) acc = (acc + x) & mask;
-    else if (op == DL_RED_PROD) acc = (acc * x) & mask;
-    else if (op == DL_RED_MAX) acc = gt ? x : acc;
+    if (op == DL_PG_SUM) acc = (acc + x) & mask;
+    else if (op == DL_PG_PROD) acc = (acc * x) & mask;
+    else if (op == DL_PG_MAX) acc = gt ? x : acc;
     else acc = lt ? x : acc;
   }
   memcpy(out, &acc, (size_t)es);
@@ -175,8 +175,8 @@ static const int64_t sizes[] = {0, 1, 7, 1000003};
 static void run_all_reduce(dlg *g, int rank, int W) {
   int salt = 1;
   for (int dt = 0; dt < DL_NDTYPES; dt++)
-    for (int op = DL_RED_SUM; op <= DL_RED_PROD; op++) {
-      if (op == DL_RED_AVG && !is_flt(dt)) continue;
+    for (int op = DL_PG_SUM; op <= DL_PG_PROD; op++) {
+      if (op == DL_PG_AVG && !is_flt(dt)) continue;
       for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++, salt++) {
         int64_t n = sizes[k];
         void *buf = malloc((size_t)(n ? n : 1) * 8);
@@ -191,7 +191,7 @@ static void run_all_reduce(dlg *g, int rank, int W) {
     }
   /* avg of an integer dtype is refused (before any communication) */
   int32_t x = 1;
-  CHECK(dlg_all_reduce(g, &x, 1, DL_INT32, DL_RED_AVG, err, sizeof err) == -1);
+  CHECK(dlg_all_reduce(g, &x, 1, DL_INT32, DL_PG_AVG, err, sizeof err) == -1);
   CHECK(dlg_barrier(g, err, sizeof err) == 0, "%s", err);
 }
 
@@ -204,7 +204,7 @@ static void run_same_bits(dlg *g, int rank, int W) {
     char *buf = malloc((size_t)(n * es)), *all = malloc((size_t)(n * es * W));
     for (int64_t i = 0; i < n; i++)
       store_as(buf + i * es, dt, (double)(val(rank, i, 999) % 1000003) / 1024.0 - 300.0);
-    CHECK(dlg_all_reduce(g, buf, n, dt, DL_RED_SUM, err, sizeof err) == 0, "%s", err);
+    CHECK(dlg_all_reduce(g, buf, n, dt, DL_PG_SUM, err, sizeof err) == 0, "%s", err);
     CHECK(dlg_all_gather(g, all, buf, n * es, err, sizeof err) == 0, "%s", err);
     int same = 1;
     for (int r = 0; r < W; r++) same &= memcmp(all + (size_t)(r * n * es), buf, (size_t)(n * es)) == 0;
@@ -258,13 +258,13 @@ static void run_reduce_scatter(dlg *g, int rank, int W) {
   const int64_t ns[5] = {0, 1, 7, 300007, 1500007};
   int salt = 5000;
   for (int dt = 0; dt < DL_NDTYPES; dt++)
-    for (int op = DL_RED_SUM; op <= DL_RED_PROD; op++) {
-      if (op == DL_RED_AVG && !is_flt(dt)) continue;
+    for (int op = DL_PG_SUM; op <= DL_PG_PROD; op++) {
+      if (op == DL_PG_AVG && !is_flt(dt)) continue;
       for (int k = 0; k < 5; k++, salt++) {
         int64_t n = ns[k];
         /* big blocks only for a few, to keep the test short */
-        if (n > 7 && !(op == DL_RED_SUM || (dt == DL_FLOAT32 && op == DL_RED_AVG))) continue;
-        if (n > 300007 && !(dt == DL_FLOAT32 && op == DL_RED_SUM)) continue;
+        if (n > 7 && !(op == DL_PG_SUM || (dt == DL_FLOAT32 && op == DL_PG_AVG))) continue;
+        if (n > 300007 && !(dt == DL_FLOAT32 && op == DL_PG_SUM)) continue;
         int es = dl_dtype_size(dt);
         void *in = malloc((size_t)(n * W * es) + 8), *out = malloc((size_t)(n * es) + 8);
         fill(in, dt, op, rank, n * W, salt);
@@ -365,7 +365,7 @@ static int child_timeout(int rank) {
     dlg_set_timeout(g, 1);
     float x[64] = {0};
     double t0 = now();
-    int rc = dlg_all_reduce(g, x, 64, DL_FLOAT32, DL_RED_SUM, err, sizeof err);
+    int rc = dlg_all_reduce(g, x, 64, DL_FLOAT32, DL_PG_SUM, err, sizeof err);
     double dt = now() - t0;
     CHECK(rc == -1 && strstr(err, "timed out") && strstr(err, "all_reduce"), "rc %d: %s", rc, err);
     CHECK(dt > 0.8 && dt < 3, "timed out after %.2f s", dt);
@@ -399,7 +399,7 @@ static int child_dead(int rank) {
   if (rank == 1) { usleep(300 * 1000); _exit(0); }  /* while rank 0 waits in the all_reduce */
   float *x = calloc(1 << 20, sizeof *x);
   double t0 = now();
-  int rc = dlg_all_reduce(g, x, 1 << 20, DL_FLOAT32, DL_RED_SUM, err, sizeof err);
+  int rc = dlg_all_reduce(g, x, 1 << 20, DL_FLOAT32, DL_PG_SUM, err, sizeof err);
   double dt = now() - t0;
   CHECK(rc == -1, "all_reduce with a dead peer succeeded");
   CHECK(dt < 5, "noticed the dead peer after %.2f s", dt);

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "nccl.h"
+#include "dist/nccl.h"
 
 static int port;
 
@@ -106,13 +106,13 @@ static double reduced(int dtype, int op, int world, int64_t i) {
   for (int r = 1; r < world; r++) {
     double v = val(dtype, r, i);
     switch (op) {
-      case DL_RED_SUM: case DL_RED_AVG: acc += v; break;
-      case DL_RED_MAX: acc = v > acc ? v : acc; break;
-      case DL_RED_MIN: acc = v < acc ? v : acc; break;
-      case DL_RED_PROD: acc *= v; break;
+      case DL_PG_SUM: case DL_PG_AVG: acc += v; break;
+      case DL_PG_MAX: acc = v > acc ? v : acc; break;
+      case DL_PG_MIN: acc = v < acc ? v : acc; break;
+      case DL_PG_PROD: acc *= v; break;
     }
   }
-  if (op == DL_RED_AVG) acc /= world;
+  if (op == DL_PG_AVG) acc /= world;
   if (dtype == DL_BOOL) acc = acc != 0;
   return acc;
 }
@@ -167,8 +167,8 @@ static void test_all_reduce(nccl_comm *c, int device, int64_t n) {
   int rank = nccl_rank(c), world = nccl_world(c);
   for (size_t k = 0; k < sizeof dtypes / sizeof *dtypes; k++) {
     int dt = dtypes[k], size = dl_dtype_size(dt);
-    for (int op = DL_RED_SUM; op <= DL_RED_PROD; op++) {
-      if (op == DL_RED_AVG && !dl_dtype_is_float(dt)) continue;
+    for (int op = DL_PG_SUM; op <= DL_PG_PROD; op++) {
+      if (op == DL_PG_AVG && !dl_dtype_is_float(dt)) continue;
       buf b;
       if (buf_new(&b, device, n * size) == 0) {
         for (int64_t i = 0; i < n; i++) put(b.h, dt, i, val(dt, rank, i));
@@ -224,12 +224,12 @@ static void test_others(nccl_comm *c, int device, int64_t n) {
   for (int64_t i = 0; i < n * world; i++)
     put(in.h, DL_FLOAT32, i, val(DL_FLOAT32, rank, i));
   to_dev(&in);
-  CHECK(nccl_reduce_scatter(c, out.d, in.d, n, DL_FLOAT32, DL_RED_SUM, NULL) == 0);
+  CHECK(nccl_reduce_scatter(c, out.d, in.d, n, DL_FLOAT32, DL_PG_SUM, NULL) == 0);
   CHECK(nccl_wait(c) == 0);
   to_host(&out);
   bad = -1;
   for (int64_t i = 0; i < n && bad < 0; i++)
-    if (get(out.h, DL_FLOAT32, i) != reduced(DL_FLOAT32, DL_RED_SUM, world, rank * n + i))
+    if (get(out.h, DL_FLOAT32, i) != reduced(DL_FLOAT32, DL_PG_SUM, world, rank * n + i))
       bad = i;
   CHECK(bad < 0, "reduce_scatter: [%lld] wrong", (long long)bad);
 
@@ -242,18 +242,18 @@ done:
 static void test_bad_args(nccl_comm *c, int device) {
   void *d = nccl_dev_alloc(device, 64);
   CHECK(d != NULL);
-  CHECK(nccl_all_reduce(c, d, d, 4, DL_INT32, DL_RED_AVG, NULL) == DL_EDTYPE);
+  CHECK(nccl_all_reduce(c, d, d, 4, DL_INT32, DL_PG_AVG, NULL) == DL_EDTYPE);
   CHECK(strstr(dl_last_error(), "avg") != NULL, "%s", dl_last_error());
-  CHECK(nccl_all_reduce(c, d, d, 4, 99, DL_RED_SUM, NULL) == DL_EDTYPE);
+  CHECK(nccl_all_reduce(c, d, d, 4, 99, DL_PG_SUM, NULL) == DL_EDTYPE);
   CHECK(nccl_all_reduce(c, d, d, 4, DL_FLOAT32, 17, NULL) == DL_EINVAL);
-  CHECK(nccl_all_reduce(c, d, d, -1, DL_FLOAT32, DL_RED_SUM, NULL) == DL_EINVAL);
-  CHECK(nccl_all_reduce(NULL, d, d, 4, DL_FLOAT32, DL_RED_SUM, NULL) == DL_EINVAL);
+  CHECK(nccl_all_reduce(c, d, d, -1, DL_FLOAT32, DL_PG_SUM, NULL) == DL_EINVAL);
+  CHECK(nccl_all_reduce(NULL, d, d, 4, DL_FLOAT32, DL_PG_SUM, NULL) == DL_EINVAL);
   CHECK(nccl_broadcast(c, d, d, 16, nccl_world(c), NULL) == DL_EINDEX);
   CHECK(nccl_send(c, d, 16, nccl_rank(c), NULL) == DL_EINDEX);
   CHECK(nccl_recv(c, d, 16, -1, NULL) == DL_EINDEX);
   CHECK(nccl_group_end(c) == DL_ESTATE, "group_end without start");
   /* An empty collective is fine. */
-  CHECK(nccl_all_reduce(c, d, d, 0, DL_FLOAT32, DL_RED_SUM, NULL) == 0);
+  CHECK(nccl_all_reduce(c, d, d, 0, DL_FLOAT32, DL_PG_SUM, NULL) == 0);
   CHECK(nccl_wait(c) == 0);
   CHECK(nccl_dev_free(device, d) == 0);
 }
@@ -306,7 +306,7 @@ static void test_no_device(dl_store *s, report *rep) {
   int64_t len = 0;
   char *v = dl_store_get(s, "nodev/nccl_id", 1, &len);
   CHECK(v && v[0] == '!' && strstr(v, status), "published: %s", v ? v : "(none)");
-  dl_store_free(v);
+  dl_store_value_free(v);
   CHECK(nccl_version() == DL_EDEVICE);
   CHECK(nccl_dev_alloc(0, 16) == NULL);
   skip(rep, "NCCL collectives", status);
@@ -337,17 +337,17 @@ static void run_rank(dl_store *s, const char *prefix, int rank, int world) {
     int64_t len;
     void *v = dl_store_get(s, key, 60, &len);
     CHECK(v != NULL, "rank 0 never reported its timeout");
-    dl_store_free(v);
+    dl_store_value_free(v);
     return;
   }
   void *d = nccl_dev_alloc(rank, 4096);
   nccl_set_timeout(c, 2);
-  CHECK(nccl_all_reduce(c, d, d, 1024, DL_FLOAT32, DL_RED_SUM, NULL) == 0);
+  CHECK(nccl_all_reduce(c, d, d, 1024, DL_FLOAT32, DL_PG_SUM, NULL) == 0);
   int rc = nccl_wait(c);
   CHECK(rc == DL_ESTATE, "wait returned %d", rc);
   CHECK(strstr(dl_last_error(), "timed out") != NULL, "%s", dl_last_error());
   printf("timeout: %s\n", dl_last_error());
-  rc = nccl_all_reduce(c, d, d, 1024, DL_FLOAT32, DL_RED_SUM, NULL);
+  rc = nccl_all_reduce(c, d, d, 1024, DL_FLOAT32, DL_PG_SUM, NULL);
   CHECK(rc == DL_ESTATE && strstr(dl_last_error(), "aborted"),
         "after a timeout: %d %s", rc, dl_last_error());
   dl_store_set(s, key, "1", 1);

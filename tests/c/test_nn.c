@@ -180,6 +180,9 @@ static void fd_check(const char *what, fwd_fn f, void *ctx, dl_tensor *const *in
 
 /* -- conv2d ---------------------------------------------------------------- */
 
+/* The tests count reductions 0 (none), 1 (mean), 2 (sum); the API's values. */
+#define LOSS(red) ((dl_loss_reduction)(DL_LOSS_NONE + (red)))
+
 typedef struct {
   int N, C, H, W, O, kh, kw, sh, sw, ph, pw, dh, dw, G, bias, batched;
 } conv_cfg;
@@ -879,9 +882,9 @@ typedef struct {
 
 static dl_tensor *loss_fwd(void *p, dl_tensor *const *in) {
   const loss_fd *f = p;
-  if (f->kind == 0) return dl_cross_entropy(in[0], f->target, f->weight, f->ignore, f->ls, f->red);
-  if (f->kind == 1) return dl_nll_loss(in[0], f->target, f->weight, f->ignore, f->red);
-  return dl_mse_loss(in[0], f->target, f->red);
+  if (f->kind == 0) return dl_cross_entropy(in[0], f->target, f->weight, f->ignore, f->ls, LOSS(f->red));
+  if (f->kind == 1) return dl_nll_loss(in[0], f->target, f->weight, f->ignore, LOSS(f->red));
+  return dl_mse_loss(in[0], f->target, LOSS(f->red));
 }
 
 /* PyTorch 1.13's formula, step by step: log_softmax, nll, smoothing. */
@@ -950,18 +953,18 @@ static void test_ce_case(int kind, const int64_t *xs, int nd, int hw, int ign, d
   CHECK(red ? has_shape(y, NULL, 0) : has_shape(y, ts, tnd), "%s: shape", what);
   expect_vals(what, y, want, red ? 1 : P, 1e-12);
   dl_tensor *gout = mk(go, ts, red ? 0 : tnd, DL_FLOAT64);
-  dl_tensor *gx = kind == 0 ? dl_cross_entropy_backward(gout, in[0], tt, wt, -100, ls, red)
-                            : dl_nll_loss_backward(gout, in[0], tt, wt, -100, red);
+  dl_tensor *gx = kind == 0 ? dl_cross_entropy_backward(gout, in[0], tt, wt, -100, ls, LOSS(red))
+                            : dl_nll_loss_backward(gout, in[0], tt, wt, -100, LOSS(red));
   fd_check(what, loss_fwd, &f, in, 0, gx, go, 1e-6);
   /* float32 agrees */
   dl_tensor *z32 = mk(z, xs, nd, DL_FLOAT32), *w32 = hw ? mk(w, S(C), 1, DL_FLOAT32) : NULL;
-  dl_tensor *y32 = kind == 0 ? dl_cross_entropy(z32, tt, w32, -100, ls, red)
-                             : dl_nll_loss(z32, tt, w32, -100, red);
+  dl_tensor *y32 = kind == 0 ? dl_cross_entropy(z32, tt, w32, -100, ls, LOSS(red))
+                             : dl_nll_loss(z32, tt, w32, -100, LOSS(red));
   CHECK(y32 && dl_tensor_dtype(y32) == DL_FLOAT32);
   expect_vals("float32 loss", y32, want, red ? 1 : P, 1e-5);
   dl_tensor *g32 = mk(go, ts, red ? 0 : tnd, DL_FLOAT32);
-  dl_tensor *gx32 = kind == 0 ? dl_cross_entropy_backward(g32, z32, tt, w32, -100, ls, red)
-                              : dl_nll_loss_backward(g32, z32, tt, w32, -100, red);
+  dl_tensor *gx32 = kind == 0 ? dl_cross_entropy_backward(g32, z32, tt, w32, -100, ls, LOSS(red))
+                              : dl_nll_loss_backward(g32, z32, tt, w32, -100, LOSS(red));
   expect_close("float32 loss grad", gx32, gx, 1e-5);
   dl_tensor_release(z32), dl_tensor_release(w32), dl_tensor_release(y32);
   dl_tensor_release(g32), dl_tensor_release(gx32);
@@ -986,33 +989,33 @@ static void test_losses(void) {
   /* all targets ignored: mean is NaN (0 / 0), the gradient zero */
   dl_tensor *z = rt(S(2, 3), 2, DL_FLOAT32);
   dl_tensor *t = mki((const int64_t[]){-100, -100}, S(2), 1, DL_INT64);
-  dl_tensor *y = dl_cross_entropy(z, t, NULL, -100, 0, 1);
+  dl_tensor *y = dl_cross_entropy(z, t, NULL, -100, 0, DL_LOSS_MEAN);
   expect_vals("cross_entropy all ignored", y, (const double[]){NAN}, 1, 0);
   dl_tensor *g1 = dl_full(S(1), 0, DL_FLOAT32, 1.0);
-  dl_tensor *gz = dl_cross_entropy_backward(g1, z, t, NULL, -100, 0, 1);
+  dl_tensor *gz = dl_cross_entropy_backward(g1, z, t, NULL, -100, 0, DL_LOSS_MEAN);
   expect_vals("cross_entropy all ignored grad", gz, (const double[]){0, 0, 0, 0, 0, 0}, 6, 0);
   dl_tensor_release(y), dl_tensor_release(gz), dl_tensor_release(t);
 
   /* errors */
   int64_t tv[4] = {1, 2, 3, 12};
   dl_tensor *z10 = rt(S(4, 10), 2, DL_FLOAT32), *tb = mki(tv, S(4), 1, DL_INT64);
-  EXPECT_ERRP(dl_cross_entropy(z10, tb, NULL, -100, 0, 1), DL_EINDEX,
+  EXPECT_ERRP(dl_cross_entropy(z10, tb, NULL, -100, 0, DL_LOSS_MEAN), DL_EINDEX,
               "cross_entropy: target 12 out of range for 10 classes (at position 3)");
-  EXPECT_ERRP(dl_nll_loss(z10, tb, NULL, -100, 1), DL_EINDEX,
+  EXPECT_ERRP(dl_nll_loss(z10, tb, NULL, -100, DL_LOSS_MEAN), DL_EINDEX,
               "nll_loss: target 12 out of range for 10 classes (at position 3)");
   dl_tensor *tneg = mki((const int64_t[]){-1}, S(1), 1, DL_INT64), *z1 = rt(S(1, 10), 2, DL_FLOAT32);
-  EXPECT_ERRP(dl_cross_entropy(z1, tneg, NULL, -100, 0, 1), DL_EINDEX, "target -1 out of range");
-  EXPECT_ERRP(dl_cross_entropy(z10, tneg, NULL, -100, 0, 1), DL_ESHAPE,
+  EXPECT_ERRP(dl_cross_entropy(z1, tneg, NULL, -100, 0, DL_LOSS_MEAN), DL_EINDEX, "target -1 out of range");
+  EXPECT_ERRP(dl_cross_entropy(z10, tneg, NULL, -100, 0, DL_LOSS_MEAN), DL_ESHAPE,
               "cross_entropy: target has shape [1], expected [4]");
   EXPECT_ERRP(dl_cross_entropy(z10, tb, NULL, 12, 0, 5), DL_EINVAL,
               "cross_entropy: unknown reduction 5");
-  EXPECT_ERRP(dl_cross_entropy(z10, tb, NULL, 12, 1.5, 1), DL_EINVAL, "label_smoothing");
+  EXPECT_ERRP(dl_cross_entropy(z10, tb, NULL, 12, 1.5, DL_LOSS_MEAN), DL_EINVAL, "label_smoothing");
   dl_tensor *wbad = rt(S(9), 1, DL_FLOAT32);
-  EXPECT_ERRP(dl_cross_entropy(z10, tb, wbad, 12, 0, 1), DL_ESHAPE, "weight has shape [9], expected [10]");
+  EXPECT_ERRP(dl_cross_entropy(z10, tb, wbad, 12, 0, DL_LOSS_MEAN), DL_ESHAPE, "weight has shape [9], expected [10]");
   dl_tensor *tf = mk((const double[]){1, 2, 3, 4}, S(4), 1, DL_FLOAT32);
-  EXPECT_ERRP(dl_cross_entropy(z10, tf, NULL, -100, 0, 1), DL_EDTYPE, "target");
+  EXPECT_ERRP(dl_cross_entropy(z10, tf, NULL, -100, 0, DL_LOSS_MEAN), DL_EDTYPE, "target");
   /* ignore_index makes 12 fine */
-  y = dl_cross_entropy(z10, tb, NULL, 12, 0, 1);
+  y = dl_cross_entropy(z10, tb, NULL, 12, 0, DL_LOSS_MEAN);
   CHECK(y != NULL, "ignore_index 12");
   dl_tensor_release(y);
   dl_tensor_release(z10), dl_tensor_release(tb), dl_tensor_release(tneg), dl_tensor_release(z1);
@@ -1030,21 +1033,21 @@ static void test_losses(void) {
     snprintf(what, sizeof what, "mse_loss reduction %d", red);
     expect_vals(what, yy, want, red ? 1 : 24, 1e-14);
     dl_tensor *gout = mk(go, S(2, 3, 4), red ? 0 : 3, DL_FLOAT64);
-    dl_tensor *gx = dl_mse_loss_backward(gout, in[0], tb2, red);
+    dl_tensor *gx = dl_mse_loss_backward(gout, in[0], tb2, LOSS(red));
     fd_check(what, loss_fwd, &f, in, 0, gx, go, 1e-6);
     dl_tensor_release(gx), dl_tensor_release(gout), dl_tensor_release(yy);
     dl_tensor_release(in[0]), dl_tensor_release(tb2);
     free(a), free(b), free(go);
   }
   dl_tensor *a = rt(S(2, 3), 2, DL_FLOAT32), *b = rt(S(3, 2), 2, DL_FLOAT32);
-  EXPECT_ERRP(dl_mse_loss(a, b, 1), DL_ESHAPE, "mse_loss: target has shape [3, 2], expected [2, 3]");
+  EXPECT_ERRP(dl_mse_loss(a, b, DL_LOSS_MEAN), DL_ESHAPE, "mse_loss: target has shape [3, 2], expected [2, 3]");
   dl_tensor_release(a), dl_tensor_release(b);
   /* a large mean, summed in fixed blocks: the same at 1 and 2 threads */
   dl_tensor *la = rt(S(100000), 1, DL_FLOAT32), *lb = rt(S(100000), 1, DL_FLOAT32), *l1, *l2;
   dl_set_num_threads(1);
-  l1 = dl_mse_loss(la, lb, 1);
+  l1 = dl_mse_loss(la, lb, DL_LOSS_MEAN);
   dl_set_num_threads(2);
-  l2 = dl_mse_loss(la, lb, 1);
+  l2 = dl_mse_loss(la, lb, DL_LOSS_MEAN);
   expect_close("mse_loss threads", l1, l2, 0);
   dl_tensor_release(la), dl_tensor_release(lb), dl_tensor_release(l1), dl_tensor_release(l2);
 }

@@ -21,7 +21,7 @@ static int child(int port, int rank, int world) {
   if (!pg) return 1;
   int64_t n = 3000001;
   dl_tensor *t = dl_full(&n, 1, DL_FLOAT32, (double)(rank + 1));
-  CHECK(dl_pg_all_reduce(pg, t, DL_RED_SUM) == 0);
+  CHECK(dl_pg_all_reduce(pg, t, DL_PG_SUM) == 0);
   double want = world * (world + 1) / 2.0;
   float *p = dl_tensor_data(t);
   int bad = 0;

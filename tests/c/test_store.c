@@ -104,11 +104,11 @@ int main(void) {
   int64_t len = -1;
   char *v = dl_store_get(c, "a", 1, &len);
   CHECK(v && len == 3 && !memcmp(v, "xyz", 3));
-  dl_store_free(v);
+  dl_store_value_free(v);
   CHECK(dl_store_set(c, "empty", "", 0) == 0);
   v = dl_store_get(c, "empty", 1, &len);
   CHECK(v && len == 0);
-  dl_store_free(v);
+  dl_store_value_free(v);
   const char *ks[2] = { "a", "nope" };
   CHECK(dl_store_check(c, ks, 1) == 1);
   CHECK(dl_store_check(c, ks, 2) == 0);
@@ -125,7 +125,7 @@ int main(void) {
   CHECK(dl_store_set(c, "big", bv, (int64_t)big) == 0);
   v = dl_store_get(c, "big", 5, &len);
   CHECK(v && len == (int64_t)big && !memcmp(v, bv, big));
-  dl_store_free(v);
+  dl_store_value_free(v);
   free(bv);
 
   /* add: atomic across 4 clients x 1000 */
@@ -142,7 +142,7 @@ int main(void) {
   CHECK(dl_store_add(c, "counter", 0, &n) == 0 && n == 4000, "counter %lld", (long long)n);
   v = dl_store_get(c, "counter", 1, &len);
   CHECK(v && !strcmp(v, "4000"), "stored as decimal text");
-  dl_store_free(v);
+  dl_store_value_free(v);
   CHECK(dl_store_add(c, "neg", -5, &n) == 0 && n == -5);
   CHECK(dl_store_add(c, "a", 1, &n) == DL_ESTATE && strstr(dl_last_error(), "not an integer"),
         "add on a non-integer value");
@@ -151,20 +151,20 @@ int main(void) {
   /* compare_set */
   v = dl_store_compare_set(c, "cas", "", 0, "one", 3, &len);
   CHECK(v && len == 3 && !memcmp(v, "one", 3), "missing key with empty expected is set");
-  dl_store_free(v);
+  dl_store_value_free(v);
   v = dl_store_compare_set(c, "cas", "zzz", 3, "two", 3, &len);
   CHECK(v && len == 3 && !memcmp(v, "one", 3), "wrong expected leaves it");
-  dl_store_free(v);
+  dl_store_value_free(v);
   v = dl_store_compare_set(c, "cas", "one", 3, "two", 3, &len);
   CHECK(v && len == 3 && !memcmp(v, "two", 3), "right expected swaps");
-  dl_store_free(v);
+  dl_store_value_free(v);
 
   /* a blocking get satisfied by a later set from another client */
   pthread_t ls;
   pthread_create(&ls, NULL, late_setter, NULL);
   v = dl_store_get(c, "late", 5, &len);
   CHECK(v && len == 5 && !memcmp(v, "hello", 5));
-  dl_store_free(v);
+  dl_store_value_free(v);
   pthread_join(ls, NULL);
 
   /* timeouts name the operation and the key, and the handle recovers */
@@ -239,7 +239,7 @@ int main(void) {
   close(fd);
   v = dl_store_get(c, "a", 1, &len);
   CHECK(v && len == 3 && !memcmp(v, "xyz", 3), "other clients and the data are intact");
-  dl_store_free(v);
+  dl_store_value_free(v);
   CHECK(dl_store_add(c, "counter", 1, &n) == 0 && n == 4001);
 
   /* client-side limits are checked before sending */

@@ -7,6 +7,7 @@
 
 #include "ddplua.h"
 #include "check.h"
+#include "ddplua_binding.h"
 
 
 static double at(const dl_tensor *t, int64_t i) {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "safetensors.h"
+#include "io/safetensors.h"
 
 static volatile unsigned sink;
 

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "store.h"
+#include "dist/store.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* the first byte picks the read size; the token ("tok") comes next */

@@ -2,7 +2,7 @@
 # check.sh -- the one script run on the GPU machine: what it sees, and our device tests.
 #
 #   bash tests/gpu/check.sh --stage   here, before a device run: builds
-#                                     build/test_device and build/test_nccl
+#                                     checks make built the C device tests
 #                                     and copies into
 #                                     build/gpu-libs the shared libraries
 #                                     build/ needs beyond a bare system; then
@@ -46,18 +46,14 @@ base_lib() {
 }
 
 stage() {
-  local cc=${CC:-cc} f name path
+  local f name path
   [ -f "$BUILD/libddplua.so" ] || { echo "stage: $BUILD/libddplua.so missing: run make first"; return 1; }
-  "$cc" -std=c11 -Wall -Wextra -Werror -Iruntime/include tests/c/test_device.c \
-    -L"$BUILD" -lddplua -Wl,-rpath,"$ROOT/$BUILD" -o "$BUILD/test_device" || return 1
+  # The C device tests are built by make (linked with build/libddplua.a).
   # NCCL itself is not staged (libnccl.so.2 is far over the bundle's size
   # limit, and libddplua_cuda.so dlopens it): find_nccl looks there.
-  "$cc" -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iruntime/include -Iruntime \
-    tests/c/test_nccl.c -L"$BUILD" -lddplua -Wl,-rpath,"$ROOT/$BUILD" \
-    -o "$BUILD/test_nccl" || return 1
-  "$cc" -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iruntime/include -Iruntime \
-    tests/c/test_devalloc.c -L"$BUILD" -lddplua -Wl,-rpath,"$ROOT/$BUILD" \
-    -o "$BUILD/test_devalloc" || return 1
+  for f in test_device test_nccl test_devalloc; do
+    [ -x "$BUILD/$f" ] || { echo "stage: $BUILD/$f missing: run make first"; return 1; }
+  done
   mkdir -p "$LIBS"
   for f in "$BUILD"/test_device "$BUILD"/test_nccl "$BUILD"/test_devalloc "$BUILD"/*.so "$BUILD"/ddplua; do
     [ -f "$f" ] || continue

@@ -4,6 +4,7 @@
 local M = {}
 
 local root = assert(io.popen("pwd")):read("*l")
+M.root = root
 M.ddplua = os.getenv("DDPLUA") or "build/ddplua"
 if M.ddplua:sub(1, 1) ~= "/" then M.ddplua = root .. "/" .. M.ddplua end
 

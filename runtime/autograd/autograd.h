@@ -1,0 +1,137 @@
+/*
+** autograd.h -- what op files need to record the graph: nodes, edges,
+** saved tensors, and the checks in-place ops make.
+*/
+#ifndef DL_AUTOGRAD_H
+#define DL_AUTOGRAD_H
+
+#include "core/internal.h"
+
+typedef struct ag_node ag_node;
+
+/* Computes the gradient of each input from g, the gradient of the node's
+** output (in the output's shape and dtype).  gin[i] is set to a new
+** reference, or left NULL when input i needs none (n->needs[i] == 0) or
+** gets zero.  The engine then sums each gin[i] back to input i's shape
+** (broadcasting) and casts it to input i's dtype, so formulas need not. */
+typedef int (*ag_backward_fn)(ag_node *n, const dl_tensor *g, dl_tensor **gin);
+
+typedef struct {
+  ag_node *node;    /* the op that produced the input, or NULL */
+  dl_tensor *leaf;  /* or the leaf that requires grad (retained), or NULL */
+} ag_edge;
+
+enum { AG_MAX_SAVED = 4, AG_MAX_ARGS = 8 };
+
+struct ag_node {
+  atomic_int refcount;
+  const char *name;         /* "MulBackward" */
+  ag_backward_fn backward;
+  uint64_t seq;             /* creation order: later nodes run first */
+  int nin;
+  ag_edge *next;            /* nin edges */
+  uint8_t *needs;           /* nin flags: input i requires grad */
+  int8_t *in_ndim, *in_dtype;
+  int64_t (*in_shape)[DL_MAX_DIMS];
+  dl_tensor *saved[AG_MAX_SAVED];
+  unsigned saved_version[AG_MAX_SAVED];
+  int nsaved, freed;        /* freed: saved tensors dropped after backward */
+  int op;                   /* op code, for nodes shared by several ops */
+  int64_t iarg[AG_MAX_ARGS];
+  double darg[4];
+  /* backward pass bookkeeping */
+  unsigned pass;
+  int deps;
+  dl_tensor *grad;
+};
+
+/* Grad mode on and any of the inputs requires grad. */
+DL_HIDDEN int ag_needed(dl_tensor *const *ins, int n);
+DL_HIDDEN int ag_needed1(const dl_tensor *a);
+DL_HIDDEN int ag_needed2(const dl_tensor *a, const dl_tensor *b);
+DL_HIDDEN int tensor_requires_grad(const dl_tensor *t);
+/* A node over inputs ins (NULL entries allowed: no edge). */
+DL_HIDDEN ag_node *ag_node_new(const char *name, ag_backward_fn fn,
+                               dl_tensor *const *ins, int n);
+/* Keeps t's data for backward (a detached alias, and its version). */
+DL_HIDDEN int ag_save(ag_node *n, const dl_tensor *t);
+/* Makes n the grad_fn of out; releases n on failure.  Returns 0 or -1. */
+DL_HIDDEN int ag_attach(dl_tensor *out, ag_node *n);
+DL_HIDDEN void ag_node_release(ag_node *n);
+/* The node that produced t, or NULL (leaves). */
+DL_HIDDEN ag_node *ag_grad_fn(const dl_tensor *t);
+/* For in-place ops: refuses to modify a tensor that is part of a graph
+** (grad mode on), and bumps the storage version seen by saved tensors. */
+DL_HIDDEN int ag_check_inplace(const char *op, dl_tensor *t);
+DL_HIDDEN void tensor_bump_version(dl_tensor *t);
+DL_HIDDEN void autograd_free(dl_tensor *t);
+
+/* Runs stmt with grad mode off: the forward of an op that records itself. */
+#define NOGRAD(stmt)                          \
+  do {                                        \
+    int was_ = dl_set_grad_enabled(0);        \
+    stmt;                                     \
+    dl_set_grad_enabled(was_);                \
+  } while (0)
+
+/* Records an op: when out is float and an input needs a gradient, a node
+** over ins (NULL entries: no edge) with save's tensors saved (NULL entries
+** keep their slot) becomes out's grad_fn; *made (if given) gets it so the
+** caller can set its arguments.  Returns out, or NULL (out released) on
+** failure. */
+DL_HIDDEN dl_tensor *ag_record(dl_tensor *out, const char *name,
+                               ag_backward_fn fn, dl_tensor *const *ins,
+                               int nin, const dl_tensor *const *save,
+                               int nsave, ag_node **made);
+
+/* Shorthands for recording an op with one or two inputs: returns out, or
+** NULL (releasing out) when recording failed. */
+DL_HIDDEN dl_tensor *ag_record1(dl_tensor *out, const char *name,
+                                ag_backward_fn fn, const dl_tensor *a,
+                                int save_in, int save_out);
+DL_HIDDEN dl_tensor *ag_record2(dl_tensor *out, const char *name,
+                                ag_backward_fn fn, const dl_tensor *a,
+                                const dl_tensor *b, int op);
+
+
+/* -- Writing gradient formulas -------------------------------------------- */
+
+/* Temporaries of a formula, released together; any NULL marks an error
+** (every op accepts NULL inputs and fails cleanly, so chains need no
+** checks in between). */
+typedef struct { dl_tensor *t[32]; int n, err; } ag_scope;
+
+static inline dl_tensor *K(ag_scope *s, dl_tensor *t) {
+  if (!t) s->err = 1;
+  else if (s->n < 32) s->t[s->n++] = t;
+  else s->err = 1;  /* formulas stay far below 32 temporaries */
+  return t;
+}
+
+/* A result handed to the engine (not released with the scope). */
+static inline dl_tensor *R(ag_scope *s, dl_tensor *t) {
+  if (!t) s->err = 1;
+  return t;
+}
+
+static inline int ag_scope_end(ag_scope *s) {
+  for (int i = 0; i < s->n; i++) dl_tensor_release(s->t[i]);
+  return s->err ? -1 : 0;
+}
+
+#define NUM(s, v) K(s, dl_scalar((v), 1))
+
+/* -- Recorders, called by the ops (each returns out, or NULL on failure
+** after releasing out) ------------------------------------------------------ */
+
+DL_HIDDEN dl_tensor *ag_binary(int op, dl_tensor *out, const dl_tensor *a,
+                               const dl_tensor *b);
+DL_HIDDEN dl_tensor *ag_unary(int op, dl_tensor *out, const dl_tensor *a);
+DL_HIDDEN dl_tensor *ag_clamp(dl_tensor *out, const dl_tensor *a, double lo,
+                              double hi);
+DL_HIDDEN dl_tensor *ag_where(dl_tensor *out, const dl_tensor *cond,
+                              const dl_tensor *a, const dl_tensor *b);
+DL_HIDDEN dl_tensor *ag_copy(dl_tensor *out, const dl_tensor *a,
+                             const char *name);
+
+#endif

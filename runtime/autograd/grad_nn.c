@@ -1,0 +1,310 @@
+/*
+** grad_nn.c -- the differentiable neural network ops (dl_f_*): each runs
+** its kernel (nn_*.c) with grad mode off and records a node whose backward
+** calls the matching *_backward kernel.
+*/
+#include <string.h>
+
+#include "autograd/autograd.h"
+#include "cuda/cuda.h"
+#include "cuda/nn.h"
+
+static void pair_store(int64_t *dst, const int64_t *p, int64_t dflt0, int64_t dflt1) {
+  dst[0] = p ? p[0] : dflt0;
+  dst[1] = p ? p[1] : dflt1;
+}
+
+/* -- conv2d -------------------------------------------------------------------- */
+
+static int conv_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  const int64_t *a = n->iarg;
+  return dl_conv2d_backward(g, n->saved[0], n->saved[1], a, a + 2, a + 4, a[6],
+                            n->needs[0], n->needs[1], n->needs[2], &gin[0], &gin[1],
+                            &gin[2]);
+}
+
+DL_API dl_tensor *dl_f_conv2d(const dl_tensor *x, const dl_tensor *w,
+                              const dl_tensor *b, const int64_t *stride,
+                              const int64_t *padding, const int64_t *dilation,
+                              int64_t groups) {
+  dl_tensor *out;
+  NOGRAD(out = dl_conv2d(x, w, b, stride, padding, dilation, groups));
+  dl_tensor *ins[3] = {(dl_tensor *)x, (dl_tensor *)w, (dl_tensor *)b};
+  const dl_tensor *save[2] = {x, w};
+  ag_node *n;
+  out = ag_record(out, "ConvolutionBackward", conv_backward, ins, 3, save, 2, &n);
+  if (n) {
+    pair_store(n->iarg, stride, 1, 1);
+    pair_store(n->iarg + 2, padding, 0, 0);
+    pair_store(n->iarg + 4, dilation, 1, 1);
+    n->iarg[6] = groups;
+  }
+  return out;
+}
+
+/* -- Pooling --------------------------------------------------------------------- */
+
+static int maxpool_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  gin[0] = dl_max_pool2d_backward(g, n->saved[0], n->saved[1]);
+  return gin[0] ? 0 : -1;
+}
+
+DL_API int dl_f_max_pool2d(const dl_tensor *x, const int64_t *kernel,
+                           const int64_t *stride, const int64_t *padding,
+                           const int64_t *dilation, int ceil_mode,
+                           dl_tensor **out, dl_tensor **indices) {
+  int rc;
+  NOGRAD(rc = dl_max_pool2d(x, kernel, stride, padding, dilation, ceil_mode, out, indices));
+  if (rc) return rc;
+  dl_tensor *ins[1] = {(dl_tensor *)x};
+  const dl_tensor *save[2] = {x, *indices};
+  *out = ag_record(*out, "MaxPool2DWithIndicesBackward", maxpool_backward, ins, 1, save, 2, NULL);
+  if (!*out) {
+    dl_tensor_release(*indices);
+    *indices = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+static int avgpool_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  const int64_t *a = n->iarg;
+  gin[0] = dl_avg_pool2d_backward(g, n->saved[0], a, a + 2, a + 4, (int)a[6], (int)a[7],
+                                  (int64_t)n->darg[0]);
+  return gin[0] ? 0 : -1;
+}
+
+DL_API dl_tensor *dl_f_avg_pool2d(const dl_tensor *x, const int64_t *kernel,
+                                  const int64_t *stride, const int64_t *padding,
+                                  int ceil_mode, int count_include_pad,
+                                  int64_t divisor_override) {
+  dl_tensor *out;
+  NOGRAD(out = dl_avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad,
+                             divisor_override));
+  dl_tensor *ins[1] = {(dl_tensor *)x};
+  const dl_tensor *save[1] = {x};
+  ag_node *n;
+  out = ag_record(out, "AvgPool2DBackward", avgpool_backward, ins, 1, save, 1, &n);
+  if (n) {
+    pair_store(n->iarg, kernel, 1, 1);
+    pair_store(n->iarg + 2, stride ? stride : kernel, 1, 1);
+    pair_store(n->iarg + 4, padding, 0, 0);
+    n->iarg[6] = ceil_mode;
+    n->iarg[7] = count_include_pad;
+    n->darg[0] = (double)divisor_override;
+  }
+  return out;
+}
+
+/* -- Embedding ------------------------------------------------------------------- */
+
+static int embedding_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  gin[0] = dl_embedding_backward(g, n->saved[0], n->in_shape[0][0], n->iarg[0],
+                                 (int)n->iarg[1]);
+  return gin[0] ? 0 : -1;
+}
+
+DL_API dl_tensor *dl_f_embedding(const dl_tensor *weight, const dl_tensor *indices,
+                                 int64_t padding_idx, int scale_grad_by_freq) {
+  dl_tensor *out;
+  NOGRAD(out = dl_embedding(weight, indices));
+  dl_tensor *ins[1] = {(dl_tensor *)weight};
+  const dl_tensor *save[1] = {indices};
+  ag_node *n;
+  out = ag_record(out, "EmbeddingBackward", embedding_backward, ins, 1, save, 1, &n);
+  if (n) n->iarg[0] = padding_idx, n->iarg[1] = scale_grad_by_freq;
+  return out;
+}
+
+/* -- Normalisation ---------------------------------------------------------------- */
+
+static int layer_norm_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  return dl_layer_norm_backward(g, n->saved[0], n->iarg + 1, (int)n->iarg[0],
+                                n->saved[2], n->saved[3], n->saved[1], n->needs[0],
+                                n->needs[1], n->needs[2], &gin[0], &gin[1], &gin[2]);
+}
+
+DL_API dl_tensor *dl_f_layer_norm(const dl_tensor *x, const int64_t *normalized_shape,
+                                  int nnorm, const dl_tensor *w, const dl_tensor *b,
+                                  double eps) {
+  dl_tensor *out = NULL, *mean = NULL, *rstd = NULL;
+  int rc;
+  if (nnorm < 0 || nnorm > AG_MAX_ARGS - 1)
+    return dl_errp(EM_BADVALUE, "layer_norm", "normalized_shape has too many dims");
+  NOGRAD(rc = dl_layer_norm(x, normalized_shape, nnorm, w, b, eps, &out, &mean, &rstd));
+  if (rc) return NULL;
+  dl_tensor *ins[3] = {(dl_tensor *)x, (dl_tensor *)w, (dl_tensor *)b};
+  const dl_tensor *save[4] = {x, w, mean, rstd};
+  ag_node *n;
+  out = ag_record(out, "NativeLayerNormBackward", layer_norm_backward, ins, 3, save, 4, &n);
+  if (n) {
+    n->iarg[0] = nnorm;
+    memcpy(n->iarg + 1, normalized_shape, sizeof(int64_t) * (size_t)nnorm);
+  }
+  dl_tensor_release(mean);
+  dl_tensor_release(rstd);
+  return out;
+}
+
+static int batch_norm_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  return dl_batch_norm_backward(g, n->saved[0], n->saved[1], n->saved[2], n->saved[3],
+                                (int)n->iarg[0], n->needs[0], n->needs[1], n->needs[2],
+                                &gin[0], &gin[1], &gin[2]);
+}
+
+/* The running statistics are updated in place by the kernel: they are
+** buffers, never part of the graph. */
+DL_API dl_tensor *dl_f_batch_norm(const dl_tensor *x, const dl_tensor *w,
+                                  const dl_tensor *b, dl_tensor *running_mean,
+                                  dl_tensor *running_var, int training,
+                                  double momentum, double eps) {
+  dl_tensor *out = NULL, *mean = NULL, *invstd = NULL;
+  int rc;
+  if ((running_mean && tensor_requires_grad(running_mean)) ||
+      (running_var && tensor_requires_grad(running_var)))
+    return dl_errp(EM_BADVALUE, "batch_norm", "running statistics must not require grad");
+  NOGRAD(rc = dl_batch_norm(x, w, b, running_mean, running_var, training, momentum, eps,
+                            &out, &mean, &invstd));
+  if (rc) return NULL;
+  dl_tensor *ins[3] = {(dl_tensor *)x, (dl_tensor *)w, (dl_tensor *)b};
+  const dl_tensor *save[4] = {x, w, mean, invstd};
+  ag_node *n;
+  out = ag_record(out, "NativeBatchNormBackward", batch_norm_backward, ins, 3, save, 4, &n);
+  if (n) n->iarg[0] = training;
+  dl_tensor_release(mean);
+  dl_tensor_release(invstd);
+  return out;
+}
+
+/* -- Dropout ------------------------------------------------------------------------ */
+
+static int dropout_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  gin[0] = n->saved[0] ? dl_dropout_backward(g, n->saved[0], n->darg[0]) : dl_clone(g);
+  return gin[0] ? 0 : -1;
+}
+
+DL_API dl_tensor *dl_f_dropout(const dl_tensor *x, double p, int training) {
+  dl_tensor *out = NULL, *mask = NULL;
+  int rc;
+  NOGRAD(rc = dl_dropout(x, p, training, &out, &mask));
+  if (rc) return NULL;
+  dl_tensor *ins[1] = {(dl_tensor *)x};
+  const dl_tensor *save[1] = {mask};
+  ag_node *n;
+  out = ag_record(out, "NativeDropoutBackward", dropout_backward, ins, 1, save, 1, &n);
+  if (n) n->darg[0] = p;
+  dl_tensor_release(mask);
+  return out;
+}
+
+/* -- Losses -------------------------------------------------------------------------- */
+
+static int ce_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  gin[0] = nn_class_loss_backward(n->op, g, n->saved[0], n->saved[1], n->saved[2], n->iarg[0],
+                                  n->darg[0], (int)n->iarg[1]);
+  return gin[0] ? 0 : -1;
+}
+
+static dl_tensor *class_loss(int nll, const dl_tensor *x, const dl_tensor *target,
+                             const dl_tensor *weight, int64_t ignore_index,
+                             double smoothing, int reduction) {
+  dl_tensor *out;
+  if (weight && tensor_requires_grad(weight) && dl_is_grad_enabled())
+    return dl_errp(EM_AG_NODIFF, nll ? "nll_loss (weight)" : "cross_entropy (weight)");
+  NOGRAD(out = nll ? dl_nll_loss(x, target, weight, ignore_index, reduction)
+                   : dl_cross_entropy(x, target, weight, ignore_index, smoothing, reduction));
+  dl_tensor *ins[1] = {(dl_tensor *)x};
+  const dl_tensor *save[3] = {x, target, weight};
+  ag_node *n;
+  out = ag_record(out, nll ? "NllLossBackward" : "CrossEntropyLossBackward", ce_backward, ins, 1,
+               save, 3, &n);
+  if (n) {
+    n->op = nll;
+    n->iarg[0] = ignore_index;
+    n->iarg[1] = reduction;
+    n->darg[0] = smoothing;
+  }
+  return out;
+}
+
+DL_API dl_tensor *dl_f_cross_entropy(const dl_tensor *logits, const dl_tensor *target,
+                                     const dl_tensor *weight, int64_t ignore_index,
+                                     double label_smoothing, dl_loss_reduction reduction) {
+  return class_loss(0, logits, target, weight, ignore_index, label_smoothing, reduction);
+}
+
+DL_API dl_tensor *dl_f_nll_loss(const dl_tensor *logp, const dl_tensor *target,
+                                const dl_tensor *weight, int64_t ignore_index,
+                                dl_loss_reduction reduction) {
+  return class_loss(1, logp, target, weight, ignore_index, 0, reduction);
+}
+
+static int mse_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  ag_scope s = {0};
+  dl_tensor *gi = K(&s, dl_mse_loss_backward(g, n->saved[0], n->saved[1], (int)n->iarg[0]));
+  if (n->needs[0]) gin[0] = R(&s, dl_clone(gi));
+  if (n->needs[1]) gin[1] = R(&s, dl_unary(DL_NEG, gi));
+  return ag_scope_end(&s);
+}
+
+DL_API dl_tensor *dl_f_mse_loss(const dl_tensor *input, const dl_tensor *target,
+                                dl_loss_reduction reduction) {
+  dl_tensor *out;
+  NOGRAD(out = dl_mse_loss(input, target, reduction));
+  dl_tensor *ins[2] = {(dl_tensor *)input, (dl_tensor *)target};
+  const dl_tensor *save[2] = {input, target};
+  ag_node *n;
+  out = ag_record(out, "MseLossBackward", mse_backward, ins, 2, save, 2, &n);
+  if (n) n->iarg[0] = reduction;
+  return out;
+}
+
+/* -- Linear ---------------------------------------------------------------------------- */
+
+/* y = x @ w^T + b in one node, so the weight's gradient comes out as
+** g^T @ x, contiguous in w's own layout (through a transpose node it
+** would need a copy every step). */
+static int linear_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  ag_scope s = {0};
+  dl_tensor *x = n->saved[0], *w = n->saved[1];
+  int64_t in = w->shape[1], out = w->shape[0], rows = -1;
+  int64_t s2[2] = {rows, out}, x2s[2] = {rows, in};
+  dl_tensor *g2 = K(&s, dl_reshape(g, s2, 2));
+  if (n->needs[0]) gin[0] = R(&s, dl_matmul(g, w));
+  if (n->needs[1]) {
+    dl_tensor *x2 = K(&s, dl_reshape(x, x2s, 2));
+    gin[1] = R(&s, dl_mm(K(&s, dl_transpose(g2, 0, 1)), x2));
+  }
+  if (n->needs[2] && g->storage->device >= 0) {
+    /* on a device, the column sums as ones[1, rows] @ g2: one cuBLAS call
+    ** (the sum reduction is a CPU op for now) */
+    int64_t rs[2] = {1, g2->shape[0]};
+    dl_tensor *ones = K(&s, full_on(g->storage->device, rs, 2, g->dtype, 1.0));
+    gin[2] = R(&s, dl_reshape(K(&s, dl_mm(ones, g2)), &out, 1));
+  } else if (n->needs[2]) {
+    int d0 = 0;
+    gin[2] = R(&s, dl_reduce(DL_SUM, g2, &d0, 1, 0, 0));
+  }
+  return ag_scope_end(&s);
+}
+
+DL_API dl_tensor *dl_f_linear(const dl_tensor *x, const dl_tensor *w, const dl_tensor *b) {
+  if (op_device_opt("linear", 3, (const dl_tensor *[]){x, w, b}) < -1) return NULL;
+  if (w->ndim != 2)
+    return dl_errp(EM_BADVALUE, "linear", "weight must be 2-D [out_features, in_features]");
+  if (x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
+    return dl_errp(EM_MM_SHAPE, "linear", fmt_tshape(x), fmt_tshape(w),
+                   (long long)(x->ndim ? x->shape[x->ndim - 1] : 0), (long long)w->shape[1]);
+  dl_tensor *out = NULL, *wt = NULL;
+  NOGRAD(wt = dl_transpose(w, 0, 1);
+         out = (b && x->ndim == 2) ? dl_addmm(b, x, wt, 1, 1) : dl_matmul(x, wt);
+         if (out && b && x->ndim != 2) {
+           dl_tensor *o2 = dl_binary(DL_ADD, out, b);
+           dl_tensor_release(out);
+           out = o2;
+         });
+  dl_tensor_release(wt);
+  dl_tensor *ins[3] = {(dl_tensor *)x, (dl_tensor *)w, (dl_tensor *)b};
+  const dl_tensor *save[2] = {x, w};
+  return ag_record(out, "LinearBackward", linear_backward, ins, 3, save, 2, NULL);
+}

@@ -1,0 +1,136 @@
+/*
+** grad_shape.c -- the public view ops: each runs its forward (view.c) with
+** grad mode off, then records how to route the gradient back.
+*/
+#include <string.h>
+
+#include "autograd/autograd.h"
+#include "cuda/cuda.h"
+#include "ops/forward.h"
+
+/* A view of a: the node has a as its one input and saves nothing. */
+static dl_tensor *view_record(dl_tensor *out, const dl_tensor *a, const char *name,
+                              ag_backward_fn fn, ag_node **made) {
+  dl_tensor *ins[1] = {(dl_tensor *)a};
+  return ag_record(out, name, fn, ins, 1, NULL, 0, made);
+}
+
+/* -- Reshapes: the gradient is reshaped back ------------------------------- */
+
+static int reshape_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  gin[0] = dl_reshape(g, n->in_shape[0], n->in_ndim[0]);
+  return gin[0] ? 0 : -1;
+}
+
+#define RESHAPE_OP(DECL, CALL, NAME)                                         \
+  DL_API dl_tensor *DECL {                                                  \
+    dl_tensor *out;                                                         \
+    NOGRAD(out = CALL);                                                           \
+    return view_record(out, t, NAME, reshape_backward, NULL);               \
+  }
+RESHAPE_OP(dl_view(const dl_tensor *t, const int64_t *shape, int ndim),
+           fw_view(t, shape, ndim), "ViewBackward")
+RESHAPE_OP(dl_reshape(const dl_tensor *t, const int64_t *shape, int ndim),
+           fw_reshape(t, shape, ndim), "ReshapeBackward")
+RESHAPE_OP(dl_squeeze(const dl_tensor *t, int dim), fw_squeeze(t, dim),
+           "SqueezeBackward")
+RESHAPE_OP(dl_squeeze_all(const dl_tensor *t), fw_squeeze_all(t),
+           "SqueezeBackward")
+RESHAPE_OP(dl_unsqueeze(const dl_tensor *t, int dim), fw_unsqueeze(t, dim),
+           "UnsqueezeBackward")
+RESHAPE_OP(dl_flatten(const dl_tensor *t, int start_dim, int end_dim),
+           fw_flatten(t, start_dim, end_dim), "FlattenBackward")
+
+/* expand: the engine sums the gradient back over the expanded dims */
+static int expand_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  (void)n;
+  gin[0] = dl_clone(g);
+  return gin[0] ? 0 : -1;
+}
+
+DL_API dl_tensor *dl_expand(const dl_tensor *t, const int64_t *shape, int ndim) {
+  dl_tensor *out;
+  NOGRAD(out = fw_expand(t, shape, ndim));
+  return view_record(out, t, "ExpandBackward", expand_backward, NULL);
+}
+
+/* -- Transpose and permute -------------------------------------------------- */
+
+static int transpose_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  gin[0] = dl_transpose(g, (int)n->iarg[0], (int)n->iarg[1]);
+  return gin[0] ? 0 : -1;
+}
+
+DL_API dl_tensor *dl_transpose(const dl_tensor *t, int d0, int d1) {
+  dl_tensor *out;
+  NOGRAD(out = fw_transpose(t, d0, d1));
+  ag_node *n;
+  out = view_record(out, t, "TransposeBackward", transpose_backward, &n);
+  if (n) n->iarg[0] = d0, n->iarg[1] = d1;
+  return out;
+}
+
+static int permute_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  int inv[DL_MAX_DIMS];
+  for (int i = 0; i < n->in_ndim[0]; i++) inv[n->iarg[i]] = i;
+  gin[0] = dl_permute(g, inv, n->in_ndim[0]);
+  return gin[0] ? 0 : -1;
+}
+
+DL_API dl_tensor *dl_permute(const dl_tensor *t, const int *perm, int ndim) {
+  dl_tensor *out;
+  NOGRAD(out = fw_permute(t, perm, ndim));
+  ag_node *n;
+  out = view_record(out, t, "PermuteBackward", permute_backward, &n);
+  for (int i = 0; n && i < ndim; i++)  /* normalised: the forward checked them */
+    n->iarg[i] = perm[i] < 0 ? perm[i] + ndim : perm[i];
+  return out;
+}
+
+/* -- Narrow and select: the gradient lands in a zero tensor ------------------ */
+
+static int slice_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  ag_scope s = {0};
+  dl_tensor *z = R(&s, full_on(g->storage->device, n->in_shape[0], n->in_ndim[0], g->dtype, 0.0));
+  dl_tensor *part = n->op ? K(&s, dl_select(z, (int)n->iarg[0], n->iarg[1]))
+                          : K(&s, dl_narrow(z, (int)n->iarg[0], n->iarg[1], n->iarg[2]));
+  if (part && dl_copy_(part, g)) s.err = 1;
+  gin[0] = z;
+  return ag_scope_end(&s);
+}
+
+DL_API dl_tensor *dl_narrow(const dl_tensor *t, int dim, int64_t start,
+                            int64_t length) {
+  dl_tensor *out;
+  NOGRAD(out = fw_narrow(t, dim, start, length));
+  ag_node *n;
+  out = view_record(out, t, "NarrowBackward", slice_backward, &n);
+  if (n) {  /* normalised as the forward did, which checked them */
+    int d = dim < 0 ? dim + t->ndim : dim;
+    n->iarg[0] = d;
+    n->iarg[1] = start < 0 ? start + t->shape[d] : start;
+    n->iarg[2] = length;
+  }
+  return out;
+}
+
+DL_API dl_tensor *dl_select(const dl_tensor *t, int dim, int64_t index) {
+  dl_tensor *out;
+  NOGRAD(out = fw_select(t, dim, index));
+  ag_node *n;
+  out = view_record(out, t, "SelectBackward", slice_backward, &n);
+  if (n) {
+    int d = dim < 0 ? dim + t->ndim : dim;
+    n->op = 1;
+    n->iarg[0] = d;
+    n->iarg[1] = index < 0 ? index + t->shape[d] : index;
+  }
+  return out;
+}
+
+DL_API dl_tensor *dl_as_strided(const dl_tensor *t, const int64_t *shape,
+                                const int64_t *strides, int ndim,
+                                int64_t offset) {
+  if (ag_needed1(t)) return dl_errp(EM_AG_NODIFF, "as_strided");
+  return fw_as_strided(t, shape, strides, ndim, offset);
+}

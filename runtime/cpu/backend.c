@@ -1,0 +1,37 @@
+/*
+** backend.c -- the CPU device (core/device.h): its table of kernels, which
+** live beside the ops that use them, registered when the library loads.
+*/
+#include "core/device.h"
+
+/* Nothing on the CPU is "another device": dl_to_device asks the device end
+** of a copy, which is never the CPU's. */
+static dl_tensor *cpu_move(const dl_tensor *t, int to) {
+  (void)t, (void)to;
+  return dl_errp(EM_CUDA_UNAVAIL, "to", dl_cuda_status());
+}
+
+static const dl_device cpu_device = {
+  .name = "cpu",
+  .half_native = 0,
+  .new_tensor = cpu_new_tensor,
+  .copy_bytes = cpu_copy_bytes,
+  .move = cpu_move,
+  .cast = cpu_cast,
+  .fill = cpu_fill,
+  .binary = cpu_binary,
+  .unary = cpu_unary,
+  .clamp = cpu_clamp,
+  .where = cpu_where,
+  .act_backward = cpu_act_backward,
+  .ramp = cpu_ramp,
+  .philox_fill = cpu_philox_fill,
+  .sgd = cpu_sgd,
+  .adam = cpu_adam,
+};
+
+/* At load: every op may run before anything else is called.  (The C tests
+** link the archive whole, so this object is always in.) */
+__attribute__((constructor)) static void cpu_register(void) {
+  device_register(DL_DEVICE_CPU, &cpu_device);
+}

@@ -1,0 +1,253 @@
+/*
+** cuda_linalg.c -- the CUDA compute steps of the matmul family, conv2d and
+** pooling (the kernels in runtime/cuda/blas.cu, conv.cu, pool.cu), and the
+** TF32 switch.  Callers did the CPU's checks and allocations already.
+*/
+#include <limits.h>
+#include <stdatomic.h>
+
+#include "cuda/linalg.h"
+
+/* -- TF32 ---------------------------------------------------------------------- */
+
+/* Off by default, as torch.backends.cuda.matmul.allow_tf32 since 1.12:
+** float32 products then round like float32, not to a 10-bit mantissa. */
+static atomic_int allow_tf32;
+
+DL_API void dl_cuda_set_allow_tf32(int on) { atomic_store(&allow_tf32, on != 0); }
+DL_API int dl_cuda_get_allow_tf32(void) { return atomic_load(&allow_tf32); }
+DL_HIDDEN int cuda_tf32(void) { return atomic_load(&allow_tf32); }
+
+/* -- Products ------------------------------------------------------------------- */
+
+static int naive(const char *op, int device, const dlc_mm *p) {
+  static void *slot;
+  dlc_matmul_naive_fn f = cuda_fn(&slot, op, "dlc_matmul_naive");
+  return f ? cuda_err(op, device, f(device, p)) : -1;
+}
+
+/* Batch dims d-1 and d merge when both operands step through them at one
+** stride (the output, contiguous, always does). */
+static int merge_batch_dims(int64_t *shape, int64_t *as, int64_t *bs, int nb) {
+  int r = 0;
+  for (int d = 0; d < nb; d++) {
+    if (shape[d] == 1) continue;
+    if (r > 0 && as[r - 1] == as[d] * shape[d] && bs[r - 1] == bs[d] * shape[d]) {
+      shape[r - 1] *= shape[d];
+      as[r - 1] = as[d];
+      bs[r - 1] = bs[d];
+      continue;
+    }
+    shape[r] = shape[d], as[r] = as[d], bs[r] = bs[d];
+    r++;
+  }
+  return r;
+}
+
+DL_HIDDEN int cuda_mm(const char *op, int device, const dlc_mm *p, int ta, int64_t lda, int tb,
+                      int64_t ldb) {
+  int dt = p->dtype;
+  if (p->nbatch == 0 || p->m == 0 || p->n == 0) return 0;
+  if (p->k == 0 || !(dt == DL_FLOAT32 || dt == DL_FLOAT64 || is_half_dtype(dt)))
+    return naive(op, device, p);
+  int64_t big = p->m > p->n ? p->m : p->n;
+  if (p->k > big) big = p->k;
+  if (big > INT_MAX) return dl_err(EM_MM_BLAS_SIZE, op, (long long)big, (long long)INT_MAX);
+  static void *slot;
+  dlc_gemm_fn gemm = cuda_fn(&slot, op, "dlc_gemm");
+  if (!gemm) return -1;
+  int64_t shape[DLC_MAX_DIMS], as[DLC_MAX_DIMS], bs[DLC_MAX_DIMS];
+  for (int d = 0; d < p->nb; d++) shape[d] = p->bshape[d], as[d] = p->ast[d], bs[d] = p->bst[d];
+  int nb = merge_batch_dims(shape, as, bs, p->nb);
+  /* the innermost batch dim goes to one strided-batched call, the outer
+  ** ones (rare: broadcasts cuBLAS cannot stride through) loop here */
+  int64_t inner = nb ? shape[nb - 1] : 1, sa = nb ? as[nb - 1] : 0, sb = nb ? bs[nb - 1] : 0;
+  int64_t outer = 1;
+  for (int d = 0; d + 1 < nb; d++) outer *= shape[d];
+  int64_t es = dl_dtype_sizes[dt], mn = p->m * p->n;
+  /* Row-major C = A @ B is column-major C^T = B^T @ A^T: cuBLAS gets B as
+  ** its first operand and A as its second, m and n swapped. */
+  for (int64_t o = 0; o < outer; o++) {
+    int64_t oa = 0, ob = 0, rest = o;
+    for (int d = nb - 2; d >= 0; d--) {
+      int64_t q = rest % shape[d];
+      rest /= shape[d];
+      oa += q * as[d], ob += q * bs[d];
+    }
+    int rc = gemm(device, dt, tb, ta, (int)p->n, (int)p->m, (int)p->k, p->alpha,
+                  (const char *)p->b + ob * es, ldb, sb, (const char *)p->a + oa * es, lda, sa,
+                  p->beta, (char *)p->c + o * inner * mn * es, p->n, mn, inner, cuda_tf32());
+    if (rc) return cuda_err(op, device, rc);
+  }
+  return 0;
+}
+
+/* -- conv2d ----------------------------------------------------------------------- */
+
+/* Column buffers are made for this many elements at most (256 MiB of
+** float32): the samples go through in chunks that fit. */
+#define COL_BUDGET ((int64_t)1 << 26)
+
+#define CONV_FN(var, type, sym)        \
+  static void *var##_slot;             \
+  type var = cuda_fn(&var##_slot, op, sym); \
+  if (!var) return -1
+
+/* 1x1, stride 1, no padding: each sample's group is its own K x HW column
+** matrix (leading dim HW, C * HW apart), so no unfolding / folding. */
+static int pointwise(const dlc_conv *g) {
+  return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
+}
+
+static int64_t conv_chunk(const dlc_conv *g) {
+  int64_t per = g->C * g->kh * g->kw * g->HW;
+  int64_t n = per > 0 ? COL_BUDGET / per : g->N;
+  return n < 1 ? 1 : n > g->N ? g->N : n;
+}
+
+/* A scratch device buffer of n elements of dtype. */
+static dl_tensor *scratch(int dev, int dtype, int64_t n) {
+  return tensor_new_on(dev, dtype, &n, 1);
+}
+
+static int64_t es_of(int dtype) { return dl_dtype_sizes[dtype]; }
+
+DL_HIDDEN int cuda_conv2d_forward(const char *op, int dev, int kd, const dlc_conv *g,
+                                  const void *x, const void *w, const void *b, void *out) {
+  if (g->N * g->O * g->HW == 0) return 0;
+  CONV_FN(gemm, dlc_gemm_fn, "dlc_gemm");
+  CONV_FN(im2col, dlc_im2col_fn, "dlc_im2col");
+  int64_t nc = conv_chunk(g), es = es_of(kd);
+  int rc = 0;
+  dl_tensor *col = NULL;
+  if (pointwise(g)) {  /* as below, x itself the columns (ld HW, C * HW per sample) */
+    for (int64_t gr = 0; !rc && gr < g->groups; gr++)
+      rc = gemm(dev, kd, 0, 0, (int)g->HW, (int)g->Og, (int)g->K, 1.0,
+                (const char *)x + gr * g->Cg * g->HW * es, g->HW, g->C * g->HW,
+                (const char *)w + gr * g->Og * g->K * es, g->K, 0, 0.0,
+                (char *)out + gr * g->Og * g->HW * es, g->HW, g->O * g->HW, g->N, cuda_tf32());
+    nc = g->N;  /* the loop below has nothing left */
+  } else if (!(col = scratch(dev, kd, g->groups * g->K * nc * g->HW))) {
+    return -1;
+  }
+  for (int64_t n0 = 0; !rc && col && n0 < g->N; n0 += nc) {
+    int64_t cnt = g->N - n0 < nc ? g->N - n0 : nc;
+    const char *cp = tensor_first(col);
+    rc = im2col(dev, kd, g, x, (void *)cp, n0, cnt);
+    /* per group, per sample: out[n, group] (Og x HW) = W[group] @ col[group][., n, .];
+    ** column-major: out^T (HW x Og) = col^T (HW x K, ld cnt*HW) @ W^T */
+    for (int64_t gr = 0; !rc && gr < g->groups; gr++)
+      rc = gemm(dev, kd, 0, 0, (int)g->HW, (int)g->Og, (int)g->K, 1.0,
+                cp + gr * g->K * cnt * g->HW * es, cnt * g->HW, g->HW,
+                (const char *)w + gr * g->Og * g->K * es, g->K, 0, 0.0,
+                (char *)out + (n0 * g->O + gr * g->Og) * g->HW * es, g->HW, g->O * g->HW, cnt,
+                cuda_tf32());
+  }
+  if (!rc && b) {
+    CONV_FN(bias, dlc_bias_add_fn, "dlc_bias_add");
+    rc = bias(dev, kd, out, b, g->N, g->O, g->HW);
+  }
+  dl_tensor_release(col);
+  return cuda_err(op, dev, rc);
+}
+
+/* rc = a launcher's result as the runtime's error (0 stays 0). */
+#define LAUNCH(expr) (rc = cuda_err(op, dev, (expr)))
+
+DL_HIDDEN int cuda_conv2d_backward(const char *op, int dev, int kd, const dlc_conv *g,
+                                   const void *x, const void *w, const void *gout, void *gx,
+                                   void *gw, void *gb) {
+  CONV_FN(gemm, dlc_gemm_fn, "dlc_gemm");
+  int rc = 0;
+  if (gb) {
+    CONV_FN(bgrad, dlc_bias_grad_fn, "dlc_bias_grad");
+    if (LAUNCH(bgrad(dev, kd, gout, gb, g->N, g->O, g->HW))) return rc;
+  }
+  if (!gx && !gw) return 0;
+  int64_t es = es_of(kd), wn = g->O * g->K;
+  if (gw && (g->N == 0 || g->HW == 0)) {  /* nothing to sum: zeros, as on the CPU */
+    dlc_mm z = {.dtype = kd, .nbatch = 1, .m = 1, .n = wn, .k = 0, .c = gw};
+    if ((rc = naive(op, dev, &z))) return rc;
+    gw = NULL;
+  }
+  if (g->N == 0 || (!gx && !gw)) return 0;
+  if (gx && pointwise(g)) {  /* gx[n, group] = W[group]^T @ g[n, group] straight into gx */
+    for (int64_t gr = 0; !rc && gr < g->groups; gr++)
+      LAUNCH(gemm(dev, kd, 0, 1, (int)g->HW, (int)g->K, (int)g->Og, 1.0,
+                  (const char *)gout + gr * g->Og * g->HW * es, g->HW, g->O * g->HW,
+                  (const char *)w + gr * g->Og * g->K * es, g->K, 0, 0.0,
+                  (char *)gx + gr * g->Cg * g->HW * es, g->HW, g->C * g->HW, g->N, cuda_tf32()));
+    if (rc) return rc;
+    gx = NULL;
+    if (!gw) return 0;
+  }
+  CONV_FN(im2col, dlc_im2col_fn, "dlc_im2col");
+  CONV_FN(col2im, dlc_col2im_fn, "dlc_col2im");
+  CONV_FN(swap, dlc_swap01_fn, "dlc_swap01");
+  int64_t nc = conv_chunk(g), coln = g->groups * g->K * nc * g->HW;
+  dl_tensor *col = gw ? scratch(dev, kd, coln) : NULL;
+  dl_tensor *gcol = gx ? scratch(dev, kd, coln) : NULL;
+  dl_tensor *gt = gw ? scratch(dev, kd, g->O * nc * g->HW) : NULL;
+  if ((gw && (!col || !gt)) || (gx && !gcol)) rc = -1;
+  for (int64_t n0 = 0; !rc && n0 < g->N; n0 += nc) {
+    int64_t cnt = g->N - n0 < nc ? g->N - n0 : nc, ld = cnt * g->HW;
+    const char *go = (const char *)gout + n0 * g->O * g->HW * es;
+    if (gw) {
+      char *cp = tensor_first(col), *tp = tensor_first(gt);
+      /* g^T [O, cnt, HW], so a group's rows are one Og x cnt*HW matrix */
+      if (LAUNCH(im2col(dev, kd, g, x, cp, n0, cnt)) ||
+          LAUNCH(swap(dev, kd, go, tp, cnt, g->O, g->HW)))
+        break;
+      /* gw[group] (Og x K) += gT[group] @ col[group]^T; column-major:
+      ** gw^T (K x Og) = col (K x ld, read transposed) @ gT^T */
+      for (int64_t gr = 0; !rc && gr < g->groups; gr++)
+        LAUNCH(gemm(dev, kd, 1, 0, (int)g->K, (int)g->Og, (int)ld, 1.0,
+                    cp + gr * g->K * ld * es, ld, 0, tp + gr * g->Og * ld * es, ld, 0,
+                    n0 ? 1.0 : 0.0, (char *)gw + gr * g->Og * g->K * es, g->K, 0, 1,
+                    cuda_tf32()));
+    }
+    if (gx && !rc) {
+      char *cp = tensor_first(gcol);
+      /* per sample: gcol[group][., n, .] (K x HW) = W[group]^T @ g[n, group];
+      ** column-major: gcol^T (HW x K) = g^T (HW x Og) @ W (Og x K, read
+      ** transposed from its K x Og column-major form) */
+      for (int64_t gr = 0; !rc && gr < g->groups; gr++)
+        LAUNCH(gemm(dev, kd, 0, 1, (int)g->HW, (int)g->K, (int)g->Og, 1.0,
+                    go + gr * g->Og * g->HW * es, g->HW, g->O * g->HW,
+                    (const char *)w + gr * g->Og * g->K * es, g->K, 0, 0.0,
+                    cp + gr * g->K * ld * es, ld, g->HW, cnt, cuda_tf32()));
+      if (!rc) LAUNCH(col2im(dev, kd, g, cp, gx, n0, cnt));
+    }
+  }
+  dl_tensor_release(col);
+  dl_tensor_release(gcol);
+  dl_tensor_release(gt);
+  return rc;
+}
+
+/* -- Pooling ------------------------------------------------------------------------ */
+
+DL_HIDDEN int cuda_max_pool(const char *op, int dev, int kd, const dlc_pool *g, const void *x,
+                            void *out, int64_t *idx) {
+  CONV_FN(f, dlc_max_pool_fn, "dlc_max_pool");
+  return cuda_err(op, dev, f(dev, kd, g, x, out, idx));
+}
+
+DL_HIDDEN int cuda_max_pool_backward(const char *op, int dev, int kd, int64_t planes,
+                                     int64_t in_plane, int64_t out_plane, const void *gout,
+                                     const int64_t *idx, void *gx) {
+  CONV_FN(f, dlc_max_pool_backward_fn, "dlc_max_pool_backward");
+  return cuda_err(op, dev, f(dev, kd, planes, in_plane, out_plane, gout, idx, gx));
+}
+
+DL_HIDDEN int cuda_avg_pool(const char *op, int dev, int kd, const dlc_pool *g, const void *x,
+                            void *out) {
+  CONV_FN(f, dlc_avg_pool_fn, "dlc_avg_pool");
+  return cuda_err(op, dev, f(dev, kd, g, x, out));
+}
+
+DL_HIDDEN int cuda_avg_pool_backward(const char *op, int dev, int kd, const dlc_pool *g,
+                                     const void *gout, void *gx) {
+  CONV_FN(f, dlc_avg_pool_backward_fn, "dlc_avg_pool_backward");
+  return cuda_err(op, dev, f(dev, kd, g, gout, gx));
+}

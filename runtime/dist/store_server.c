@@ -1,0 +1,507 @@
+/*
+** store_server.c -- the rendezvous store's server (store.c has the
+** clients): a poll loop on its own thread over non-blocking connections,
+** a chained hash of byte-string keys, and requests parked until the key
+** they wait for is set.  All store state lives on the server thread, so it
+** needs no lock.
+*/
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dist/store.h"
+
+/* Bytes a parked connection (blocked in get or wait) may send before it
+** is a protocol violation: a real client sends nothing until it has its
+** reply. */
+enum { PARKED_SLACK = 1 << 20, READ_CHUNK = 256 * 1024 };
+
+/* -- Table (chained hash of byte-string keys) ------------------------- */
+
+typedef struct entry {
+  struct entry *next;
+  uint64_t hash;
+  char *val;
+  size_t vlen;
+  uint32_t klen;
+  char key[];
+} entry;
+
+typedef struct { entry **b; size_t nb, n; } table;
+
+static uint64_t hash_key(const char *k, uint32_t n) {
+  uint64_t h = 1469598103934665603ull;  /* FNV-1a */
+  for (uint32_t i = 0; i < n; i++) h = (h ^ (unsigned char)k[i]) * 1099511628211ull;
+  return h;
+}
+
+static entry **tab_slot(table *t, const char *k, uint32_t n) {
+  if (!t->nb) return NULL;
+  uint64_t h = hash_key(k, n);
+  entry **pp = &t->b[h & (t->nb - 1)];
+  for (; *pp; pp = &(*pp)->next)
+    if ((*pp)->hash == h && (*pp)->klen == n && !memcmp((*pp)->key, k, n)) break;
+  return pp;
+}
+
+static entry *tab_find(table *t, const char *k, uint32_t n) {
+  entry **pp = tab_slot(t, k, n);
+  return pp ? *pp : NULL;
+}
+
+static int tab_grow(table *t) {
+  size_t nb = t->nb ? t->nb * 2 : 64;
+  entry **b = calloc(nb, sizeof *b);
+  if (!b) return -1;
+  for (size_t i = 0; i < t->nb; i++)
+    for (entry *e = t->b[i], *next; e; e = next) {
+      next = e->next;
+      e->next = b[e->hash & (nb - 1)];
+      b[e->hash & (nb - 1)] = e;
+    }
+  free(t->b);
+  t->b = b, t->nb = nb;
+  return 0;
+}
+
+/* Stores a copy of the value; -1 when out of memory (the table is unchanged). */
+static int tab_put(table *t, const char *k, uint32_t n, const void *v, size_t vlen) {
+  char *copy = malloc(vlen ? vlen : 1);
+  if (!copy) return -1;
+  memcpy(copy, v, vlen);
+  entry *e = tab_find(t, k, n);
+  if (!e) {
+    if (t->n >= t->nb && tab_grow(t)) { free(copy); return -1; }
+    if (!(e = malloc(sizeof *e + n))) { free(copy); return -1; }
+    memcpy(e->key, k, n);
+    e->klen = n, e->hash = hash_key(k, n), e->val = NULL;
+    e->next = t->b[e->hash & (t->nb - 1)];
+    t->b[e->hash & (t->nb - 1)] = e;
+    t->n++;
+  }
+  free(e->val);
+  e->val = copy, e->vlen = vlen;
+  return 0;
+}
+
+static int tab_del(table *t, const char *k, uint32_t n) {
+  entry **pp = tab_slot(t, k, n);
+  if (!pp || !*pp) return 0;
+  entry *e = *pp;
+  *pp = e->next;
+  free(e->val);
+  free(e);
+  t->n--;
+  return 1;
+}
+
+static void tab_free(table *t) {
+  for (size_t i = 0; i < t->nb; i++)
+    for (entry *e = t->b[i], *next; e; e = next) {
+      next = e->next;
+      free(e->val);
+      free(e);
+    }
+  free(t->b);
+  memset(t, 0, sizeof *t);
+}
+
+/* -- Server: connections and frames ----------------------------------- */
+
+typedef struct conn {
+  int fd, authed, dead;
+  char peer[64];
+  unsigned char *in, *out;
+  size_t inoff, inlen, incap, outoff, outlen, outcap;
+  int wait_op;          /* OP_GET or OP_WAIT while parked on wait_key */
+  char *wait_key;
+  uint32_t wait_klen;
+} conn;
+
+struct store_server {
+  int lfd, wake[2], port, started;
+  atomic_int stop;
+  char *token;
+  size_t tlen;
+  table tab;
+  conn **conns;
+  int nconns, capconns;
+  unsigned char *rbuf;  /* READ_CHUNK bytes, for the server thread's recv */
+  pthread_t thread;
+};
+typedef store_server server;
+
+static void conn_log(const conn *c, const char *why) {
+  fprintf(stderr, "ddplua store: closing connection from %s: %s\n", c->peer, why);
+}
+
+static void conn_free(conn *c) {
+  if (c->fd >= 0) close(c->fd);
+  free(c->in);
+  free(c->out);
+  free(c->wait_key);
+  free(c);
+}
+
+static int reply(conn *c, int status, const void *p, size_t n) {
+  size_t need = c->outlen + RHDR + n;
+  if (need > c->outcap) {
+    size_t cap = c->outcap ? c->outcap : 256;
+    while (cap < need) cap *= 2;
+    unsigned char *o = realloc(c->out, cap);
+    if (!o) { conn_log(c, "out of memory for a reply"); return -1; }
+    c->out = o, c->outcap = cap;
+  }
+  c->out[c->outlen] = (unsigned char)status;
+  put32(c->out + c->outlen + 1, (uint32_t)n);
+  if (n) memcpy(c->out + c->outlen + RHDR, p, n);
+  c->outlen += RHDR + n;
+  return 0;
+}
+
+static int reply_err(conn *c, const char *fmt, const char *key, uint32_t klen) {
+  char msg[512];
+  int n = snprintf(msg, sizeof msg, fmt, (int)(klen > 200 ? 200 : klen), key);
+  return reply(c, ST_ERR, msg, (size_t)(n < 0 ? 0 : n >= (int)sizeof msg ? (int)sizeof msg - 1 : n));
+}
+
+/* Answers every connection parked on key (the key now exists). */
+static void notify(server *s, const entry *e) {
+  for (int i = 0; i < s->nconns; i++) {
+    conn *c = s->conns[i];
+    if (c->dead || !c->wait_key || c->wait_klen != e->klen ||
+        memcmp(c->wait_key, e->key, e->klen)) continue;
+    int rc = c->wait_op == OP_GET ? reply(c, ST_OK, e->val, e->vlen)
+                                  : reply(c, ST_OK, NULL, 0);
+    if (rc) c->dead = 1;
+    free(c->wait_key);
+    c->wait_key = NULL;
+  }
+}
+
+static int park(conn *c, int op, const char *k, uint32_t n) {
+  if (!(c->wait_key = malloc(n ? n : 1))) { conn_log(c, "out of memory"); return -1; }
+  memcpy(c->wait_key, k, n);
+  c->wait_klen = n, c->wait_op = op;
+  return 0;
+}
+
+/* One complete frame.  Returns -1 to close the connection (logged). */
+static int handle(server *s, conn *c, int op, const char *k, uint32_t kn,
+                  const unsigned char *v, uint32_t vn) {
+  entry *e;
+  unsigned char b8[8];
+  switch (op) {
+  case OP_AUTH:
+    if (c->authed) { conn_log(c, "second handshake"); return -1; }
+    if (s->tlen && (kn != s->tlen || memcmp(k, s->token, kn))) {
+      fprintf(stderr, "ddplua store: refused connection from %s: wrong token\n", c->peer);
+      return -1;
+    }
+    c->authed = 1;
+    return reply(c, ST_OK, NULL, 0);
+  case OP_SET:
+    if (tab_put(&s->tab, k, kn, v, vn)) return reply_err(c, "out of memory storing key \"%.*s\"", k, kn);
+    notify(s, tab_find(&s->tab, k, kn));
+    return reply(c, ST_OK, NULL, 0);
+  case OP_GET:
+    if ((e = tab_find(&s->tab, k, kn))) return reply(c, ST_OK, e->val, e->vlen);
+    return park(c, OP_GET, k, kn);
+  case OP_WAIT:
+    if (tab_find(&s->tab, k, kn)) return reply(c, ST_OK, NULL, 0);
+    return park(c, OP_WAIT, k, kn);
+  case OP_ADD: {
+    int64_t cur = 0, delta = (int64_t)get64(v), sum;
+    if ((e = tab_find(&s->tab, k, kn)) && parse_i64(e->val, e->vlen, &cur))
+      return reply_err(c, "the value of key \"%.*s\" is not an integer", k, kn);
+    if (__builtin_add_overflow(cur, delta, &sum))
+      return reply_err(c, "the counter \"%.*s\" would overflow int64", k, kn);
+    char txt[24];
+    int n = snprintf(txt, sizeof txt, "%lld", (long long)sum);
+    if (tab_put(&s->tab, k, kn, txt, (size_t)n)) return reply_err(c, "out of memory storing key \"%.*s\"", k, kn);
+    notify(s, tab_find(&s->tab, k, kn));
+    return reply(c, ST_OK, txt, (size_t)n);
+  }
+  case OP_CAS: {
+    uint32_t en = get32(v);
+    if (en > vn - 4) { conn_log(c, "compare_set: expected value runs past the frame"); return -1; }
+    const unsigned char *exp = v + 4, *des = v + 4 + en;
+    uint32_t dn = vn - 4 - en;
+    e = tab_find(&s->tab, k, kn);
+    /* As PyTorch: a missing key is created only when expected is empty. */
+    if ((!e && en == 0) || (e && e->vlen == en && !memcmp(e->val, exp, en))) {
+      if (tab_put(&s->tab, k, kn, des, dn)) return reply_err(c, "out of memory storing key \"%.*s\"", k, kn);
+      e = tab_find(&s->tab, k, kn);
+      notify(s, e);
+    }
+    return e ? reply(c, ST_OK, e->val, e->vlen) : reply(c, ST_OK, NULL, 0);
+  }
+  case OP_CHECK:
+    b8[0] = tab_find(&s->tab, k, kn) != NULL;
+    return reply(c, ST_OK, b8, 1);
+  case OP_DELETE:
+    b8[0] = (unsigned char)tab_del(&s->tab, k, kn);
+    return reply(c, ST_OK, b8, 1);
+  case OP_NUMKEYS:
+    put64(b8, (uint64_t)s->tab.n);
+    return reply(c, ST_OK, b8, 8);
+  }
+  return -1;
+}
+
+/* Runs every complete frame buffered on c, checking each header's limits
+** before waiting for (and so buffering) its body.  Returns the number of
+** frames handled, or -1 to close the connection. */
+static int conn_process(server *s, conn *c) {
+  int done = 0;
+  while (!c->wait_key && c->inlen - c->inoff >= HDR) {
+    const unsigned char *h = c->in + c->inoff;
+    int op = h[0];
+    uint32_t kn = get32(h + 1), vn = get32(h + 5);
+    char why[128];
+    why[0] = 0;
+    if (op < OP_AUTH || op >= OP__END)
+      snprintf(why, sizeof why, "unknown opcode %d", op);
+    else if (kn > STORE_MAX_KEY)
+      snprintf(why, sizeof why, "key of %u bytes (limit %d)", kn, STORE_MAX_KEY);
+    else if (vn > STORE_MAX_VALUE)
+      snprintf(why, sizeof why, "value of %u bytes (limit %d)", vn, STORE_MAX_VALUE);
+    else if (!c->authed && op != OP_AUTH)
+      snprintf(why, sizeof why, "request before the handshake");
+    else if ((op == OP_ADD && vn != 8) || (op == OP_CAS && vn < 4) ||
+             (op != OP_SET && op != OP_ADD && op != OP_CAS && vn != 0))
+      snprintf(why, sizeof why, "opcode %d with a value of %u bytes", op, vn);
+    if (why[0]) { conn_log(c, why); return -1; }
+    size_t len = HDR + (size_t)kn + vn;
+    if (c->inlen - c->inoff < len) break;
+    if (handle(s, c, op, (const char *)h + HDR, kn, h + HDR + kn, vn)) return -1;
+    c->inoff += len;
+    done++;
+  }
+  if (c->inoff == c->inlen) {
+    c->inoff = c->inlen = 0;
+    if (c->incap > 4 * READ_CHUNK) { free(c->in); c->in = NULL; c->incap = 0; }
+  } else if (c->wait_key && c->inlen - c->inoff > PARKED_SLACK) {
+    conn_log(c, "sent more while waiting for a key");
+    return -1;
+  }
+  return done;
+}
+
+/* Appends bytes (already received) to c's buffer. */
+static int conn_append(conn *c, const void *p, size_t n) {
+  if (c->inoff && c->inlen + n > c->incap) {
+    memmove(c->in, c->in + c->inoff, c->inlen - c->inoff);
+    c->inlen -= c->inoff, c->inoff = 0;
+  }
+  if (c->inlen + n > c->incap) {
+    size_t cap = c->incap ? c->incap : 4096;
+    while (cap < c->inlen + n) cap *= 2;
+    unsigned char *b = realloc(c->in, cap);
+    if (!b) { conn_log(c, "out of memory"); return -1; }
+    c->in = b, c->incap = cap;
+  }
+  memcpy(c->in + c->inlen, p, n);
+  c->inlen += n;
+  return 0;
+}
+
+/* One recv per poll round, so a peer streaming garbage is caught by the
+** header check before it has sent much. */
+static int conn_read(conn *c, unsigned char *buf) {
+  ssize_t n = recv(c->fd, buf, READ_CHUNK, 0);
+  if (n > 0) return conn_append(c, buf, (size_t)n);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+  if (n < 0) conn_log(c, strerror(errno));
+  return -1;  /* EOF: the client went away, nothing to log */
+}
+
+static int conn_flush(conn *c) {
+  while (c->outoff < c->outlen) {
+    ssize_t n = send(c->fd, c->out + c->outoff, c->outlen - c->outoff, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
+      return -1;
+    }
+    c->outoff += (size_t)n;
+  }
+  c->outoff = c->outlen = 0;
+  return 0;
+}
+
+static conn *conn_new(int fd, const char *peer) {
+  conn *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->fd = fd;
+  snprintf(c->peer, sizeof c->peer, "%s", peer);
+  return c;
+}
+
+static void server_accept(server *s) {
+  for (int i = 0; i < 64; i++) {  /* bounded: the others come next round */
+    struct sockaddr_in a;
+    socklen_t al = sizeof a;
+    int fd = accept4(s->lfd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    char peer[64], ip[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+    snprintf(peer, sizeof peer, "%s:%d", ip, ntohs(a.sin_port));
+    if (s->nconns == s->capconns) {
+      int cap = s->capconns ? s->capconns * 2 : 16;
+      conn **cs = realloc(s->conns, (size_t)cap * sizeof *cs);
+      if (!cs) { close(fd); return; }
+      s->conns = cs, s->capconns = cap;
+    }
+    conn *c = conn_new(fd, peer);
+    if (!c) { close(fd); return; }
+    s->conns[s->nconns++] = c;
+  }
+}
+
+static void *server_main(void *arg) {
+  server *s = arg;
+  struct pollfd *pfd = NULL;
+  int pcap = 0;
+  while (!atomic_load(&s->stop)) {
+    int np = 2 + s->nconns;
+    if (np > pcap) {
+      struct pollfd *p = realloc(pfd, (size_t)np * 2 * sizeof *p);
+      if (!p) { fprintf(stderr, "ddplua store: out of memory; server stops\n"); break; }
+      pfd = p, pcap = np * 2;
+    }
+    pfd[0] = (struct pollfd){ .fd = s->wake[0], .events = POLLIN };
+    pfd[1] = (struct pollfd){ .fd = s->lfd, .events = POLLIN };
+    for (int i = 0; i < s->nconns; i++) {
+      conn *c = s->conns[i];
+      pfd[2 + i] = (struct pollfd){ .fd = c->fd,
+        .events = (short)(POLLIN | (c->outoff < c->outlen ? POLLOUT : 0)) };
+    }
+    int nc = s->nconns;
+    if (poll(pfd, (nfds_t)np, 1000) < 0) {
+      if (errno == EINTR) continue;
+      fprintf(stderr, "ddplua store: poll: %s; server stops\n", strerror(errno));
+      break;
+    }
+    if (pfd[0].revents) {
+      char drain[64];
+      while (read(s->wake[0], drain, sizeof drain) > 0) {}
+    }
+    for (int i = 0; i < nc; i++) {
+      conn *c = s->conns[i];
+      short re = pfd[2 + i].revents;
+      if ((re & (POLLIN | POLLHUP | POLLERR)) && conn_read(c, s->rbuf)) c->dead = 1;
+      if (!c->dead && (re & POLLOUT) && conn_flush(c)) c->dead = 1;
+    }
+    if (pfd[1].revents & POLLIN) server_accept(s);
+    /* A set may unpark connections that already hold their next request:
+    ** repeat until no connection makes progress (each pass consumes input). */
+    for (int progress = 1; progress;) {
+      progress = 0;
+      for (int i = 0; i < s->nconns; i++) {
+        conn *c = s->conns[i];
+        if (c->dead) continue;
+        int n = conn_process(s, c);
+        if (n < 0) c->dead = 1;
+        else progress |= n > 0;
+      }
+    }
+    int j = 0;
+    for (int i = 0; i < s->nconns; i++) {
+      conn *c = s->conns[i];
+      if (!c->dead && conn_flush(c)) c->dead = 1;
+      if (c->dead) conn_free(c);
+      else s->conns[j++] = c;
+    }
+    s->nconns = j;
+  }
+  free(pfd);
+  return NULL;
+}
+
+DL_HIDDEN void store_server_free(server *s) {
+  if (!s) return;
+  if (s->started) {
+    atomic_store(&s->stop, 1);
+    if (write(s->wake[1], "x", 1) < 0) {}  /* the 1 s poll timeout also ends it */
+    pthread_join(s->thread, NULL);
+  }
+  for (int i = 0; i < s->nconns; i++) conn_free(s->conns[i]);
+  free(s->conns);
+  if (s->lfd >= 0) close(s->lfd);
+  if (s->wake[0] >= 0) close(s->wake[0]);
+  if (s->wake[1] >= 0) close(s->wake[1]);
+  tab_free(&s->tab);
+  free(s->rbuf);
+  free(s->token);
+  free(s);
+}
+
+/* Starts a server on host:port (0: a free port) accepting token (NULL or
+** "": anyone); NULL with the error set. */
+DL_HIDDEN store_server *store_server_start(const char *host, int port, const char *token) {
+  const char *op = "store.server";
+  server *sv = calloc(1, sizeof *sv);
+  if (!sv) return dl_errp(EM_NOMEM, op, (long long)sizeof *sv, 0ll);
+  sv->lfd = sv->wake[0] = sv->wake[1] = -1;
+  struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+  int one = 1;
+  socklen_t al = sizeof a;
+  if (inet_pton(AF_INET, host, &a.sin_addr) != 1) {
+    store_server_free(sv);
+    return dl_errp(EM_STORE_OS, op, host, "not an IPv4 address");
+  }
+  if (token && *token && !(sv->token = strdup(token))) goto os;
+  sv->tlen = sv->token ? strlen(sv->token) : 0;
+  if ((sv->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0) goto os;
+  setsockopt(sv->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(sv->lfd, (struct sockaddr *)&a, sizeof a) < 0) goto os;
+  if (listen(sv->lfd, 512) < 0) goto os;
+  if (getsockname(sv->lfd, (struct sockaddr *)&a, &al) < 0) goto os;
+  sv->port = ntohs(a.sin_port);
+  if (pipe2(sv->wake, O_NONBLOCK | O_CLOEXEC) < 0) goto os;
+  if (!(sv->rbuf = malloc(READ_CHUNK))) goto os;
+  int e = pthread_create(&sv->thread, NULL, server_main, sv);
+  if (e) { errno = e; goto os; }
+  sv->started = 1;
+  return sv;
+os:;
+  char where[300];
+  snprintf(where, sizeof where, "%s:%d", host, port);
+  dl_err(EM_STORE_OS, op, where, strerror(errno));
+  store_server_free(sv);
+  return NULL;
+}
+
+DL_HIDDEN int store_server_port(const store_server *s) { return s->port; }
+
+DL_HIDDEN int store_fuzz_feed(const uint8_t *data, size_t n, size_t chunk) {
+  server s = { .lfd = -1, .wake = { -1, -1 } };
+  conn *c = conn_new(-1, "fuzz");
+  int rc = 0;
+  if (!c) return 0;
+  s.token = (char *)"tok", s.tlen = 3;
+  s.conns = &c, s.nconns = 1;
+  if (!chunk) chunk = n ? n : 1;
+  for (size_t off = 0; off < n && rc == 0; off += chunk) {
+    size_t m = n - off < chunk ? n - off : chunk;
+    if (conn_append(c, data + off, m) || conn_process(&s, c) < 0) rc = -1;
+    c->outoff = c->outlen = 0;  /* replies go nowhere */
+  }
+  c->fd = -1;
+  conn_free(c);
+  s.token = NULL;
+  tab_free(&s.tab);
+  return rc;
+}

@@ -1,0 +1,218 @@
+/*
+** ddplua_nn.h -- neural network kernels (forward and backward, no autograd),
+** their differentiable forms, and the optimizers' fused steps.
+** Part of the public API: include ddplua.h, which includes every part.
+*/
+#ifndef DDPLUA_NN_H
+#define DDPLUA_NN_H
+
+#include "ddplua_base.h"
+
+#if !defined(DL_CDEF) && defined(__cplusplus)
+extern "C" {
+#endif
+
+/* -- Neural network kernels (forward and backward, no autograd) -- */
+
+/* Plain functions that autograd wires into forward/backward pairs.  They
+** take float32 or float64 (bfloat16 and float16 are computed in float32 and
+** rounded once); the float operands of one call share a dtype.  Indices and
+** targets are int64 (or int32).  Pairs (kernel, stride, padding, dilation)
+** are {height, width}.  Optional tensors may be NULL; backward calls fill
+** only the gradients asked for (need_*), setting the others to NULL.  Every
+** result is a new contiguous tensor (but dropout's pass-through).  None of
+** them records autograd nodes. */
+
+typedef enum dl_loss_reduction {
+  /* from 32: see dl_pg_op */
+  DL_LOSS_NONE = 32, DL_LOSS_MEAN, DL_LOSS_SUM
+} dl_loss_reduction;
+
+/* x [N, C, H, W] or [C, H, W], w [O, C / groups, kh, kw], b [O] or NULL. */
+DL_API dl_tensor *dl_conv2d(const dl_tensor *x, const dl_tensor *w,
+                            const dl_tensor *b, const int64_t *stride,
+                            const int64_t *padding, const int64_t *dilation,
+                            int64_t groups);
+DL_API int dl_conv2d_backward(const dl_tensor *grad_out, const dl_tensor *x,
+                              const dl_tensor *w, const int64_t *stride,
+                              const int64_t *padding,
+                              const int64_t *dilation, int64_t groups,
+                              int need_x, int need_w, int need_b,
+                              dl_tensor **grad_x, dl_tensor **grad_w,
+                              dl_tensor **grad_b);
+
+/* x [N, C, H, W] or [C, H, W]; stride NULL means stride = kernel.  indices
+** (int64) hold each maximum's flat position within its H * W plane. */
+DL_API int dl_max_pool2d(const dl_tensor *x, const int64_t *kernel,
+                         const int64_t *stride, const int64_t *padding,
+                         const int64_t *dilation, int ceil_mode,
+                         dl_tensor **out, dl_tensor **indices);
+/* x is the forward input (only its shape and dtype are read). */
+DL_API dl_tensor *dl_max_pool2d_backward(const dl_tensor *grad_out,
+                                         const dl_tensor *x,
+                                         const dl_tensor *indices);
+/* divisor_override: 0 for none. */
+DL_API dl_tensor *dl_avg_pool2d(const dl_tensor *x, const int64_t *kernel,
+                                const int64_t *stride, const int64_t *padding,
+                                int ceil_mode, int count_include_pad,
+                                int64_t divisor_override);
+DL_API dl_tensor *dl_avg_pool2d_backward(const dl_tensor *grad_out,
+                                         const dl_tensor *x,
+                                         const int64_t *kernel,
+                                         const int64_t *stride,
+                                         const int64_t *padding, int ceil_mode,
+                                         int count_include_pad,
+                                         int64_t divisor_override);
+
+/* weight [V, D] (any dtype), indices of any shape: out [*indices, D]. */
+DL_API dl_tensor *dl_embedding(const dl_tensor *weight,
+                               const dl_tensor *indices);
+/* grad_weight [num_weights, D], rows added in index order (deterministic).
+** padding_idx: the row that gets no gradient, in [0, num_weights), or -1
+** for none (turn PyTorch's negative padding_idx into a row first). */
+DL_API dl_tensor *dl_embedding_backward(const dl_tensor *grad_out,
+                                        const dl_tensor *indices,
+                                        int64_t num_weights,
+                                        int64_t padding_idx,
+                                        int scale_grad_by_freq);
+
+/* Normalises over the last nnorm dims, which must equal normalized_shape;
+** w and b (optional) have that shape.  mean and rstd have x's leading dims
+** followed by nnorm ones, in float32 (float64 for float64 input). */
+DL_API int dl_layer_norm(const dl_tensor *x, const int64_t *normalized_shape,
+                         int nnorm, const dl_tensor *w, const dl_tensor *b,
+                         double eps, dl_tensor **out, dl_tensor **mean,
+                         dl_tensor **rstd);
+DL_API int dl_layer_norm_backward(const dl_tensor *grad_out,
+                                  const dl_tensor *x,
+                                  const int64_t *normalized_shape, int nnorm,
+                                  const dl_tensor *mean, const dl_tensor *rstd,
+                                  const dl_tensor *w, int need_x, int need_w,
+                                  int need_b, dl_tensor **grad_x,
+                                  dl_tensor **grad_w, dl_tensor **grad_b);
+
+/* x [N, C] or [N, C, *]; w, b, running_mean, running_var [C] or NULL.
+** Training normalises with the batch statistics (biased variance) and, when
+** given, updates running_mean and running_var in place (unbiased variance,
+** weight momentum); eval uses the running statistics, which it needs.
+** save_mean and save_invstd [C] (float32, or float64) are what backward
+** takes: the batch statistics, or in eval the running ones. */
+DL_API int dl_batch_norm(const dl_tensor *x, const dl_tensor *w,
+                         const dl_tensor *b, dl_tensor *running_mean,
+                         dl_tensor *running_var, int training,
+                         double momentum, double eps, dl_tensor **out,
+                         dl_tensor **save_mean, dl_tensor **save_invstd);
+DL_API int dl_batch_norm_backward(const dl_tensor *grad_out,
+                                  const dl_tensor *x, const dl_tensor *w,
+                                  const dl_tensor *save_mean,
+                                  const dl_tensor *save_invstd, int training,
+                                  int need_x, int need_w, int need_b,
+                                  dl_tensor **grad_x, dl_tensor **grad_w,
+                                  dl_tensor **grad_b);
+
+/* Training with 0 < p: out = x * mask / (1 - p) with mask (uint8, x's
+** shape) drawn from the Philox stream: element i is kept when the i-th
+** float32 rand() value of the same state is below 1 - p.  Otherwise out is
+** a new header over x's data and mask is NULL. */
+DL_API int dl_dropout(const dl_tensor *x, double p, int training,
+                      dl_tensor **out, dl_tensor **mask);
+DL_API dl_tensor *dl_dropout_backward(const dl_tensor *grad_out,
+                                      const dl_tensor *mask, double p);
+
+/* logits [N, C] or [N, C, d1, ...] (or [C]), target int64 [N] or
+** [N, d1, ...] (or 0-dim), weight [C] or NULL; reduction: dl_loss_reduction.
+** PyTorch 1.13's formula, label smoothing included. */
+DL_API dl_tensor *dl_cross_entropy(const dl_tensor *logits,
+                                   const dl_tensor *target,
+                                   const dl_tensor *weight,
+                                   int64_t ignore_index,
+                                   double label_smoothing, dl_loss_reduction reduction);
+/* grad_logits; grad_out has the loss's shape. */
+DL_API dl_tensor *dl_cross_entropy_backward(const dl_tensor *grad_out,
+                                            const dl_tensor *logits,
+                                            const dl_tensor *target,
+                                            const dl_tensor *weight,
+                                            int64_t ignore_index,
+                                            double label_smoothing,
+                                            dl_loss_reduction reduction);
+/* The same from log-probabilities, without smoothing. */
+DL_API dl_tensor *dl_nll_loss(const dl_tensor *logp, const dl_tensor *target,
+                              const dl_tensor *weight, int64_t ignore_index,
+                              dl_loss_reduction reduction);
+DL_API dl_tensor *dl_nll_loss_backward(const dl_tensor *grad_out,
+                                       const dl_tensor *logp,
+                                       const dl_tensor *target,
+                                       const dl_tensor *weight,
+                                       int64_t ignore_index, dl_loss_reduction reduction);
+/* input and target of one shape; the target's gradient is minus the
+** input's. */
+DL_API dl_tensor *dl_mse_loss(const dl_tensor *input, const dl_tensor *target,
+                              dl_loss_reduction reduction);
+DL_API dl_tensor *dl_mse_loss_backward(const dl_tensor *grad_out,
+                                       const dl_tensor *input,
+                                       const dl_tensor *target, dl_loss_reduction reduction);
+
+/* -- Differentiable neural network ops ------------------------------------ */
+
+/* The kernels above with autograd: same arguments, recorded in the graph
+** when an input requires grad (what ddp.nn.functional calls). */
+/* y = x @ w^T + b (b may be NULL), w [out, in], x [..., in]. */
+DL_API dl_tensor *dl_f_linear(const dl_tensor *x, const dl_tensor *w,
+                              const dl_tensor *b);
+DL_API dl_tensor *dl_f_conv2d(const dl_tensor *x, const dl_tensor *w,
+                              const dl_tensor *b, const int64_t *stride,
+                              const int64_t *padding, const int64_t *dilation,
+                              int64_t groups);
+DL_API int dl_f_max_pool2d(const dl_tensor *x, const int64_t *kernel,
+                           const int64_t *stride, const int64_t *padding,
+                           const int64_t *dilation, int ceil_mode,
+                           dl_tensor **out, dl_tensor **indices);
+DL_API dl_tensor *dl_f_avg_pool2d(const dl_tensor *x, const int64_t *kernel,
+                                  const int64_t *stride,
+                                  const int64_t *padding, int ceil_mode,
+                                  int count_include_pad,
+                                  int64_t divisor_override);
+DL_API dl_tensor *dl_f_embedding(const dl_tensor *weight,
+                                 const dl_tensor *indices,
+                                 int64_t padding_idx, int scale_grad_by_freq);
+DL_API dl_tensor *dl_f_layer_norm(const dl_tensor *x,
+                                  const int64_t *normalized_shape, int nnorm,
+                                  const dl_tensor *w, const dl_tensor *b,
+                                  double eps);
+DL_API dl_tensor *dl_f_batch_norm(const dl_tensor *x, const dl_tensor *w,
+                                  const dl_tensor *b, dl_tensor *running_mean,
+                                  dl_tensor *running_var, int training,
+                                  double momentum, double eps);
+DL_API dl_tensor *dl_f_dropout(const dl_tensor *x, double p, int training);
+DL_API dl_tensor *dl_f_cross_entropy(const dl_tensor *logits,
+                                     const dl_tensor *target,
+                                     const dl_tensor *weight,
+                                     int64_t ignore_index,
+                                     double label_smoothing, dl_loss_reduction reduction);
+DL_API dl_tensor *dl_f_nll_loss(const dl_tensor *logp, const dl_tensor *target,
+                                const dl_tensor *weight, int64_t ignore_index,
+                                dl_loss_reduction reduction);
+DL_API dl_tensor *dl_f_mse_loss(const dl_tensor *input, const dl_tensor *target,
+                                dl_loss_reduction reduction);
+
+/* -- Optimizer steps (in place, no autograd) --------------------------- */
+
+/* One parameter's update as torch.optim.SGD: buf may be NULL (no momentum);
+** first: the step that initialises buf from the gradient. */
+DL_API int dl_sgd_step(dl_tensor *p, const dl_tensor *grad, dl_tensor *buf,
+                       double lr, double momentum, double dampening,
+                       double weight_decay, int nesterov, int first,
+                       int maximize);
+/* As torch.optim.Adam, or AdamW when decoupled; max_exp_avg_sq non-NULL
+** turns on amsgrad; step counts from 1. */
+DL_API int dl_adam_step(dl_tensor *p, const dl_tensor *grad,
+                        dl_tensor *exp_avg, dl_tensor *exp_avg_sq,
+                        dl_tensor *max_exp_avg_sq, int64_t step, double lr,
+                        double beta1, double beta2, double eps,
+                        double weight_decay, int decoupled, int maximize);
+
+#if !defined(DL_CDEF) && defined(__cplusplus)
+}
+#endif
+
+#endif /* DDPLUA_NN_H */

@@ -1,0 +1,122 @@
+/*
+** nn.h -- what the neural network kernels (nn_conv.c, nn_pool.c, nn_norm.c,
+** nn_loss.c, nn_embed.c) and their CUDA halves share: operand checks, the
+** compute dtype, pairs of parameters, handing out results.
+*/
+#ifndef DL_NN_H
+#define DL_NN_H
+
+#include <stdio.h>
+
+#include "core/internal.h"
+
+/* The dtype a kernel computes in: float64, or float32 for float32 and the
+** half types (rounded once at the end). */
+static inline int nn_kdtype(int dtype) {
+  return dtype == DL_FLOAT64 ? DL_FLOAT64 : DL_FLOAT32;
+}
+
+/* Checks that t is a floating point cpu tensor, of dtype `want` when
+** want >= 0; `what` names it in messages ("weight"). */
+static inline int nn_check_float(const char *op, const char *what,
+                                 const dl_tensor *t, int want) {
+  if (!t) return dl_err(EM_NULLARG, op, what);
+  if (check_cpu(op, t)) return -1;
+  if (!dl_dtype_is_float(t->dtype))
+    return dl_err(EM_DTYPE_NEED_FLOAT, op, fmt_dtype(t->dtype));
+  if (want >= 0 && t->dtype != want)
+    return dl_err(EM_DTYPE_MISMATCH, op, fmt_dtype(want), fmt_dtype(t->dtype));
+  return 0;
+}
+
+/* Indices and targets: int64 or int32. */
+static inline int nn_check_index(const char *op, const char *what,
+                                 const dl_tensor *t) {
+  if (!t) return dl_err(EM_NULLARG, op, what);
+  if (check_cpu(op, t)) return -1;
+  if (t->dtype != DL_INT64 && t->dtype != DL_INT32)
+    return dl_err(EM_DTYPE_NEED_INT, op, what, fmt_dtype(t->dtype));
+  return 0;
+}
+
+/* A fresh contiguous copy of t in dtype kd, made with dl_copy_ so that no
+** autograd node is recorded (the kernels know nothing of autograd). */
+static inline dl_tensor *nn_copy(const dl_tensor *t, int kd) {
+  dl_tensor *c = tensor_new(kd, t->shape, t->ndim);
+  if (c && dl_copy_(c, t)) {
+    dl_tensor_release(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* A contiguous tensor of dtype kd with t's values: t itself (retained) when
+** it already is one.  NULL with the error set. */
+static inline dl_tensor *nn_prep(const dl_tensor *t, int kd) {
+  if (t->dtype == kd && dl_tensor_is_contiguous(t)) {
+    dl_tensor_retain((dl_tensor *)t);
+    return (dl_tensor *)t;
+  }
+  return nn_copy(t, kd);
+}
+
+/* Indices as contiguous int64. */
+static inline dl_tensor *nn_prep_index(const dl_tensor *t) {
+  return nn_prep(t, DL_INT64);
+}
+
+/* The result in the caller's dtype: work (of the compute dtype) itself, or
+** a converted copy; consumes work either way. */
+static inline dl_tensor *nn_finish(dl_tensor *work, int dtype) {
+  if (!work || work->dtype == dtype) return work;
+  dl_tensor *r = nn_copy(work, dtype);
+  dl_tensor_release(work);
+  return r;
+}
+
+static inline int nn_same_shape(const dl_tensor *a, const int64_t *shape,
+                                int ndim) {
+  if (a->ndim != ndim) return 0;
+  for (int i = 0; i < ndim; i++)
+    if (a->shape[i] != shape[i]) return 0;
+  return 1;
+}
+
+/* A backward's grads to the caller's pointers (those given), which own them
+** from then on; *gx, *gw and *gb are cleared so the cleanup skips them. */
+static inline void nn_give_grads(dl_tensor **gx, dl_tensor **gw, dl_tensor **gb,
+                                 dl_tensor **grad_x, dl_tensor **grad_w, dl_tensor **grad_b) {
+  if (grad_x) *grad_x = *gx;
+  if (grad_w) *grad_w = *gw;
+  if (grad_b) *grad_b = *gb;
+  *gx = *gw = *gb = NULL;
+}
+
+/* Checks a parameter pair v[0], v[1] >= min; names it as "stride" etc. */
+static inline int nn_check_pair(const char *op, const char *what,
+                                const int64_t *v, int64_t min) {
+  if (!v) return dl_err(EM_NULLARG, op, what);
+  if (v[0] < min || v[1] < min)
+    return dl_err(EM_NN_PARAM, op, what,
+                  min > 0 ? "positive" : "non-negative", fmt_shape(v, 2));
+  return 0;
+}
+
+static inline int nn_check_reduction(const char *op, int reduction) {
+  if (reduction < DL_LOSS_NONE || reduction > DL_LOSS_SUM)
+    return dl_err(EM_NN_REDUCTION, op, reduction);
+  return 0;
+}
+
+/* nn_embed.c, for the CPU and CUDA embeddings alike: -1 with the error
+** set (naming the first) when an index is outside [0, rows). */
+DL_HIDDEN int nn_check_rows(const char *op, const int64_t *idx, int64_t n, int64_t rows);
+/* The positions 0..n of idx sorted by index with a counting sort, stable
+** so each row's come in position order: row v's are order[start[v] ..
+** start[v + 1]), with order = start + rows + 1 (n more entries). */
+DL_HIDDEN void nn_sort_by_index(const int64_t *idx, int64_t n, int64_t rows, int64_t *start);
+
+static inline int64_t nn_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t nn_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+#endif
