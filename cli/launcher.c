@@ -637,7 +637,7 @@ static int open_store(job *j) {
 }
 
 /* Removes the shared-memory arenas of this job's process groups
-** ("/ddplua-<job_id>-<n>" and point-to-point links, see shm.c).  Rank 0 unlinks each once every
+** ("/ddplua-<job_id>-<n>" and point-to-point links, see dist/pg_shm.c).  Rank 0 unlinks each once every
 ** rank mapped it, but a rank that dies in between leaves it: with every
 ** worker gone, nothing can use it any more. */
 static void remove_arenas(const job *j) {

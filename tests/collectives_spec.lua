@@ -1,4 +1,4 @@
--- Tensor collectives over shared memory (runtime/shm.c through ddp.dist):
+-- Tensor collectives over shared memory (runtime/dist/pg_shm.c through ddp.dist):
 -- real jobs of `ddplua --nproc N` (N = 2, 3, 4), every op and dtype over
 -- several sizes (one larger than a slot) checked against what each rank
 -- computes itself from all ranks' inputs; broadcast from every src,

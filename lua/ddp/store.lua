@@ -1,4 +1,4 @@
--- ddp.store: the rendezvous store (runtime/store.c) from Lua -- a TCP
+-- ddp.store: the rendezvous store (runtime/dist/store.c) from Lua -- a TCP
 -- key-value store as PyTorch's TCPStore, for processes to find each other.
 --
 --   local srv = store.server{ port = 0 }          -- srv.port, srv.token

@@ -48,7 +48,6 @@ struct ag_node {
 /* Grad mode on and any of the inputs requires grad. */
 DL_HIDDEN int ag_needed(dl_tensor *const *ins, int n);
 DL_HIDDEN int ag_needed1(const dl_tensor *a);
-DL_HIDDEN int ag_needed2(const dl_tensor *a, const dl_tensor *b);
 DL_HIDDEN int tensor_requires_grad(const dl_tensor *t);
 /* A node over inputs ins (NULL entries allowed: no edge). */
 DL_HIDDEN ag_node *ag_node_new(const char *name, ag_backward_fn fn,

@@ -1,5 +1,5 @@
 /*
-** autograd.c -- the reverse-mode engine: per-tensor grad state, graph
+** engine.c -- the reverse-mode engine: per-tensor grad state, graph
 ** nodes, and backward (a ready queue ordered by creation, so gradients come
 ** out in reverse forward order, with a hook when a leaf's is complete).
 ** The gradient formulas of the ops live in grad_*.c.
@@ -189,10 +189,6 @@ DL_HIDDEN void autograd_free(dl_tensor *t) {
 
 DL_HIDDEN int ag_needed1(const dl_tensor *a) {
   return !grad_disabled && tensor_requires_grad(a);
-}
-
-DL_HIDDEN int ag_needed2(const dl_tensor *a, const dl_tensor *b) {
-  return !grad_disabled && (tensor_requires_grad(a) || tensor_requires_grad(b));
 }
 
 DL_HIDDEN int ag_needed(dl_tensor *const *ins, int n) {

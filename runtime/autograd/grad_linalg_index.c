@@ -1,5 +1,5 @@
 /*
-** grad_linalg.c -- the public matmul family and indexing ops (gather,
+** grad_linalg_index.c -- the public matmul family and indexing ops (gather,
 ** scatter, masks, cat, stack): forward with grad mode off, then the
 ** gradient formula.
 */

@@ -275,13 +275,7 @@ static int linear_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
     dl_tensor *x2 = K(&s, dl_reshape(x, x2s, 2));
     gin[1] = R(&s, dl_mm(K(&s, dl_transpose(g2, 0, 1)), x2));
   }
-  if (n->needs[2] && g->storage->device >= 0) {
-    /* on a device, the column sums as ones[1, rows] @ g2: one cuBLAS call
-    ** (the sum reduction is a CPU op for now) */
-    int64_t rs[2] = {1, g2->shape[0]};
-    dl_tensor *ones = K(&s, full_on(g->storage->device, rs, 2, g->dtype, 1.0));
-    gin[2] = R(&s, dl_reshape(K(&s, dl_mm(ones, g2)), &out, 1));
-  } else if (n->needs[2]) {
+  if (n->needs[2]) {
     int d0 = 0;
     gin[2] = R(&s, dl_reduce(DL_SUM, g2, &d0, 1, 0, 0));
   }

@@ -1,5 +1,5 @@
 /*
-** grad_ops.c -- the public reductions, scans, sorts, matmuls and indexing
+** grad_reduce.c -- the public reductions, scans, sorts, matmuls and indexing
 ** ops: each runs its forward with grad mode off, then records its
 ** gradient formula.
 */

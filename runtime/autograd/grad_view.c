@@ -1,5 +1,5 @@
 /*
-** grad_shape.c -- the public view ops: each runs its forward (view.c) with
+** grad_view.c -- the public view ops: each runs its forward (view.c) with
 ** grad mode off, then records how to route the gradient back.
 */
 #include <string.h>

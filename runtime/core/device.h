@@ -19,6 +19,8 @@
 
 #include "core/internal.h"
 
+struct mm_plan;  /* ops/linalg.h: a batched product as ops/linalg.c plans it */
+
 typedef enum dl_device_kind { DL_DEVICE_CPU = 0, DL_DEVICE_CUDA = 1, DL_DEVICE_KINDS } dl_device_kind;
 
 typedef struct dl_device {
@@ -26,6 +28,8 @@ typedef struct dl_device {
   /* Elementwise kernels read and write bfloat16/float16 themselves (one
   ** rounding, no float32 copies); else the op computes in float32. */
   int half_native;
+  /* Its tensors lie in host memory (a shared mapping can hold them). */
+  int host_memory;
 
   /* -- Memory ---------------------------------------------------------- */
   /* A new contiguous tensor on device index dev, uninitialised. */
@@ -54,6 +58,53 @@ typedef struct dl_device {
   int (*ramp)(const char *op, dl_tensor *t, double start, double step, double end,
               int64_t split);
 
+  /* -- Linear algebra ----------------------------------------------------------- */
+  /* the planned batched product, through BLAS-style calls (blas) or the
+  ** integer path; out is the plan's contiguous c */
+  int (*matmul)(const char *op, int dev, struct mm_plan *p, int blas);
+  /* a . b of 1-D a and b (checked) as a 0-dim tensor */
+  dl_tensor *(*dot)(const char *op, const dl_tensor *a, const dl_tensor *b);
+
+  /* -- Reductions, scans ------------------------------------------------------ */
+  /* out = redop (dl_redop) of x over the dims marked in red, N elements
+  ** each, through ops/reduce.c's kernel kop */
+  int (*reduce)(const char *op, const dl_tensor *x, const int *red, int kop, int redop,
+                double param, int64_t N, dl_tensor *out);
+  /* max (mx) or min of x along dim d: values (may be NULL) and int64 indices */
+  int (*argreduce)(const char *op, const dl_tensor *x, int d, int mx, dl_tensor *values,
+                   dl_tensor *indices);
+  /* kind 0 cumsum, 1 cumprod, 2 softmax, 3 log_softmax along the middle dim
+  ** of contiguous [outer, n, inner] x into y */
+  int (*dimop)(const char *op, int kind, const dl_tensor *x, dl_tensor *y, int64_t outer,
+               int64_t n, int64_t inner);
+
+  /* -- Indexing, sorting ------------------------------------------------------ */
+  /* every element of index (any layout) in [0, size), else DL_EINDEX naming dim */
+  int (*index_check)(const char *op, const dl_tensor *index, int dim, int64_t size);
+  /* smallest and largest value of a non-empty index */
+  int (*index_minmax)(const char *op, const dl_tensor *index, int64_t *lo, int64_t *hi);
+  /* ops = {out, src with stride 0 along the dim, index}: out = src[index] */
+  int (*take)(const char *op, dl_tensor *const *ops, int64_t step, int es);
+  /* ops = {dst with stride 0 along the dim, src, index}: dst[index] = (+=) src */
+  int (*put)(const char *op, dl_tensor *const *ops, int64_t step, int dtype, int reduce);
+  /* ops = {t, mask}: value's bytes where mask */
+  int (*masked_fill)(const char *op, dl_tensor *const *ops, uint64_t bytes);
+  /* src's elements where mask (both contiguous, same numel), or without src
+  ** the coordinates of mask's set elements, as nonzero gives them */
+  dl_tensor *(*compact)(const char *op, const dl_tensor *src, const dl_tensor *mask);
+  /* in contiguous t: zeroes below (upper) or above the diagonal diag */
+  int (*tri)(const char *op, dl_tensor *t, int64_t diag, int upper);
+  /* the first k of each slice of x along dim d, ascending or descending,
+  ** into contiguous values and int64 indices */
+  int (*sort)(const char *op, const dl_tensor *x, int d, int desc, int64_t k,
+              dl_tensor *values, dl_tensor *indices);
+
+  /* -- Network kernels (nn/, after the op's checks; see there) ---------------- */
+  dl_tensor *(*cls_forward)(const char *op, int logits, const dl_tensor *input, const dl_tensor *target, const dl_tensor *weight, int64_t ignore, double ls, int reduction, int64_t N, int64_t C, int64_t S, const int64_t *tshape, int tnd);
+  dl_tensor *(*cls_backward)(const char *op, int logits, const dl_tensor *grad_out, const dl_tensor *input, const dl_tensor *target, const dl_tensor *weight, int64_t ignore, double ls, int reduction, int64_t N, int64_t C, int64_t S, int checked);
+  dl_tensor *(*mse)(const char *op, const dl_tensor *input, const dl_tensor *target, int reduction);
+  dl_tensor *(*mse_backward)(const char *op, const dl_tensor *grad_out, const dl_tensor *input, const dl_tensor *target, int reduction);
+
   /* -- Random numbers -------------------------------------------------------- */
   /* contiguous t from the Philox stream (seed, block base): kind and its
   ** parameters as core/random.c's generators define them */
@@ -71,8 +122,8 @@ typedef struct dl_device {
 
 /* -- The CPU's kernels --------------------------------------------------------
 ** Defined beside the ops that use them (core/tensor.c, core/random.c,
-** ops/elementwise.c, autograd/grad_elementwise.c, nn/optim.c); their table
-** is cpu/backend.c's. */
+** ops/, autograd/grad_elementwise.c and nn/); their table is
+** cpu/backend.c's. */
 DL_HIDDEN dl_tensor *cpu_new_tensor(int dev, int dtype, const int64_t *shape, int ndim);
 DL_HIDDEN int cpu_copy_bytes(const char *op, void *dst, const void *src, size_t n, int dev);
 DL_HIDDEN int cpu_cast(const char *op, dl_tensor *dst, const dl_tensor *src);
@@ -86,6 +137,25 @@ DL_HIDDEN int cpu_ramp(const char *op, dl_tensor *t, double start, double step, 
                        int64_t split);
 DL_HIDDEN int cpu_philox_fill(const char *op, dl_tensor *t, int kind, uint64_t seed,
                               uint64_t base, double a, double b, int64_t low, uint64_t range);
+DL_HIDDEN int cpu_reduce(const char *op, const dl_tensor *x, const int *red, int kop, int redop,
+                         double param, int64_t N, dl_tensor *out);
+DL_HIDDEN int cpu_argreduce(const char *op, const dl_tensor *x, int d, int mx, dl_tensor *values,
+                            dl_tensor *indices);
+DL_HIDDEN int cpu_dimop(const char *op, int kind, const dl_tensor *x, dl_tensor *y, int64_t outer,
+                        int64_t n, int64_t inner);
+DL_HIDDEN int cpu_index_check(const char *op, const dl_tensor *index, int dim, int64_t size);
+DL_HIDDEN int cpu_index_minmax(const char *op, const dl_tensor *index, int64_t *lo, int64_t *hi);
+DL_HIDDEN int cpu_take(const char *op, dl_tensor *const *ops, int64_t step, int es);
+DL_HIDDEN int cpu_put(const char *op, dl_tensor *const *ops, int64_t step, int dtype, int reduce);
+DL_HIDDEN int cpu_masked_fill(const char *op, dl_tensor *const *ops, uint64_t bytes);
+DL_HIDDEN dl_tensor *cpu_compact(const char *op, const dl_tensor *src, const dl_tensor *mask);
+DL_HIDDEN int cpu_tri(const char *op, dl_tensor *t, int64_t diag, int upper);
+DL_HIDDEN int cpu_sort(const char *op, const dl_tensor *x, int d, int desc, int64_t k,
+                       dl_tensor *values, dl_tensor *indices);
+DL_HIDDEN dl_tensor *cpu_cls_forward(const char *op, int logits, const dl_tensor *input, const dl_tensor *target, const dl_tensor *weight, int64_t ignore, double ls, int reduction, int64_t N, int64_t C, int64_t S, const int64_t *tshape, int tnd);
+DL_HIDDEN dl_tensor *cpu_cls_backward(const char *op, int logits, const dl_tensor *grad_out, const dl_tensor *input, const dl_tensor *target, const dl_tensor *weight, int64_t ignore, double ls, int reduction, int64_t N, int64_t C, int64_t S, int checked);
+DL_HIDDEN dl_tensor *cpu_mse(const char *op, const dl_tensor *input, const dl_tensor *target, int reduction);
+DL_HIDDEN dl_tensor *cpu_mse_backward(const char *op, const dl_tensor *grad_out, const dl_tensor *input, const dl_tensor *target, int reduction);
 DL_HIDDEN int cpu_sgd(const char *op, dl_tensor *p, const dl_tensor *g, dl_tensor *buf,
                       double lr, double momentum, double dampening, double wd, int nesterov,
                       int first, int maximize);

@@ -15,7 +15,6 @@ ERRDEF(DTYPE_NEED_INT, DL_EDTYPE, "%s: expected an integer tensor (int64 or int3
 ERRDEF(DTYPE_NEED_BOOL, DL_EDTYPE, "%s: expected a bool tensor for %s, got %s")
 ERRDEF(DTYPE_MISMATCH, DL_EDTYPE, "%s: dtypes %s and %s do not match")
 ERRDEF(INPLACE_DTYPE, DL_EDTYPE, "%s: result dtype %s cannot be stored in place into a tensor of dtype %s")
-ERRDEF(DEVICE_UNSUP, DL_EDEVICE, "%s: tensor is on cuda:%d; this op runs on the cpu only for now")
 ERRDEF(BADVALUE, DL_EINVAL, "%s: %s")
 
 /* Shapes and dims */
@@ -89,7 +88,7 @@ ERRDEF(AG_INPLACE_LEAF, DL_ESTATE, "%s: a leaf tensor that requires grad cannot 
 ERRDEF(AG_INPLACE_GRAPH, DL_ESTATE, "%s: in-place ops on a tensor computed with grad (%s) are not supported; use the out-of-place op")
 ERRDEF(AG_NODIFF, DL_ESTATE, "%s: not differentiable; detach() the input or run it under no_grad")
 
-/* Data files (idx.c) */
+/* Data files (io/mnist_idx.c) */
 ERRDEF(IDXF_OPEN, DL_EIO, "%s: cannot open %s: %s")
 ERRDEF(IDXF_READ, DL_EIO, "%s: cannot read %s: %s")
 ERRDEF(IDXF_GZIP, DL_EIO, "%s: %s: compressed data is corrupt or truncated (zlib: %s)")

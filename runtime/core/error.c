@@ -99,18 +99,3 @@ DL_HIDDEN int check_tensor_any(const char *op, const dl_tensor *t) {
   return 0;
 }
 
-/* Until the CUDA kernels exist, every op that reads or writes data runs on
-** the CPU only: refusing other devices here covers every op that checks its
-** tensors (views use check_tensor_any: they only make metadata). */
-DL_HIDDEN int check_tensor(const char *op, const dl_tensor *t) {
-  if (check_tensor_any(op, t)) return -1;
-  if (t->storage->device >= 0) return dl_err(EM_DEVICE_UNSUP, op, t->storage->device);
-  return 0;
-}
-
-DL_HIDDEN int check_cpu(const char *op, const dl_tensor *t) {
-  if (check_tensor(op, t)) return -1;
-  if (t->storage->device >= 0)
-    return dl_err(EM_DEVICE_UNSUP, op, t->storage->device);
-  return 0;
-}

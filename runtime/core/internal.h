@@ -102,9 +102,8 @@ DL_HIDDEN const char *fmt_dtype(int dtype);
 DL_HIDDEN int norm_dim(const char *op, int dim, int ndim, int *out);
 /* For unsqueeze-like ops where dim may equal ndim. */
 DL_HIDDEN int norm_dim_incl(const char *op, int dim, int ndim, int *out);
-DL_HIDDEN int check_tensor(const char *op, const dl_tensor *t);  /* + on the CPU */
-DL_HIDDEN int check_tensor_any(const char *op, const dl_tensor *t);  /* any device */
-DL_HIDDEN int check_cpu(const char *op, const dl_tensor *t);
+/* Not NULL and not freed (a tensor on any device). */
+DL_HIDDEN int check_tensor_any(const char *op, const dl_tensor *t);
 
 /* -- Dtypes -------------------------------------------------------------- */
 

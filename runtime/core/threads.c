@@ -1,5 +1,5 @@
 /*
-** parallel.c -- the per-process thread budget and the pool that spends it.
+** threads.c -- the per-process thread budget and the pool that spends it.
 ** One number (dl_set_num_threads) governs our pool and OpenBLAS's, so the
 ** two never oversubscribe the cores; idle workers sleep, they never spin.
 */

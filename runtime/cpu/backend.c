@@ -3,6 +3,7 @@
 ** live beside the ops that use them, registered when the library loads.
 */
 #include "core/device.h"
+#include "ops/linalg.h"
 
 /* Nothing on the CPU is "another device": dl_to_device asks the device end
 ** of a copy, which is never the CPU's. */
@@ -14,6 +15,7 @@ static dl_tensor *cpu_move(const dl_tensor *t, int to) {
 static const dl_device cpu_device = {
   .name = "cpu",
   .half_native = 0,
+  .host_memory = 1,
   .new_tensor = cpu_new_tensor,
   .copy_bytes = cpu_copy_bytes,
   .move = cpu_move,
@@ -25,6 +27,23 @@ static const dl_device cpu_device = {
   .where = cpu_where,
   .act_backward = cpu_act_backward,
   .ramp = cpu_ramp,
+  .matmul = cpu_matmul,
+  .dot = cpu_dot,
+  .reduce = cpu_reduce,
+  .argreduce = cpu_argreduce,
+  .dimop = cpu_dimop,
+  .index_check = cpu_index_check,
+  .index_minmax = cpu_index_minmax,
+  .take = cpu_take,
+  .put = cpu_put,
+  .masked_fill = cpu_masked_fill,
+  .compact = cpu_compact,
+  .tri = cpu_tri,
+  .sort = cpu_sort,
+  .cls_forward = cpu_cls_forward,
+  .cls_backward = cpu_cls_backward,
+  .mse = cpu_mse,
+  .mse_backward = cpu_mse_backward,
   .philox_fill = cpu_philox_fill,
   .sgd = cpu_sgd,
   .adam = cpu_adam,

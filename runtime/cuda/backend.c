@@ -4,12 +4,15 @@
 ** the emulator) is loaded and has a device.
 */
 #include "cuda/cuda.h"
+#include "cuda/linalg.h"
 #include "cuda/nn.h"
 #include "cuda/index.h"
+#include "cuda/reduce.h"
 
 DL_HIDDEN const dl_device cuda_device = {
   .name = "cuda",
   .half_native = 1,
+  .host_memory = 0,
   .new_tensor = cuda_new_tensor,
   .copy_bytes = cuda_copy_bytes,
   .move = cuda_move,
@@ -21,6 +24,23 @@ DL_HIDDEN const dl_device cuda_device = {
   .where = cuda_where,
   .act_backward = cuda_act_backward,
   .ramp = cuda_ramp,
+  .matmul = cuda_matmul,
+  .dot = cuda_dot,
+  .reduce = cuda_reduce,
+  .argreduce = cuda_argreduce,
+  .dimop = cuda_dimop,
+  .index_check = cuda_index_check,
+  .index_minmax = cuda_index_minmax,
+  .take = cuda_take,
+  .put = cuda_put,
+  .masked_fill = cuda_masked_fill,
+  .compact = cuda_compact,
+  .tri = cuda_tri,
+  .sort = cuda_sort,
+  .cls_forward = cuda_cls_forward,
+  .cls_backward = cuda_cls_backward,
+  .mse = cuda_mse,
+  .mse_backward = cuda_mse_backward,
   .philox_fill = cuda_philox_fill,
   .sgd = cuda_sgd,
   .adam = cuda_adam,

@@ -16,7 +16,7 @@
 ** valid until this thread's next call. */
 DL_HIDDEN void *cuda_sym(const char *name, const char **why);
 
-/* cuda_mem.c: device memory from the device's caching allocator, for use
+/* cuda/memory.c: device memory from the device's caching allocator, for use
 ** on stream (0: the default stream); NULL with DL_ENOMEM naming the
 ** allocator's statistics, or DL_EDEVICE without CUDA. */
 DL_HIDDEN void *cuda_mem_alloc(int device, size_t size, uintptr_t stream);
@@ -31,7 +31,7 @@ extern DL_HIDDEN const dl_device cuda_device;
 /* n bytes between host and device memory (device: whose copy engine). */
 DL_HIDDEN int cuda_copy_bytes(const char *op, void *dst, const void *src, size_t n, int device);
 
-/* -- cuda_ops.c ------------------------------------------------------------ */
+/* -- cuda/ops.c ------------------------------------------------------------ */
 
 /* nn.h's nn_check_float for an op that runs where its operands are: any
 ** device.  want < 0: any float dtype, else that one. */

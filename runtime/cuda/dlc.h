@@ -82,7 +82,7 @@ typedef struct dlc_mm {
 } dlc_mm;
 typedef int (*dlc_matmul_naive_fn)(int device, const dlc_mm *p);
 
-/* A conv2d's geometry (nn_conv.c: conv_geom).  Column matrices of
+/* A conv2d's geometry (nn/conv.c: conv_geom).  Column matrices of
 ** samples [n0, n0 + nchunk) are laid out [groups][K][nchunk][HW], K = Cg *
 ** kh * kw rows (c, i, j), so one group's columns are a K x nchunk*HW matrix
 ** and one sample's a K x HW matrix at leading dim nchunk*HW. */
@@ -107,7 +107,7 @@ typedef int (*dlc_bias_grad_fn)(int device, int dtype, const void *g, void *gb, 
 typedef int (*dlc_swap01_fn)(int device, int dtype, const void *src, void *dst, int64_t A,
                              int64_t B, int64_t R);
 
-/* A pooling's geometry (nn_pool.c: pool_geom): NC planes of H x W to Ho x Wo. */
+/* A pooling's geometry (nn/pool.c: pool_geom): NC planes of H x W to Ho x Wo. */
 typedef struct dlc_pool {
   int64_t NC, H, W, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo;
   int count_include_pad;

@@ -1,5 +1,5 @@
 /*
-** cuda_index.c -- the glue between the indexing ops (index.c, sort.c's
+** cuda/index.c -- the glue between the indexing ops (index.c, sort.c's
 ** nonzero and tril/triu, tensor.c's creation) and the launchers of
 ** runtime/cuda/index.cu: operands laid out as loops, device scratch
 ** memory, and launcher errors as the runtime's.
@@ -122,12 +122,4 @@ DL_HIDDEN int cuda_ramp(const char *op, dl_tensor *t, double start, double step,
   dlc_ramp_fn f = cuda_fn(&slot, op, "dlc_ramp");
   if (!f) return -1;
   return cuda_err(op, dev, f(dev, tensor_first(t), t->dtype, dl_tensor_numel(t), start, step, end, split));
-}
-
-DL_HIDDEN dl_tensor *to_op_device(const dl_tensor *t, int device) {
-  if (t->storage->device == device) {
-    dl_tensor_retain((dl_tensor *)t);
-    return (dl_tensor *)t;
-  }
-  return dl_to_device(t, device);
 }

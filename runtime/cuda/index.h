@@ -1,5 +1,5 @@
 /*
-** cuda_index.h -- the indexing, mask, joining and creation launchers of
+** cuda/index.h -- the indexing, mask, joining and creation launchers of
 ** runtime/cuda/index.cu as index.c, sort.c and tensor.c call them.  Each
 ** returns 0 (or a tensor) with the runtime's error set on failure.
 */
@@ -27,7 +27,5 @@ DL_HIDDEN int cuda_tri(const char *op, dl_tensor *t, int64_t diag, int upper);
 /* Contiguous t[i] = i < split ? start + i * step : end - (n - 1 - i) * step. */
 DL_HIDDEN int cuda_ramp(const char *op, dl_tensor *t, double start, double step, double end,
                         int64_t split);
-/* t itself (retained) when on device, else a copy there; NULL on error. */
-DL_HIDDEN dl_tensor *to_op_device(const dl_tensor *t, int device);
 
 #endif

@@ -1,12 +1,14 @@
 /*
-** cuda_linalg.c -- the CUDA compute steps of the matmul family, conv2d and
+** cuda/linalg.c -- the CUDA compute steps of the matmul family, conv2d and
 ** pooling (the kernels in runtime/cuda/blas.cu, conv.cu, pool.cu), and the
 ** TF32 switch.  Callers did the CPU's checks and allocations already.
 */
 #include <limits.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "cuda/linalg.h"
+#include "ops/linalg.h"
 
 /* -- TF32 ---------------------------------------------------------------------- */
 
@@ -250,4 +252,27 @@ DL_HIDDEN int cuda_avg_pool_backward(const char *op, int dev, int kd, const dlc_
                                      const void *gout, void *gx) {
   CONV_FN(f, dlc_avg_pool_backward_fn, "dlc_avg_pool_backward");
   return cuda_err(op, dev, f(dev, kd, g, gout, gx));
+}
+
+/* -- The device kernels of ops/linalg.c ------------------------------------------ */
+
+/* The CUDA device's matmul kernel (core/device.h): ops/linalg.c's plan as
+** the launchers take it, through cuBLAS (blas) or a plain kernel. */
+DL_HIDDEN int cuda_matmul(const char *op, int dev, mm_plan *p, int blas) {
+  if (blas && p->k && plan_layouts(p))
+    return dl_err(EM_MM_BLAS_SIZE, op, (long long)p->k, (long long)BLAS_MAX);
+  if (blas && p->k) fold_batches(p);
+  dlc_mm d;
+  memset(&d, 0, sizeof d);
+  d.dtype = p->dtype, d.nb = p->nb;
+  for (int i = 0; i < p->nb; i++) d.bshape[i] = p->bshape[i], d.ast[i] = p->ast[i], d.bst[i] = p->bst[i];
+  d.nbatch = p->nbatch, d.m = p->m, d.k = p->k, d.n = p->n;
+  d.as0 = p->as0, d.as1 = p->as1, d.bs0 = p->bs0, d.bs1 = p->bs1;
+  d.a = p->a, d.b = p->b, d.c = p->c;
+  d.alpha = p->alpha, d.beta = p->beta;
+  return cuda_mm(op, dev, &d, p->ta != CblasNoTrans, p->lda, p->tb != CblasNoTrans, p->ldb);
+}
+
+DL_HIDDEN dl_tensor *cuda_dot(const char *op, const dl_tensor *a, const dl_tensor *b) {
+  return dot_by_matmul(op, a, b);
 }

@@ -1,6 +1,6 @@
 /*
-** cuda_linalg.h -- the compute steps of matmul, conv2d and pooling on CUDA
-** tensors (cuda_linalg.c): linalg.c, nn_conv.c and nn_pool.c do their checks,
+** cuda/linalg.h -- the compute steps of matmul, conv2d and pooling on CUDA
+** tensors (cuda/linalg.c): linalg.c, nn/conv.c and nn/pool.c do their checks,
 ** shapes and allocations as on the CPU and call these at the compute step.
 */
 #ifndef DL_CUDA_LINALG_H
@@ -14,6 +14,10 @@
 ** cuBLAS path (float types, k > 0); the plain kernel reads p's strides. */
 DL_HIDDEN int cuda_mm(const char *op, int device, const dlc_mm *p, int ta, int64_t lda, int tb,
                       int64_t ldb);
+
+/* The CUDA device's matmul and dot kernels (core/device.h). */
+DL_HIDDEN int cuda_matmul(const char *op, int dev, struct mm_plan *p, int blas);
+DL_HIDDEN dl_tensor *cuda_dot(const char *op, const dl_tensor *a, const dl_tensor *b);
 
 /* Whether float32 products may use TF32 (dl_cuda_set_allow_tf32). */
 DL_HIDDEN int cuda_tf32(void);

@@ -1,5 +1,5 @@
 /*
-** cuda_mem.c -- device memory for the runtime: one caching allocator
+** cuda/memory.c -- device memory for the runtime: one caching allocator
 ** (devalloc.c) per device over the raw calls of runtime/cuda/memory.cu,
 ** and the dl_cuda_* memory calls of ddplua.h.
 */

@@ -1,6 +1,6 @@
 /*
-** cuda_nn.c -- the CUDA halves of the nn ops, random fills and optimizer
-** steps (declared in cuda_nn.h): operands made contiguous in the compute
+** cuda/nn.c -- the CUDA halves of the nn ops, random fills and optimizer
+** steps (declared in cuda/nn.h): operands made contiguous in the compute
 ** dtype on their device, scratch and outputs allocated there, the
 ** launchers of runtime/cuda/{nn,norm,random,optim}.cu called, results
 ** cast back to the caller's dtype.  No host syncs except the index range
@@ -9,11 +9,6 @@
 #include "autograd/autograd.h"
 #include "cuda/nn.h"
 
-DL_HIDDEN int cn_device(const char *op, const dl_tensor *a, const dl_tensor *b,
-                        const dl_tensor *c, const dl_tensor *d, const dl_tensor *e) {
-  const dl_tensor *ts[5] = {a, b, c, d, e};
-  return op_device_opt(op, 5, ts);
-}
 
 static void *dp(const dl_tensor *t) { return t ? tensor_first(t) : NULL; }
 

@@ -1,6 +1,6 @@
 /*
-** cuda_nn.h -- the CUDA halves of the nn ops (nn_loss.c, nn_norm.c,
-** nn_embed.c), of the random fills (random.c) and of the optimizer steps
+** cuda/nn.h -- the CUDA halves of the nn ops (nn/loss.c, nn/norm.c,
+** nn/embedding_dropout.c), of the random fills (random.c) and of the optimizer steps
 ** (optim.c): each CPU op checks its arguments, then hands device tensors
 ** to these, which run the kernels of runtime/cuda/{nn,norm,random,optim}.cu.
 */
@@ -10,20 +10,9 @@
 #include "cuda/cuda.h"
 #include "nn/nn.h"
 
-/* nn_check_index for the ported ops: any device. */
-static inline int cn_check_index(const char *op, const char *what, const dl_tensor *t) {
-  if (!t) return dl_err(EM_NULLARG, op, what);
-  if (check_tensor_any(op, t)) return -1;
-  if (t->dtype != DL_INT64 && t->dtype != DL_INT32)
-    return dl_err(EM_DTYPE_NEED_INT, op, what, fmt_dtype(t->dtype));
-  return 0;
-}
 
-/* The device of up to 5 tensors (NULLs skipped): op_device's answer. */
-DL_HIDDEN int cn_device(const char *op, const dl_tensor *a, const dl_tensor *b,
-                        const dl_tensor *c, const dl_tensor *d, const dl_tensor *e);
 
-/* Losses (nn_loss.c): input viewed as [N, C, S], out of tshape[tnd]. */
+/* Losses (nn/loss.c): input viewed as [N, C, S], out of tshape[tnd]. */
 DL_HIDDEN dl_tensor *cuda_cls_forward(const char *op, int logits, const dl_tensor *input,
                                       const dl_tensor *target, const dl_tensor *weight,
                                       int64_t ignore, double ls, int reduction, int64_t N,
@@ -47,7 +36,7 @@ DL_HIDDEN dl_tensor *cuda_mse_backward(const char *op, const dl_tensor *grad_out
                                        const dl_tensor *input, const dl_tensor *target,
                                        int reduction);
 
-/* Embedding and dropout (nn_embed.c). */
+/* Embedding and dropout (nn/embedding_dropout.c). */
 DL_HIDDEN dl_tensor *cuda_embedding(const char *op, const dl_tensor *weight,
                                     const dl_tensor *indices, const int64_t *shape, int ndim);
 DL_HIDDEN dl_tensor *cuda_embedding_backward(const char *op, const dl_tensor *grad_out,
@@ -58,8 +47,8 @@ DL_HIDDEN int cuda_dropout(const char *op, const dl_tensor *x, double p, dl_tens
 DL_HIDDEN dl_tensor *cuda_dropout_backward(const char *op, const dl_tensor *grad_out,
                                            const dl_tensor *mask, double p);
 
-/* Normalisation (nn_norm.c), after the CPU's checks; layer_norm's mean and rstd
-** have shape ss (nn_norm.c works it out for both). */
+/* Normalisation (nn/norm.c), after the CPU's checks; layer_norm's mean and rstd
+** have shape ss (nn/norm.c works it out for both). */
 DL_HIDDEN int cuda_layer_norm(const char *op, const dl_tensor *x, int64_t M, int64_t N,
                               const int64_t *ss, const dl_tensor *w, const dl_tensor *b,
                               double eps, dl_tensor **out, dl_tensor **mean, dl_tensor **rstd);

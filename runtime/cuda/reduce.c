@@ -1,12 +1,19 @@
 /*
-** cuda_reduce.c -- reductions, max/min with indices, scans and softmax on
+** cuda/reduce.c -- reductions, max/min with indices, scans and softmax on
 ** CUDA tensors: the strided layout of the input as the launchers of
 ** runtime/cuda/reduce.cu, scan.cu and sort.cu take it, their workspaces, and the
 ** second pass of var, std and logsumexp.
 */
 #include <string.h>
 
+#include "cuda/cuda.h"
 #include "cuda/reduce.h"
+#include "ops/reduce_passes.h"
+
+/* The CUDA kernels take ops/reduce.c's passes by these numbers. */
+_Static_assert((int)K_COUNT == (int)DLC_K_COUNT && (int)K_POW == (int)DLC_K_POW &&
+                   (int)K_MINABS == (int)DLC_K_MINABS,
+               "ops/reduce_passes.h and cuda/dlc.h's DLC_K_* differ");
 #include "cuda/cuda.h"
 
 /* Appends (size, stride) to a dim list, fastest first, merging it into the

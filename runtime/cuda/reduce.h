@@ -1,6 +1,6 @@
 /*
-** cuda_reduce.h -- the reductions, max/min with indices, scans and
-** softmax of reduce.c and scan.c on CUDA tensors (cuda_reduce.c hands
+** cuda/reduce.h -- the reductions, max/min with indices, scans and
+** softmax of reduce.c and scan.c on CUDA tensors (cuda/reduce.c hands
 ** them to runtime/cuda/reduce.cu, scan.cu and sort.cu), and sort.c's sort.
 */
 #ifndef DL_CUDA_REDUCE_H

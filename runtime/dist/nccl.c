@@ -1,7 +1,7 @@
 /* nccl.c -- the NCCL transport from C: the unique id through the store, calls into libddplua_cuda.so. */
 /*
 ** libddplua.so links neither CUDA nor NCCL: the dlc_nccl_* launchers of
-** runtime/cuda/nccl.cu are found through device.c's cuda_sym on first use,
+** runtime/cuda/kernels/nccl.cu are found through device.c's cuda_sym on first use,
 ** and nccl.cu itself dlopens libnccl.so.2.  So without a driver, without
 ** libddplua_cuda.so or without NCCL, everything here still loads and
 ** nccl_new fails with a message that says which is missing.

@@ -1,5 +1,5 @@
 /*
-** nccl.h -- the NCCL transport (nccl.c over runtime/cuda/nccl.cu): one
+** nccl.h -- the NCCL transport (nccl.c over runtime/cuda/kernels/nccl.cu): one
 ** communicator per process group, collectives on raw device pointers.
 **
 ** Contract: every call returns 0 (or a pointer), or a negative DL_E* code

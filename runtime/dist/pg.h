@@ -1,6 +1,6 @@
 /*
 ** pg.h -- process groups: the backend vtable behind the dl_pg_* calls of
-** ddplua.h.  Backends: shm (shm.c, the ranks of one node), gloo (pg_gloo.c
+** ddplua.h.  Backends: shm (dist/pg_shm.c, the ranks of one node), gloo (pg_gloo.c
 ** over gloo.cc, TCP between any ranks) and hier (pg_hier.c: shm within each
 ** node, Gloo between one leader per node).  pg.c checks arguments, makes
 ** tensors contiguous and runs asynchronous calls on one thread per group.
@@ -44,7 +44,7 @@ struct dl_pg {
 
 DL_HIDDEN dl_pg *pg_wrap(const pg_ops *ops, void *impl, int rank, int world, double timeout);
 
-/* shm.c; NULL with the error set.  node names the arena and its keys, so
+/* dist/pg_shm.c; NULL with the error set.  node names the arena and its keys, so
 ** the groups of several nodes sharing one store never meet. */
 DL_HIDDEN void *shm_new(dl_store *store, int rank, int world, const char *job_id,
                         int node, double timeout_s);
@@ -63,7 +63,7 @@ DL_HIDDEN void *hier_new(dl_store *store, int rank, int world, int local_world,
                          const char *job_id, double timeout_s);
 extern DL_HIDDEN const pg_ops hier_ops;
 
-/* cuda_dist.c: the NCCL backend, one communicator on cuda:device; its
+/* dist/pg_nccl.c: the NCCL backend, one communicator on cuda:device; its
 ** calls block the host until done (bounded by the timeout, then the
 ** communicator is aborted). */
 DL_HIDDEN dl_pg *nccl_pg_new(dl_store *store, int rank, int world, int device, double timeout_s);
@@ -73,7 +73,7 @@ enum { PG_ALL_REDUCE, PG_BROADCAST, PG_ALL_GATHER, PG_BARRIER, PG_REDUCE_SCATTER
 DL_HIDDEN void pg_describe(char *b, size_t cap, int kind, int arg, int dtype, int64_t numel,
                            int64_t seq);
 
-/* pg_reduce.c: dst[i] = src[0][i] op src[1][i] op ... (rank order) for
+/* dist/reduce_kernels.c: dst[i] = src[0][i] op src[1][i] op ... (rank order) for
 ** i < n; red_part runs a red_job's slice [b, e) (for parallel_for). */
 typedef void (*red_fn)(char *dst, char *const *src, int w, int64_t n, int op);
 enum { PG_MAX_WORLD = 1024 };

@@ -1,5 +1,5 @@
 /*
-** cuda_dist.c -- the "nccl" process-group backend: pg.h's vtable over
+** dist/pg_nccl.c -- the "nccl" process-group backend: pg.h's vtable over
 ** nccl.c's communicator, on CUDA tensors of one device (pg.c stages the
 ** others there).
 **

@@ -1,5 +1,5 @@
 /*
-** shm.c -- collectives among the ranks of one node through a shared-memory
+** dist/pg_shm.c -- collectives among the ranks of one node through a shared-memory
 ** arena: the "shm" process-group backend (pg.h).
 **
 ** The arena holds a header line, one control line per rank (its arrival

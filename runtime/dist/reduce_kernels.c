@@ -1,5 +1,5 @@
 /*
-** pg_reduce.c -- the reduction kernels of the shared-memory collectives:
+** dist/reduce_kernels.c -- the reduction kernels of the shared-memory collectives:
 ** dst = src[0] op src[1] op ... in rank order, so every rank gets the same
 ** bits; bfloat16/float16 accumulate in float32, integers wrap.
 */

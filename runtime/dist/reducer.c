@@ -4,7 +4,7 @@
 **
 ** Each parameter's .grad is a view into its bucket, so backward
 ** accumulates straight into the bucket.  When a parameter's gradient is
-** complete (a leaf hook of autograd.c), its bucket counts down; a bucket
+** complete (a leaf hook of engine.c), its bucket counts down; a bucket
 ** whose parameters are all done starts an asynchronous all-reduce on the
 ** process group's thread, buckets strictly in index order so every rank
 ** issues the same calls in the same order.  At the end of backward (an
@@ -24,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda/cuda.h"
+#include "core/device.h"
 #include "dist/pg.h"
 
 typedef struct rparam {
@@ -133,8 +133,10 @@ static int build_buckets(dl_reducer *r, const int *order) {
     int64_t end = off[i] + r->ps[i].numel;
     if (end > tot[bucket_of[i]]) tot[bucket_of[i]] = end;
   }
+  const dl_device *dev = rc ? NULL : device_get("ddp.DDP", r->device);
+  if (!dev) rc = -1;
   for (int b = 0; !rc && b < nb; b++) {
-    if (r->device < 0) {
+    if (dev->host_memory) {  /* a mapping the node's ranks share can hold it */
       if (!(bs[b].flat = dl_pg_shared_zeros(r->pg, tot[b], bs[b].dtype))) rc = -1;
     } else if (!(bs[b].flat = tensor_new_on(r->device, bs[b].dtype, &tot[b], 1)) ||
                dl_fill_(bs[b].flat, 0)) {

@@ -19,7 +19,7 @@ DL_API const char *dl_cuda_status(void);
 /* Fills out[i] = i * scale on device `device` and copies it back: proves the
 ** kernel path end to end. */
 DL_API int dl_cuda_selftest(int device, float *out, int n, float scale);
-/* Device memory (runtime/devalloc.c: a caching allocator per device).
+/* Device memory (runtime/cuda/devalloc.c: a caching allocator per device).
 ** DL_EDEVICE, with the probe's status line, where CUDA is not available.
 ** memory_stats fills up to n of: bytes allocated, reserved, peak
 ** allocated, peak reserved, allocations, cache hits, segments, retries

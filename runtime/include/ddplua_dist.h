@@ -143,7 +143,7 @@ DL_API void dl_work_free(dl_work *w);
 
 /* The gradients of params (n leaves, registration order) in flat buckets
 ** of at most bucket_cap bytes (the first first_cap), all-reduced (avg) on
-** pg while backward runs; see runtime/reducer.c.  comm: DL_COMM_NONE, or
+** pg while backward runs; see runtime/dist/reducer.c.  comm: DL_COMM_NONE, or
 ** BF16/FP16 to send buckets compressed, or CUSTOM to leave the reduction
 ** to the caller after backward (dl_reducer_bucket). */
 typedef struct dl_reducer dl_reducer;

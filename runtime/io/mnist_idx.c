@@ -1,5 +1,5 @@
 /*
-** idx.c -- reads IDX files (the format of MNIST and Fashion-MNIST), gzip
+** io/mnist_idx.c -- reads IDX files (the format of MNIST and Fashion-MNIST), gzip
 ** compressed or not, into tensors.
 **
 ** The format: 4 magic bytes 00 00 TT DD (TT the element type, DD the number

@@ -135,7 +135,8 @@ static int write_file(int fd, const sbuf *h, const save_item *it, int n) {
   if (write_all(fd, (const char *)len, 8) || write_all(fd, h->p, h->n)) return -1;
   for (int i = 0; i < n; i++) {
     if (!it[i].nbytes) continue;
-    dl_tensor *c = it[i].t->storage->device >= 0 ? dl_to_device(it[i].t, -1) : dl_contiguous(it[i].t);
+    dl_tensor *h = dl_to_device(it[i].t, -1), *c = h ? dl_contiguous(h) : NULL;
+    dl_tensor_release(h);
     if (!c) return -2;
     int rc = write_all(fd, tensor_first(c), (size_t)it[i].nbytes);
     int e = errno;

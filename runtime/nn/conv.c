@@ -1,5 +1,5 @@
 /*
-** nn_conv.c -- 2-D convolution, forward and backward, as PyTorch's conv2d:
+** nn/conv.c -- 2-D convolution, forward and backward, as PyTorch's conv2d:
 ** each sample and group is unfolded (im2col) into a [C/g * kh * kw, Ho * Wo]
 ** matrix and multiplied by the weight with one BLAS gemm; backward adds
 ** grad_out @ col^T into grad_w and folds w^T @ grad_out back onto grad_x.
@@ -43,9 +43,9 @@ static int conv_setup(const char *op, const dl_tensor *x, const dl_tensor *w,
                       const int64_t *padding, const int64_t *dilation,
                       int64_t groups, conv_geom *g) {
   /* any device here: the callers' op_device put them all on one */
-  if (cuda_check_float(op, "input", x, -1) ||
-      cuda_check_float(op, "weight", w, x->dtype) ||
-      (b && cuda_check_float(op, "bias", b, x->dtype)))
+  if (nn_check_float(op, "input", x, -1) ||
+      nn_check_float(op, "weight", w, x->dtype) ||
+      (b && nn_check_float(op, "bias", b, x->dtype)))
     return -1;
   if (x->ndim != 3 && x->ndim != 4)
     return dl_err(EM_NN_NDIM, op, "a 3-D [C, H, W] or 4-D [N, C, H, W] input",
@@ -587,7 +587,7 @@ DL_API int dl_conv2d_backward(const dl_tensor *grad_out, const dl_tensor *x,
   conv_geom g;
   int dev = op_device(op, 3, (const dl_tensor *[]){grad_out, x, w});
   if (dev < -1 || conv_setup(op, x, w, NULL, stride, padding, dilation, groups, &g) ||
-      cuda_check_float(op, "grad_out", grad_out, x->dtype))
+      nn_check_float(op, "grad_out", grad_out, x->dtype))
     return -1;
   int kd = nn_kdtype(x->dtype), bt = x->ndim == 4;
   int64_t oshape[4] = {g.N, g.O, g.Ho, g.Wo};

@@ -1,5 +1,5 @@
 /*
-** nn_embed.c -- embedding lookups and dropout masks, forward and backward.
+** nn/embedding_dropout.c -- embedding lookups and dropout masks, forward and backward.
 ** The embedding gradient adds each row's contributions in index order (no
 ** atomics), and dropout draws its mask from the Philox stream, so both give
 ** the same bits for the same inputs and seed, whatever the thread count.
@@ -45,7 +45,7 @@ DL_API dl_tensor *dl_embedding(const dl_tensor *weight,
                                const dl_tensor *indices) {
   const char *op = "embedding";
   if (!weight) return dl_errp(EM_NULLARG, op, "weight");
-  if (check_tensor_any(op, weight) || cn_check_index(op, "indices", indices)) return NULL;
+  if (check_tensor_any(op, weight) || nn_check_index(op, "indices", indices)) return NULL;
   if (weight->ndim != 2)
     return dl_errp(EM_NN_NDIM, op, "a 2-D weight [num_embeddings, dim]",
                    "a weight", fmt_tshape(weight));
@@ -54,7 +54,7 @@ DL_API dl_tensor *dl_embedding(const dl_tensor *weight,
   int64_t V = weight->shape[0], D = weight->shape[1], s[DL_MAX_DIMS];
   for (int i = 0; i < indices->ndim; i++) s[i] = indices->shape[i];
   s[indices->ndim] = D;
-  int dev = cn_device(op, weight, indices, NULL, NULL, NULL);
+  int dev = nn_device(op, weight, indices, NULL, NULL, NULL);
   if (dev < -1) return NULL;
   if (dev >= 0) return cuda_embedding(op, weight, indices, s, indices->ndim + 1);
   dl_tensor *ci = nn_prep_index(indices), *cw = NULL, *out = NULL;
@@ -110,8 +110,8 @@ DL_API dl_tensor *dl_embedding_backward(const dl_tensor *grad_out,
                                         int64_t padding_idx,
                                         int scale_grad_by_freq) {
   const char *op = "embedding_backward";
-  if (cuda_check_float(op, "grad_out", grad_out, -1) ||
-      cn_check_index(op, "indices", indices))
+  if (nn_check_float(op, "grad_out", grad_out, -1) ||
+      nn_check_index(op, "indices", indices))
     return NULL;
   if (num_weights < 0)
     return dl_errp(EM_NEG_COUNT, op, "num_weights", (long long)num_weights);
@@ -127,7 +127,7 @@ DL_API dl_tensor *dl_embedding_backward(const dl_tensor *grad_out,
              fmt_tshape(indices));
     return dl_errp(EM_NN_SHAPE, op, "grad_out", fmt_tshape(grad_out), want);
   }
-  int dev = cn_device(op, grad_out, indices, NULL, NULL, NULL);
+  int dev = nn_device(op, grad_out, indices, NULL, NULL, NULL);
   if (dev < -1) return NULL;
   if (dev >= 0)
     return cuda_embedding_backward(op, grad_out, indices, num_weights, padding_idx,
@@ -200,7 +200,7 @@ DL_API int dl_dropout(const dl_tensor *x, double p, int training,
   const char *op = "dropout";
   if (!out || !mask) return dl_err(EM_NULLARG, op, "out");
   *out = *mask = NULL;
-  if (cuda_check_float(op, "input", x, -1)) return -1;
+  if (nn_check_float(op, "input", x, -1)) return -1;
   if (!(p >= 0 && p <= 1)) return dl_err(EM_NN_PROB, op, "p", p);
   if (!training || p == 0) {
     /* nothing dropped: a new header over the same data */
@@ -251,7 +251,7 @@ DEF_DROP_BWD(double, f64)
 DL_API dl_tensor *dl_dropout_backward(const dl_tensor *grad_out,
                                       const dl_tensor *mask, double p) {
   const char *op = "dropout_backward";
-  if (cuda_check_float(op, "grad_out", grad_out, -1)) return NULL;
+  if (nn_check_float(op, "grad_out", grad_out, -1)) return NULL;
   if (!(p >= 0 && p <= 1)) return dl_errp(EM_NN_PROB, op, "p", p);
   if (!mask)  /* forward dropped nothing */
     return tensor_alias(grad_out, grad_out->shape, grad_out->stride,
@@ -259,7 +259,7 @@ DL_API dl_tensor *dl_dropout_backward(const dl_tensor *grad_out,
   if (check_tensor_any(op, mask)) return NULL;
   if (!nn_same_shape(mask, grad_out->shape, grad_out->ndim))
     return dl_errp(EM_NN_SHAPE, op, "mask", fmt_tshape(mask), fmt_tshape(grad_out));
-  int dev = cn_device(op, grad_out, mask, NULL, NULL, NULL);
+  int dev = nn_device(op, grad_out, mask, NULL, NULL, NULL);
   if (dev < -1) return NULL;
   if (dev >= 0) return cuda_dropout_backward(op, grad_out, mask, p);
   int kd = nn_kdtype(grad_out->dtype);

@@ -1,5 +1,5 @@
 /*
-** nn_loss.c -- cross entropy (with label smoothing), negative log
+** nn/loss.c -- cross entropy (with label smoothing), negative log
 ** likelihood and mean squared error, forward and backward, with PyTorch
 ** 1.13's formulas.  Per-position terms are computed in double on the pool
 ** and reduced in position order, so losses do not depend on the threads.
@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "cuda/nn.h"
+#include "nn/nn.h"
 
 /* -- Class-index losses: shapes and targets ------------------------------ */
 
@@ -21,9 +21,9 @@ typedef struct {
 static int cls_setup(const char *op, const dl_tensor *input,
                      const dl_tensor *target, const dl_tensor *weight,
                      int reduction, cls_geom *g) {
-  if (cuda_check_float(op, "input", input, -1) ||
-      cn_check_index(op, "target", target) ||
-      (weight && cuda_check_float(op, "weight", weight, input->dtype)) ||
+  if (nn_check_float(op, "input", input, -1) ||
+      nn_check_index(op, "target", target) ||
+      (weight && nn_check_float(op, "weight", weight, input->dtype)) ||
       nn_check_reduction(op, reduction))
     return -1;
   memset(g, 0, sizeof *g);
@@ -167,28 +167,31 @@ static dl_tensor *cls_forward(const char *op, int logits, const dl_tensor *input
   cls_geom g;
   if (cls_setup(op, input, target, weight, reduction, &g)) return NULL;
   if (!(ls >= 0 && ls <= 1)) return dl_errp(EM_NN_PROB, op, "label_smoothing", ls);
-  int dev = cn_device(op, input, target, weight, NULL, NULL);
+  int dev = nn_device(op, input, target, weight, NULL, NULL);
   if (dev < -1) return NULL;
-  if (dev >= 0)
-    return cuda_cls_forward(op, logits, input, target, weight, ignore_index, ls, reduction,
-                            g.N, g.C, g.S, g.tshape, g.tnd);
+  const dl_device *dv = device_get(op, dev);
+  return dv ? dv->cls_forward(op, logits, input, target, weight, ignore_index, ls, reduction, g.N, g.C, g.S, g.tshape, g.tnd) : NULL;
+}
+
+/* The CPU's kernel (core/device.h), after the op's checks. */
+DL_HIDDEN dl_tensor *cpu_cls_forward(const char *op, int logits, const dl_tensor *input, const dl_tensor *target, const dl_tensor *weight, int64_t ignore, double ls, int reduction, int64_t N, int64_t C, int64_t S, const int64_t *tshape, int tnd) {
   int kd = nn_kdtype(input->dtype);
-  int64_t P = g.N * g.S, nbuf = 3 * P + g.C + 1;
+  int64_t P = N * S, nbuf = 3 * P + C + 1;
   dl_tensor *ci = nn_prep_index(target), *cz = NULL, *buf = NULL, *out = NULL;
-  if (!ci || check_targets(op, (const int64_t *)tensor_first(ci), P, g.C, ignore_index) ||
+  if (!ci || check_targets(op, (const int64_t *)tensor_first(ci), P, C, ignore) ||
       !(cz = nn_prep(input, kd)) || !(buf = tensor_new(DL_FLOAT64, &nbuf, 1)))
     goto done;
   double *nll = (double *)tensor_first(buf), *sm = nll + P, *wt = sm + P, *w = wt + P;
   if (weight && dl_to_doubles(weight, w)) goto done;
-  cls_ctx k = {.N = g.N, .C = g.C, .S = g.S, .z = tensor_first(cz),
+  cls_ctx k = {.N = N, .C = C, .S = S, .z = tensor_first(cz),
                .t = (const int64_t *)tensor_first(ci), .w = weight ? w : NULL,
-               .ignore = ignore_index, .logits = logits, .smooth = ls > 0,
+               .ignore = ignore, .logits = logits, .smooth = ls > 0,
                .nll = nll, .sm = sm, .wt = wt};
-  parallel_for(P, pos_grain(g.C), kd == DL_FLOAT64 ? cls_fwd_f64 : cls_fwd_f32, &k);
-  double a = 1 - ls, b = ls / (double)g.C;
+  parallel_for(P, pos_grain(C), kd == DL_FLOAT64 ? cls_fwd_f64 : cls_fwd_f32, &k);
+  double a = 1 - ls, b = ls / (double)C;
   if (reduction == DL_LOSS_NONE) {
     for (int64_t i = 0; i < P; i++) nll[i] = ls > 0 ? a * nll[i] + b * sm[i] : nll[i];
-    out = dl_from_doubles(nll, g.tshape, g.tnd, input->dtype);
+    out = dl_from_doubles(nll, tshape, tnd, input->dtype);
   } else {
     double sn = 0, ss = 0, sw = 0;
     for (int64_t i = 0; i < P; i++) sn += nll[i], ss += sm[i], sw += wt[i];
@@ -212,30 +215,34 @@ static dl_tensor *cls_backward(const char *op, int logits, const dl_tensor *grad
                                double ls, int reduction, int checked) {
   cls_geom g;
   if (cls_setup(op, input, target, weight, reduction, &g) ||
-      cuda_check_float(op, "grad_out", grad_out, input->dtype) ||
+      nn_check_float(op, "grad_out", grad_out, input->dtype) ||
       check_grad_out(op, grad_out, g.tshape, g.tnd, reduction))
     return NULL;
   if (!(ls >= 0 && ls <= 1)) return dl_errp(EM_NN_PROB, op, "label_smoothing", ls);
-  int dev = cn_device(op, input, target, weight, grad_out, NULL);
+  int dev = nn_device(op, input, target, weight, grad_out, NULL);
   if (dev < -1) return NULL;
-  if (dev >= 0)
-    return cuda_cls_backward(op, logits, grad_out, input, target, weight, ignore_index, ls,
-                             reduction, g.N, g.C, g.S, checked);
+  const dl_device *dv = device_get(op, dev);
+  return dv ? dv->cls_backward(op, logits, grad_out, input, target, weight, ignore_index, ls, reduction, g.N, g.C, g.S, checked) : NULL;
+}
+
+/* The CPU's kernel (core/device.h), after the op's checks. */
+DL_HIDDEN dl_tensor *cpu_cls_backward(const char *op, int logits, const dl_tensor *grad_out, const dl_tensor *input, const dl_tensor *target, const dl_tensor *weight, int64_t ignore, double ls, int reduction, int64_t N, int64_t C, int64_t S, int checked) {
+  (void)checked;
   int kd = nn_kdtype(input->dtype);
-  int64_t P = g.N * g.S, nbuf = g.C + 1;
+  int64_t P = N * S, nbuf = C + 1;
   dl_tensor *ci = nn_prep_index(target), *cz = NULL, *cg = NULL, *buf = NULL,
             *gi = NULL;
-  if (!ci || check_targets(op, (const int64_t *)tensor_first(ci), P, g.C, ignore_index) ||
+  if (!ci || check_targets(op, (const int64_t *)tensor_first(ci), P, C, ignore) ||
       !(cz = nn_prep(input, kd)) || !(cg = nn_prep(grad_out, kd)) ||
       !(buf = tensor_new(DL_FLOAT64, &nbuf, 1)) ||
       !(gi = tensor_new(kd, input->shape, input->ndim)))
     goto fail;
   double *w = (double *)tensor_first(buf), wsum = 0;
   if (weight && dl_to_doubles(weight, w)) goto fail;
-  for (int64_t c = 0; c < g.C; c++) wsum += weight ? w[c] : 1;
+  for (int64_t c = 0; c < C; c++) wsum += weight ? w[c] : 1;
   const int64_t *t = (const int64_t *)tensor_first(ci);
-  cls_ctx k = {.N = g.N, .C = g.C, .S = g.S, .z = tensor_first(cz), .t = t,
-               .w = weight ? w : NULL, .ignore = ignore_index, .logits = logits,
+  cls_ctx k = {.N = N, .C = C, .S = S, .z = tensor_first(cz), .t = t,
+               .w = weight ? w : NULL, .ignore = ignore, .logits = logits,
                .smooth = ls > 0, .ls = ls, .wsum = wsum, .div = 1,
                .gi = tensor_first(gi)};
   if (reduction == DL_LOSS_NONE) {
@@ -247,11 +254,11 @@ static dl_tensor *cls_backward(const char *op, int logits, const dl_tensor *grad
     if (reduction == DL_LOSS_MEAN) {
       double sw = 0;
       for (int64_t i = 0; i < P; i++)
-        if (t[i] != ignore_index) sw += weight ? w[t[i]] : 1;
+        if (t[i] != ignore) sw += weight ? w[t[i]] : 1;
       k.div = sw;
     }
   }
-  parallel_for(P, pos_grain(g.C), kd == DL_FLOAT64 ? cls_bwd_f64 : cls_bwd_f32, &k);
+  parallel_for(P, pos_grain(C), kd == DL_FLOAT64 ? cls_bwd_f64 : cls_bwd_f32, &k);
   dl_tensor_release(ci);
   dl_tensor_release(cz);
   dl_tensor_release(cg);
@@ -369,8 +376,8 @@ DEF_MSE(double, f64)
 
 static int mse_setup(const char *op, const dl_tensor *input,
                      const dl_tensor *target, int reduction) {
-  if (cuda_check_float(op, "input", input, -1) ||
-      cuda_check_float(op, "target", target, input->dtype) ||
+  if (nn_check_float(op, "input", input, -1) ||
+      nn_check_float(op, "target", target, input->dtype) ||
       nn_check_reduction(op, reduction))
     return -1;
   if (!nn_same_shape(target, input->shape, input->ndim))
@@ -382,9 +389,15 @@ DL_API dl_tensor *dl_mse_loss(const dl_tensor *input, const dl_tensor *target,
                               dl_loss_reduction reduction) {
   const char *op = "mse_loss";
   if (mse_setup(op, input, target, reduction)) return NULL;
-  int dev = cn_device(op, input, target, NULL, NULL, NULL);
+  int dev = nn_device(op, input, target, NULL, NULL, NULL);
   if (dev < -1) return NULL;
-  if (dev >= 0) return cuda_mse(op, input, target, reduction);
+  const dl_device *dv = device_get(op, dev);
+  return dv ? dv->mse(op, input, target, reduction) : NULL;
+}
+
+/* The CPU's kernel (core/device.h), after the op's checks. */
+DL_HIDDEN dl_tensor *cpu_mse(const char *op, const dl_tensor *input, const dl_tensor *target, int reduction) {
+  (void)op;
   int kd = nn_kdtype(input->dtype), f64 = kd == DL_FLOAT64;
   int64_t n = dl_tensor_numel(input), nb = (n + MSE_BLOCK - 1) / MSE_BLOCK;
   dl_tensor *ca = nn_prep(input, kd), *cb = ca ? nn_prep(target, kd) : NULL;
@@ -418,12 +431,18 @@ DL_API dl_tensor *dl_mse_loss_backward(const dl_tensor *grad_out,
                                        const dl_tensor *target, dl_loss_reduction reduction) {
   const char *op = "mse_loss_backward";
   if (mse_setup(op, input, target, reduction) ||
-      cuda_check_float(op, "grad_out", grad_out, input->dtype) ||
+      nn_check_float(op, "grad_out", grad_out, input->dtype) ||
       check_grad_out(op, grad_out, input->shape, input->ndim, reduction))
     return NULL;
-  int dev = cn_device(op, input, target, grad_out, NULL, NULL);
+  int dev = nn_device(op, input, target, grad_out, NULL, NULL);
   if (dev < -1) return NULL;
-  if (dev >= 0) return cuda_mse_backward(op, grad_out, input, target, reduction);
+  const dl_device *dv = device_get(op, dev);
+  return dv ? dv->mse_backward(op, grad_out, input, target, reduction) : NULL;
+}
+
+/* The CPU's kernel (core/device.h), after the op's checks. */
+DL_HIDDEN dl_tensor *cpu_mse_backward(const char *op, const dl_tensor *grad_out, const dl_tensor *input, const dl_tensor *target, int reduction) {
+  (void)op;
   int kd = nn_kdtype(input->dtype), f64 = kd == DL_FLOAT64;
   int64_t n = dl_tensor_numel(input);
   dl_tensor *ca = nn_prep(input, kd), *cb = ca ? nn_prep(target, kd) : NULL;

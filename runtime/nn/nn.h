@@ -1,6 +1,6 @@
 /*
-** nn.h -- what the neural network kernels (nn_conv.c, nn_pool.c, nn_norm.c,
-** nn_loss.c, nn_embed.c) and their CUDA halves share: operand checks, the
+** nn.h -- what the neural network kernels (nn/conv.c, nn/pool.c, nn/norm.c,
+** nn/loss.c, nn/embedding_dropout.c) and their CUDA halves share: operand checks, the
 ** compute dtype, pairs of parameters, handing out results.
 */
 #ifndef DL_NN_H
@@ -8,7 +8,7 @@
 
 #include <stdio.h>
 
-#include "core/internal.h"
+#include "core/device.h"
 
 /* The dtype a kernel computes in: float64, or float32 for float32 and the
 ** half types (rounded once at the end). */
@@ -16,12 +16,12 @@ static inline int nn_kdtype(int dtype) {
   return dtype == DL_FLOAT64 ? DL_FLOAT64 : DL_FLOAT32;
 }
 
-/* Checks that t is a floating point cpu tensor, of dtype `want` when
-** want >= 0; `what` names it in messages ("weight"). */
+/* Checks that t is a floating point tensor (on any device), of dtype `want`
+** when want >= 0; `what` names it in messages ("weight"). */
 static inline int nn_check_float(const char *op, const char *what,
                                  const dl_tensor *t, int want) {
   if (!t) return dl_err(EM_NULLARG, op, what);
-  if (check_cpu(op, t)) return -1;
+  if (check_tensor_any(op, t)) return -1;
   if (!dl_dtype_is_float(t->dtype))
     return dl_err(EM_DTYPE_NEED_FLOAT, op, fmt_dtype(t->dtype));
   if (want >= 0 && t->dtype != want)
@@ -33,16 +33,24 @@ static inline int nn_check_float(const char *op, const char *what,
 static inline int nn_check_index(const char *op, const char *what,
                                  const dl_tensor *t) {
   if (!t) return dl_err(EM_NULLARG, op, what);
-  if (check_cpu(op, t)) return -1;
+  if (check_tensor_any(op, t)) return -1;
   if (t->dtype != DL_INT64 && t->dtype != DL_INT32)
     return dl_err(EM_DTYPE_NEED_INT, op, what, fmt_dtype(t->dtype));
   return 0;
 }
 
+/* The device the op on up to five tensors runs on (NULLs skipped), -2 with
+** the error set when they lie on different devices. */
+static inline int nn_device(const char *op, const dl_tensor *a, const dl_tensor *b,
+                            const dl_tensor *c, const dl_tensor *d, const dl_tensor *e) {
+  const dl_tensor *ts[5] = {a, b, c, d, e};
+  return op_device_opt(op, 5, ts);
+}
+
 /* A fresh contiguous copy of t in dtype kd, made with dl_copy_ so that no
 ** autograd node is recorded (the kernels know nothing of autograd). */
 static inline dl_tensor *nn_copy(const dl_tensor *t, int kd) {
-  dl_tensor *c = tensor_new(kd, t->shape, t->ndim);
+  dl_tensor *c = tensor_new_on(t->storage->device, kd, t->shape, t->ndim);
   if (c && dl_copy_(c, t)) {
     dl_tensor_release(c);
     return NULL;
@@ -108,7 +116,7 @@ static inline int nn_check_reduction(const char *op, int reduction) {
   return 0;
 }
 
-/* nn_embed.c, for the CPU and CUDA embeddings alike: -1 with the error
+/* nn/embedding_dropout.c, for the CPU and CUDA embeddings alike: -1 with the error
 ** set (naming the first) when an index is outside [0, rows). */
 DL_HIDDEN int nn_check_rows(const char *op, const int64_t *idx, int64_t n, int64_t rows);
 /* The positions 0..n of idx sorted by index with a counting sort, stable

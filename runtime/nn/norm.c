@@ -1,5 +1,5 @@
 /*
-** nn_norm.c -- layer normalisation and batch normalisation, forward and
+** nn/norm.c -- layer normalisation and batch normalisation, forward and
 ** backward, with PyTorch's statistics (biased variance to normalise, the
 ** unbiased one for running_var).  Sums run in a fixed order (8 lanes, then
 ** double), so results do not depend on the thread count.
@@ -120,9 +120,9 @@ DEF_LN(double, f64)
 static int ln_setup(const char *op, const dl_tensor *x, const int64_t *ns,
                     int nnorm, const dl_tensor *w, const dl_tensor *b,
                     int64_t *M, int64_t *N) {
-  if (cuda_check_float(op, "input", x, -1) ||
-      (w && cuda_check_float(op, "weight", w, x->dtype)) ||
-      (b && cuda_check_float(op, "bias", b, x->dtype)))
+  if (nn_check_float(op, "input", x, -1) ||
+      (w && nn_check_float(op, "weight", w, x->dtype)) ||
+      (b && nn_check_float(op, "bias", b, x->dtype)))
     return -1;
   if (!ns && nnorm > 0) return dl_err(EM_NULLARG, op, "normalized_shape");
   if (nnorm < 1 || nnorm > x->ndim) {
@@ -160,7 +160,7 @@ DL_API int dl_layer_norm(const dl_tensor *x, const int64_t *normalized_shape,
   int64_t M = 0, N = 0;
   if (ln_setup(op, x, normalized_shape, nnorm, w, b, &M, &N)) return -1;
   int kd = nn_kdtype(x->dtype), axis = x->ndim - nnorm;
-  int dev = cn_device(op, x, w, b, NULL, NULL);
+  int dev = nn_device(op, x, w, b, NULL, NULL);
   if (dev < -1) return -1;
   int64_t ss[DL_MAX_DIMS];  /* mean and rstd: x's shape, 1 in the normalized dims */
   for (int i = 0; i < x->ndim; i++) ss[i] = i < axis ? x->shape[i] : 1;
@@ -210,8 +210,8 @@ DL_API int dl_layer_norm_backward(const dl_tensor *grad_out,
     return dl_err(EM_NULLARG, op, "for a needed gradient");
   int64_t M = 0, N = 0;
   if (ln_setup(op, x, normalized_shape, nnorm, w, NULL, &M, &N) ||
-      cuda_check_float(op, "grad_out", grad_out, x->dtype) ||
-      cuda_check_float(op, "mean", mean, -1) || cuda_check_float(op, "rstd", rstd, -1))
+      nn_check_float(op, "grad_out", grad_out, x->dtype) ||
+      nn_check_float(op, "mean", mean, -1) || nn_check_float(op, "rstd", rstd, -1))
     return -1;
   if (!nn_same_shape(grad_out, x->shape, x->ndim))
     return dl_err(EM_NN_SHAPE, op, "grad_out", fmt_tshape(grad_out), fmt_tshape(x));
@@ -220,7 +220,7 @@ DL_API int dl_layer_norm_backward(const dl_tensor *grad_out,
     snprintf(want, sizeof want, "%lld elements (one per row)", (long long)M);
     return dl_err(EM_NN_SHAPE, op, "mean", fmt_tshape(mean), want);
   }
-  int dev = cn_device(op, x, grad_out, mean, rstd, w);
+  int dev = nn_device(op, x, grad_out, mean, rstd, w);
   if (dev < -1) return -1;
   if (dev >= 0)
     return cuda_layer_norm_backward(op, grad_out, x, normalized_shape, nnorm, M, N, mean, rstd,
@@ -364,7 +364,7 @@ static void run_chan(chan_ctx *k, int f64) {
 static int bn_check_vec(const char *op, const char *what, const dl_tensor *t,
                         int64_t C) {
   if (!t) return 0;
-  if (cuda_check_float(op, what, t, -1)) return -1;
+  if (nn_check_float(op, what, t, -1)) return -1;
   if (t->ndim != 1 || t->shape[0] != C)
     return dl_err(EM_NN_SHAPE, op, what, fmt_tshape(t), fmt_shape(&C, 1));
   return 0;
@@ -382,7 +382,7 @@ static int read_vec(const dl_tensor *t, int64_t C, double dflt, double *out) {
 
 static int bn_setup(const char *op, const dl_tensor *x, const dl_tensor *w,
                     int64_t *N, int64_t *C, int64_t *S) {
-  if (cuda_check_float(op, "input", x, -1)) return -1;
+  if (nn_check_float(op, "input", x, -1)) return -1;
   if (x->ndim < 2)
     return dl_err(EM_NN_NDIM, op, "an input of 2 or more dims [N, C, ...]",
                   "an input", fmt_tshape(x));
@@ -500,7 +500,7 @@ DL_API int dl_batch_norm_backward(const dl_tensor *grad_out,
     return dl_err(EM_NULLARG, op, "for a needed gradient");
   int64_t N = 0, C = 0, S = 0;
   if (bn_setup(op, x, w, &N, &C, &S) ||
-      cuda_check_float(op, "grad_out", grad_out, x->dtype))
+      nn_check_float(op, "grad_out", grad_out, x->dtype))
     return -1;
   if (!save_mean || !save_invstd)
     return dl_err(EM_NULLARG, op, "save_mean/save_invstd");
@@ -509,7 +509,7 @@ DL_API int dl_batch_norm_backward(const dl_tensor *grad_out,
     return -1;
   if (!nn_same_shape(grad_out, x->shape, x->ndim))
     return dl_err(EM_NN_SHAPE, op, "grad_out", fmt_tshape(grad_out), fmt_tshape(x));
-  int dev = cn_device(op, x, grad_out, w, save_mean, save_invstd);
+  int dev = nn_device(op, x, grad_out, w, save_mean, save_invstd);
   if (dev < -1) return -1;
   if (dev >= 0)
     return cuda_batch_norm_backward(op, grad_out, x, w, save_mean, save_invstd, training, need_x,

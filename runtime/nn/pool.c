@@ -1,5 +1,5 @@
 /*
-** nn_pool.c -- 2-D max and average pooling, forward and backward, with
+** nn/pool.c -- 2-D max and average pooling, forward and backward, with
 ** PyTorch's output sizes (ceil_mode included), NaN handling and divisors.
 ** Each (sample, channel) plane is independent: planes run on the pool.
 */
@@ -36,7 +36,7 @@ static int pool_setup(const char *op, const dl_tensor *x, const int64_t *kernel,
                       const int64_t *dilation, int ceil_mode, pool_geom *g) {
   static const int64_t ones[2] = {1, 1};
   /* any device: the callers' op_device put the operands on one */
-  if (cuda_check_float(op, "input", x, -1)) return -1;
+  if (nn_check_float(op, "input", x, -1)) return -1;
   if (nn_check_pair(op, "kernel_size", kernel, 1)) return -1;
   if (!stride) stride = kernel;
   if (!dilation) dilation = ones;
@@ -223,13 +223,10 @@ DL_API dl_tensor *dl_max_pool2d_backward(const dl_tensor *grad_out,
                                          const dl_tensor *indices) {
   const char *op = "max_pool2d_backward";
   int dev = op_device(op, 3, (const dl_tensor *[]){grad_out, x, indices});
-  if (dev < -1 || cuda_check_float(op, "input", x, -1) ||
-      cuda_check_float(op, "grad_out", grad_out, x->dtype) ||
-      (dev < 0 && nn_check_index(op, "indices", indices)))
+  if (dev < -1 || nn_check_float(op, "input", x, -1) ||
+      nn_check_float(op, "grad_out", grad_out, x->dtype) ||
+      nn_check_index(op, "indices", indices))
     return NULL;
-  if (dev >= 0 && !indices) return dl_errp(EM_NULLARG, op, "indices");
-  if (dev >= 0 && indices->dtype != DL_INT64 && indices->dtype != DL_INT32)
-    return dl_errp(EM_DTYPE_NEED_INT, op, "indices", fmt_dtype(indices->dtype));
   if (x->ndim != 3 && x->ndim != 4)
     return dl_errp(EM_NN_NDIM, op, "a 3-D or 4-D input", "an input", fmt_tshape(x));
   int nd = x->ndim;
@@ -409,7 +406,7 @@ DL_API dl_tensor *dl_avg_pool2d_backward(const dl_tensor *grad_out,
   if (dev < -1 ||
       avg_setup(op, x, kernel, stride, padding, ceil_mode, count_include_pad,
                 divisor_override, &g) ||
-      cuda_check_float(op, "grad_out", grad_out, x->dtype))
+      nn_check_float(op, "grad_out", grad_out, x->dtype))
     return NULL;
   int kd = nn_kdtype(x->dtype);
   int64_t s[4];

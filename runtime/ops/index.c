@@ -3,12 +3,12 @@
 ** gather, scatter, masked_fill, masked_select), joining (cat, stack) and
 ** one_hot.  Every index is checked before any element moves, so a bad one
 ** never reads or writes out of bounds and an in-place op fails unchanged.
-** On CUDA tensors the same checks and shapes lead to the kernels of
-** runtime/cuda/index.cu (through cuda_index.c) at the compute step.
+** The checks and shapes are stated once; the element moves are the
+** device's kernels (core/device.h), the CPU's defined here.
 */
 #include <string.h>
 
-#include "cuda/index.h"
+#include "core/device.h"
 
 /* -- Helpers --------------------------------------------------------------- */
 
@@ -70,7 +70,13 @@ static void range_loop(char **d, const int64_t *s, int64_t n, void *ctx) {
 ** indices are errors, as in PyTorch's index_select, gather and scatter. */
 static int check_range(const char *op, const dl_tensor *index, int dim,
                        int64_t size) {
-  if (index->storage->device >= 0) return cuda_index_check(op, index, dim, size);
+  const dl_device *d = device_of(op, index);
+  return d ? d->index_check(op, index, dim, size) : -1;
+}
+
+/* The CPU's kernels (core/device.h): the range check, and the smallest
+** and largest index (one_hot), over index in any layout. */
+DL_HIDDEN int cpu_index_check(const char *op, const dl_tensor *index, int dim, int64_t size) {
   range_ctx c = {size, 0, index->dtype == DL_INT64, 0};
   iter_t it;
   dl_tensor *ops[1] = {(dl_tensor *)index};
@@ -89,7 +95,7 @@ static int index_device(const char *op, const dl_tensor *a, const dl_tensor *c,
   const dl_tensor *ts[3] = {a, index, c};
   int dev = op_device_opt(op, 3, ts);
   if (dev == -2) return -2;
-  if (!(*ix = to_op_device(index, dev))) return -2;
+  if (!(*ix = dl_to_device(index, dev))) return -2;
   return dev;
 }
 
@@ -169,21 +175,32 @@ static dl_tensor *run_take(const char *op, dl_tensor *out, dl_tensor *dst,
                            dl_tensor *src, dl_tensor *idx, int64_t step_bytes,
                            int es) {
   dl_tensor *ops[3] = {dst, src, idx};
-  step_ctx c = {step_bytes, idx->dtype == DL_INT64};
-  if (out->storage->device >= 0) {
-    if (cuda_take(op, ops, step_bytes, es)) {
-      dl_tensor_release(out);
-      return NULL;
-    }
-    return out;
-  }
-  iter_t it;
-  if (iter_init(&it, op, ops, 3)) {
+  const dl_device *d = device_of(op, out);
+  if (!d || d->take(op, ops, step_bytes, es)) {
     dl_tensor_release(out);
     return NULL;
   }
-  iter_run(&it, take_loops[es], &c);
   return out;
+}
+
+/* The CPU's take kernel (core/device.h): ops = {out, src with stride 0
+** along the dim, index}. */
+DL_HIDDEN int cpu_take(const char *op, dl_tensor *const *ops, int64_t step, int es) {
+  step_ctx c = {step, ops[2]->dtype == DL_INT64};
+  iter_t it;
+  if (iter_init(&it, op, ops, 3)) return -1;
+  iter_run(&it, take_loops[es], &c);
+  return 0;
+}
+
+/* The CPU's put kernel: ops = {dst with stride 0 along the dim, src,
+** index}, serial, since duplicate indices would race. */
+DL_HIDDEN int cpu_put(const char *op, dl_tensor *const *ops, int64_t step, int dtype, int reduce) {
+  step_ctx c = {step, ops[2]->dtype == DL_INT64};
+  iter_t it;
+  if (iter_init(&it, op, ops, 3)) return -1;
+  iter_run_serial(&it, reduce ? add_loops[dtype] : put_loops[dl_dtype_sizes[dtype]], &c);
+  return 0;
 }
 
 static dl_tensor *index_select_on(int dev, const dl_tensor *t, int dim,
@@ -345,17 +362,10 @@ static int scatter_on(const char *op, dl_tensor *t, int dim,
   view_of(&tv, t, is, tst, n, t->offset);
   view_of(&sv, src, is, sst, n, src->offset);
   view_of(&iv, index, is, ist, n, index->offset);
-  dl_tensor *ops[3] = {&tv, &sv, &iv};
-  int es = dl_dtype_sizes[t->dtype], rc;
-  step_ctx c = {step * es, index->dtype == DL_INT64};
-  iter_t it;
-  if (t->storage->device >= 0) {  /* a value src stays a CPU scalar: the loop carries it */
-    rc = cuda_put(op, ops, step * es, t->dtype, reduce);
-  } else {
-    rc = iter_init(&it, op, ops, 3);
-    /* serial: duplicate indices would race */
-    if (!rc) iter_run_serial(&it, reduce ? add_loops[t->dtype] : put_loops[es], &c);
-  }
+  dl_tensor *ops[3] = {&tv, &sv, &iv};  /* a value src stays a CPU scalar the loop carries */
+  int es = dl_dtype_sizes[t->dtype];
+  const dl_device *dv = device_of(op, t);
+  int rc = dv ? dv->put(op, ops, step * es, t->dtype, reduce) : -1;
   dl_tensor_release(cs);
   dl_tensor_release(ci);
   return rc;
@@ -425,17 +435,19 @@ static int masked_fill_impl(const char *op, dl_tensor *t, const dl_tensor *mask,
   }
   uint64_t bytes = 0;
   store_double((char *)&bytes, t->dtype, value);
-  dl_tensor *ops[2] = {t, (dl_tensor *)mask};
-  iter_t it;
-  int rc;
-  if (t->storage->device >= 0) {  /* a CPU 0-dim mask rides along as a scalar */
-    rc = cuda_masked_fill(op, ops, bytes);
-  } else {
-    rc = iter_init(&it, op, ops, 2);
-    if (!rc) iter_run(&it, mfill_loops[dl_dtype_sizes[t->dtype]], &bytes);
-  }
+  dl_tensor *ops[2] = {t, (dl_tensor *)mask};  /* a CPU 0-dim mask rides along as a scalar */
+  const dl_device *d = device_of(op, t);
+  int rc = d ? d->masked_fill(op, ops, bytes) : -1;
   dl_tensor_release(cm);
   return rc;
+}
+
+/* The CPU's kernel (core/device.h): ops = {t, mask}. */
+DL_HIDDEN int cpu_masked_fill(const char *op, dl_tensor *const *ops, uint64_t bytes) {
+  iter_t it;
+  if (iter_init(&it, op, ops, 2)) return -1;
+  iter_run(&it, mfill_loops[dl_dtype_sizes[ops[0]->dtype]], &bytes);
+  return 0;
 }
 
 DL_HIDDEN int fw_masked_fill_(dl_tensor *t, const dl_tensor *mask, double value) {
@@ -477,32 +489,6 @@ static dl_tensor *dense_on(int dev, const dl_tensor *t, const dl_tensor *v) {
   return c;
 }
 
-/* Walks tv and mv (same shape) in row-major order; copies the selected
-** elements to out when given and returns how many there are. */
-static int64_t select_walk(const dl_tensor *tv, const dl_tensor *mv, char *out) {
-  int nd = tv->ndim, es = dl_dtype_sizes[tv->dtype];
-  if (!dl_tensor_numel(tv)) return 0;
-  int64_t idx[DL_MAX_DIMS] = {0}, count = 0;
-  int64_t inner = nd ? tv->shape[nd - 1] : 1;
-  int64_t ts = nd ? tv->stride[nd - 1] * es : 0, ms = nd ? mv->stride[nd - 1] : 0;
-  const char *pt = tensor_first(tv), *pm = tensor_first(mv);
-  for (;;) {
-    for (int64_t j = 0; j < inner; j++) {
-      if (!pm[j * ms]) continue;
-      if (out) memcpy(out + count * es, pt + j * ts, (size_t)es);
-      count++;
-    }
-    int d = nd - 2;
-    for (; d >= 0; d--) {
-      pt += tv->stride[d] * es, pm += mv->stride[d];
-      if (++idx[d] < tv->shape[d]) break;
-      pt -= tv->shape[d] * tv->stride[d] * es, pm -= mv->shape[d] * mv->stride[d];
-      idx[d] = 0;
-    }
-    if (d < 0) return count;
-  }
-}
-
 DL_HIDDEN dl_tensor *fw_masked_select(const dl_tensor *t, const dl_tensor *mask) {
   const char *op = "masked_select";
   int64_t shape[DL_MAX_DIMS];
@@ -515,16 +501,12 @@ DL_HIDDEN dl_tensor *fw_masked_select(const dl_tensor *t, const dl_tensor *mask)
   dl_tensor tv, mv;
   expand_view(&tv, t, shape, nd);
   expand_view(&mv, mask, shape, nd);
-  if (dev >= 0) {  /* both contiguous in the broadcast shape, then compacted */
-    dl_tensor *ct = dense_on(dev, t, &tv), *cm = ct ? dense_on(dev, mask, &mv) : NULL;
-    dl_tensor *out = cm ? cuda_compact(op, ct, cm) : NULL;
-    dl_tensor_release(ct);
-    dl_tensor_release(cm);
-    return out;
-  }
-  int64_t count = select_walk(&tv, &mv, NULL);
-  dl_tensor *out = tensor_new(t->dtype, &count, 1);
-  if (out) select_walk(&tv, &mv, tensor_first(out));
+  /* both contiguous in the broadcast shape, then compacted */
+  const dl_device *d = device_get(op, dev);
+  dl_tensor *ct = d ? dense_on(dev, t, &tv) : NULL, *cm = ct ? dense_on(dev, mask, &mv) : NULL;
+  dl_tensor *out = cm ? d->compact(op, ct, cm) : NULL;
+  dl_tensor_release(ct);
+  dl_tensor_release(cm);
   return out;
 }
 
@@ -631,11 +613,12 @@ DL_HIDDEN dl_tensor *fw_stack(dl_tensor *const *ts, int n, int dim) {
 
 /* -- one_hot --------------------------------------------------------------- */
 
-/* On the device: the range from the index's min and max, then a 1 put
-** along the new last dim of zeros (scatter's put with a scalar source). */
-static dl_tensor *one_hot_cuda(const char *op, const dl_tensor *t, int64_t num_classes) {
+/* The range from the index's min and max, then a 1 put along the new last
+** dim of zeros (scatter's put with a scalar source), on t's device. */
+static dl_tensor *one_hot_on(const char *op, const dl_tensor *t, int64_t num_classes) {
+  const dl_device *d = device_of(op, t);
   int64_t n = dl_tensor_numel(t), lo = 0, hi = 0;
-  if (n && cuda_index_minmax(op, t, &lo, &hi)) return NULL;
+  if (!d || (n && d->index_minmax(op, t, &lo, &hi))) return NULL;
   if (num_classes == -1) num_classes = hi + 1;
   if (n && (lo < 0 || hi >= num_classes))
     return dl_errp(EM_ONE_HOT_RANGE, op, (long long)(lo < 0 ? lo : hi), (long long)num_classes);
@@ -648,7 +631,7 @@ static dl_tensor *one_hot_cuda(const char *op, const dl_tensor *t, int64_t num_c
   dl_tensor dv;
   view_of(&dv, out, t->shape, out->stride, t->ndim, 0);
   dl_tensor *ops[3] = {&dv, one, (dl_tensor *)t};
-  if (!one || cuda_put(op, ops, 8, DL_INT64, 0)) {
+  if (!one || d->put(op, ops, 8, DL_INT64, 0)) {
     dl_tensor_release(out);
     out = NULL;
   }
@@ -665,30 +648,31 @@ DL_HIDDEN dl_tensor *fw_one_hot(const dl_tensor *t, int64_t num_classes) {
   int64_t n = dl_tensor_numel(t);
   if (!n && num_classes == -1)
     return dl_errp(EM_BADVALUE, op, "cannot infer num_classes from an empty tensor");
-  if (t->storage->device >= 0) return one_hot_cuda(op, t, num_classes);
-  dl_tensor *ct = dl_contiguous(t);
-  if (!ct) return NULL;
-  const char *p = tensor_first(ct);
-  int is64 = t->dtype == DL_INT64, es = dl_dtype_sizes[t->dtype];
-  int64_t lo = 0, hi = 0;
-  for (int64_t i = 0; i < n; i++) {
-    int64_t v = load_index(p + i * es, is64);
-    if (!i || v < lo) lo = v;
-    if (!i || v > hi) hi = v;
+  return one_hot_on(op, t, num_classes);
+}
+
+/* -- The CPU's index min and max (core/device.h) ---------------------------- */
+
+typedef struct { int64_t lo, hi; int is64, any; } minmax_ctx;
+
+static void minmax_loop(char **d, const int64_t *s, int64_t n, void *ctx) {
+  minmax_ctx *c = ctx;
+  const char *p = d[0];
+  for (int64_t i = 0; i < n; i++, p += s[0]) {
+    int64_t v = load_index(p, c->is64);
+    if (!c->any || v < c->lo) c->lo = v;
+    if (!c->any || v > c->hi) c->hi = v;
+    c->any = 1;
   }
-  if (num_classes == -1) num_classes = hi + 1;
-  dl_tensor *out = NULL;
-  if (n && (lo < 0 || hi >= num_classes)) {
-    dl_err(EM_ONE_HOT_RANGE, op, (long long)(lo < 0 ? lo : hi), (long long)num_classes);
-    goto done;
-  }
-  int64_t shape[DL_MAX_DIMS];
-  memcpy(shape, t->shape, sizeof shape);
-  shape[t->ndim] = num_classes;
-  if (!(out = dl_zeros(shape, t->ndim + 1, DL_INT64))) goto done;
-  int64_t *o = (int64_t *)tensor_first(out);
-  for (int64_t i = 0; i < n; i++) o[i * num_classes + load_index(p + i * es, is64)] = 1;
-done:
-  dl_tensor_release(ct);
-  return out;
+}
+
+DL_HIDDEN int cpu_index_minmax(const char *op, const dl_tensor *index, int64_t *lo, int64_t *hi) {
+  minmax_ctx c = {0, 0, index->dtype == DL_INT64, 0};
+  iter_t it;
+  dl_tensor *ops[1] = {(dl_tensor *)index};
+  if (iter_init(&it, op, ops, 1)) return -1;
+  iter_run_serial(&it, minmax_loop, &c);
+  *lo = c.lo;
+  *hi = c.hi;
+  return 0;
 }

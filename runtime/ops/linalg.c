@@ -7,11 +7,9 @@
 #include <limits.h>
 #include <string.h>
 
-#include "cuda/linalg.h"
-#include "core/internal.h"
+#include "ops/linalg.h"
 
 /* The largest size, leading dim or increment one BLAS call takes. */
-#define BLAS_MAX ((int64_t)(sizeof(blasint) >= 8 ? INT64_MAX : INT_MAX))
 
 /* OpenBLAS runs a gemm of at most 4 * 65536 multiply-adds on the calling
 ** thread; below this (with margin) batches can run on our pool without two
@@ -21,23 +19,6 @@ enum { SMALL_MNK = 65536 };
 static int64_t max1(int64_t x) { return x > 1 ? x : 1; }
 
 /* -- Plan ------------------------------------------------------------------ */
-
-/* out[i] = alpha * A[i] @ B[i] + beta * out[i] for every batch index i: out
-** is contiguous [nbatch, m, n]; A and B are strided, their batch dims
-** broadcast (stride 0). */
-typedef struct {
-  int dtype;
-  int nb;                                       /* batch dims */
-  int64_t bshape[DL_MAX_DIMS];
-  int64_t ast[DL_MAX_DIMS], bst[DL_MAX_DIMS];   /* batch strides, elements */
-  int64_t nbatch, m, k, n;
-  int64_t as0, as1, bs0, bs1;                   /* matrix strides, elements */
-  CBLAS_TRANSPOSE ta, tb;                       /* BLAS path only */
-  int64_t lda, ldb;
-  const char *a, *b;
-  char *c;
-  double alpha, beta;
-} mm_plan;
 
 /* How BLAS can read a rows x cols matrix with strides (s0, s1): as is
 ** (row-major), transposed (column-major), or not at all (-1: copy it).
@@ -56,7 +37,7 @@ static int blas_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1,
   return *ld <= BLAS_MAX ? 0 : -1;
 }
 
-static int plan_layouts(mm_plan *p) {
+DL_HIDDEN int plan_layouts(mm_plan *p) {
   return blas_layout(p->m, p->k, p->as0, p->as1, &p->ta, &p->lda) ||
          blas_layout(p->k, p->n, p->bs0, p->bs1, &p->tb, &p->ldb);
 }
@@ -152,7 +133,7 @@ static void blas_batches(void *ctx, int64_t b0, int64_t b1) {
 /* When B is the same matrix for every batch and A's batch dims continue its
 ** rows at one stride, the whole product is a single [nbatch*m, k] @ [k, n]
 ** gemm, which BLAS blocks and threads far better than many small ones. */
-static void fold_batches(mm_plan *p) {
+DL_HIDDEN void fold_batches(mm_plan *p) {
   if (p->nbatch <= 1 || p->ta != CblasNoTrans) return;
   for (int d = 0; d < p->nb; d++)
     if (p->bst[d] != 0) return;
@@ -284,19 +265,6 @@ static dl_tensor *compact(const dl_tensor *t) {
   return r;
 }
 
-/* The plan handed to cuda_linalg.c (cuBLAS, or a plain kernel). */
-static int device_mm(const char *op, int dev, const mm_plan *p) {
-  dlc_mm d;
-  memset(&d, 0, sizeof d);
-  d.dtype = p->dtype, d.nb = p->nb;
-  for (int i = 0; i < p->nb; i++) d.bshape[i] = p->bshape[i], d.ast[i] = p->ast[i], d.bst[i] = p->bst[i];
-  d.nbatch = p->nbatch, d.m = p->m, d.k = p->k, d.n = p->n;
-  d.as0 = p->as0, d.as1 = p->as1, d.bs0 = p->bs0, d.bs1 = p->bs1;
-  d.a = p->a, d.b = p->b, d.c = p->c;
-  d.alpha = p->alpha, d.beta = p->beta;
-  return cuda_mm(op, dev, &d, p->ta != CblasNoTrans, p->lda, p->tb != CblasNoTrans, p->ldb);
-}
-
 /* Replaces *t by a compact copy when BLAS cannot read its matrices. */
 static int blas_ready(dl_tensor **t) {
   const dl_tensor *x = *t;
@@ -350,10 +318,12 @@ static dl_tensor *matmul_nd(const char *op, const dl_tensor *a,
   if (!drop_m) rshape[rn++] = a->shape[na - 2];
   if (!drop_n) rshape[rn++] = b->shape[nb - 1];
 
-  /* on a device the half types go to cuBLAS as they are (float32
-  ** accumulation, one rounding: as here) */
+  /* a device whose kernels take the half types (cuBLAS) gets them as they
+  ** are (float32 accumulation, one rounding: as here) */
   int dev = a->storage->device;
-  int kd = is_half_dtype(dt) && dev < 0 ? DL_FLOAT32 : dt;
+  const dl_device *d = device_get(op, dev);
+  if (!d) return NULL;
+  int kd = is_half_dtype(dt) && !d->half_native ? DL_FLOAT32 : dt;
   dl_tensor *out = tensor_new_on(dev, dt, rshape, rn), *work = NULL, *ca = NULL, *cb = NULL;
   if (!out) return NULL;
   if (kd == dt) {
@@ -365,7 +335,7 @@ static dl_tensor *matmul_nd(const char *op, const dl_tensor *a,
   int use_c = c && beta != 0;
   if (use_c && dl_copy_(work, c)) goto fail;
   if (!(ca = as_dtype(a, kd)) || !(cb = as_dtype(b, kd))) goto fail;
-  int blas = kd == DL_FLOAT32 || kd == DL_FLOAT64 || (dev >= 0 && is_half_dtype(kd));
+  int blas = kd == DL_FLOAT32 || kd == DL_FLOAT64 || is_half_dtype(kd);
   if (blas && k && dl_tensor_numel(out) && (blas_ready(&ca) || blas_ready(&cb)))
     goto fail;
 
@@ -373,21 +343,7 @@ static dl_tensor *matmul_nd(const char *op, const dl_tensor *a,
   memset(&p, 0, sizeof p);
   plan_fill(&p, ca, cb, tensor_first(work), bshape, nbt);
   p.alpha = alpha, p.beta = use_c ? beta : 0;
-  if (dev >= 0 && p.nbatch && p.m && p.n) {
-    if (blas && k && plan_layouts(&p)) {
-      dl_err(EM_MM_BLAS_SIZE, op, (long long)k, (long long)BLAS_MAX);
-      goto fail;
-    }
-    if (blas && k) fold_batches(&p);
-    if (device_mm(op, dev, &p)) goto fail;
-  } else if (p.nbatch && p.m && p.n) {
-    if (blas) {
-      if (run_blas(op, &p)) goto fail;
-    } else {
-      int64_t work_per_row = max1(p.k * p.n);
-      parallel_for(p.nbatch * p.m, max1(PAR_GRAIN / work_per_row), int_rows, &p);
-    }
-  }
+  if (p.nbatch && p.m && p.n && d->matmul(op, dev, &p, blas)) goto fail;
   if (work != out && dl_copy_(out, work)) goto fail;
   dl_tensor_release(work);
   dl_tensor_release(ca);
@@ -432,9 +388,9 @@ static dl_tensor *matmul_nd(const char *op, const dl_tensor *a, const dl_tensor 
                             const dl_tensor *c, double beta, double alpha, const dl_tensor *ua,
                             const dl_tensor *ub, int drop_m, int drop_n);
 
-/* On a device, a row [1, n] times a column [n, 1] with both dims dropped:
-** the product path's cuBLAS call (or zeros for n = 0). */
-static dl_tensor *device_dot(const char *op, const dl_tensor *a, const dl_tensor *b) {
+/* A row [1, n] times a column [n, 1] with both dims dropped: the product
+** path (or zeros for n = 0), for devices without a dot kernel of their own. */
+DL_HIDDEN dl_tensor *dot_by_matmul(const char *op, const dl_tensor *a, const dl_tensor *b) {
   dl_tensor *ra = as_matrix(a, 0), *cb = ra ? as_matrix(b, 1) : NULL, *r = NULL;
   if (cb) r = matmul_nd(op, ra, cb, NULL, 0, 1, a, b, 1, 1);
   dl_tensor_release(ra);
@@ -452,7 +408,14 @@ static dl_tensor *dot_impl(const char *op, const dl_tensor *a,
                    (long long)b->shape[0]);
   if (n > BLAS_MAX)
     return dl_errp(EM_MM_BLAS_SIZE, op, (long long)n, (long long)BLAS_MAX);
-  if (a->storage->device >= 0) return device_dot(op, a, b);
+  const dl_device *d = device_of(op, a);
+  return d ? d->dot(op, a, b) : NULL;
+}
+
+/* The CPU's kernel (core/device.h): BLAS for floats, a loop for integers. */
+DL_HIDDEN dl_tensor *cpu_dot(const char *op, const dl_tensor *a, const dl_tensor *b) {
+  (void)op;
+  int64_t n = a->shape[0];
   int dt = a->dtype, kd = is_half_dtype(dt) ? DL_FLOAT32 : dt;
   dl_tensor *ca = as_dtype(a, kd), *cb = ca ? as_dtype(b, kd) : NULL;
   dl_tensor *r = NULL, *out = NULL;
@@ -570,4 +533,14 @@ DL_HIDDEN dl_tensor *fw_dot(const dl_tensor *a, const dl_tensor *b) {
   if (a->ndim != 1 || b->ndim != 1)
     return dl_errp(EM_MM_NDIM, "dot", "1-D tensors", fmt_tshape(a), fmt_tshape(b));
   return dot_impl("dot", a, b);
+}
+
+/* The CPU's kernel (core/device.h): the planned product through BLAS
+** (blas) or the integer loop. */
+DL_HIDDEN int cpu_matmul(const char *op, int dev, mm_plan *p, int blas) {
+  (void)dev;
+  if (blas) return run_blas(op, p);
+  int64_t work_per_row = max1(p->k * p->n);
+  parallel_for(p->nbatch * p->m, max1(PAR_GRAIN / work_per_row), int_rows, p);
+  return 0;
 }

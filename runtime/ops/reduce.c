@@ -6,21 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/reduce.h"
-#include "cuda/cuda.h"
-#include "core/internal.h"
+#include "ops/reduce_passes.h"
 
 #include "core/simd.h"
 
 /* -- Kernels ------------------------------------------------------------- */
 
-/* What a pass computes; a user op is one or two passes. */
-enum { K_SUM, K_ABS, K_SQ, K_NZ, K_SQDEV, K_EXP, /* sums of a map of x */
-       K_POW, K_PROD, K_MAX, K_MIN, K_MAXABS, K_MINABS, K_COUNT };
-/* The CUDA kernels take the passes by these numbers. */
-_Static_assert((int)K_COUNT == (int)DLC_K_COUNT && (int)K_POW == (int)DLC_K_POW &&
-                   (int)K_MINABS == (int)DLC_K_MINABS,
-               "reduce.c's passes and dlc.h's DLC_K_* differ");
 /* The dtype a pass reads: float32, float64, int64, or bool (K_COUNT). */
 enum { KD_F32, KD_F64, KD_I64, KD_U8 };
 
@@ -511,23 +502,38 @@ DL_HIDDEN dl_tensor *fw_reduce(int op, const dl_tensor *t, const int *dims,
       return dl_errp(EM_REDUCE_EMPTY, name, i, fmt_tshape(t));
   }
   int dev = t->storage->device;
-  dl_tensor *x = as_dtype(t, cd), *out = x ? tensor_new_on(dev, od, oshape, ond) : NULL;
+  const dl_device *dv = device_get(name, dev);
+  dl_tensor *x = dv ? as_dtype(t, cd) : NULL;
+  dl_tensor *out = x ? tensor_new_on(dev, od, oshape, ond) : NULL;
+  int rc = out ? dv->reduce(name, x, red, k.op, op, param, N, out) : -1;
+  dl_tensor_release(x);
+  if (rc) {
+    dl_tensor_release(out);
+    return NULL;
+  }
+  return out;
+}
+
+/* The CPU's kernel (core/device.h): out = redop of x over the dims marked
+** in red (N elements each), through kernel kop. */
+DL_HIDDEN int cpu_reduce(const char *name, const dl_tensor *x, const int *red, int kop,
+                         int op, double param, int64_t N, dl_tensor *out) {
+  int cd = x->dtype;
+  kspec k = {kop, cd == DL_FLOAT32 ? KD_F32 : cd == DL_FLOAT64 ? KD_F64 : cd == DL_BOOL ? KD_U8
+                                                                                  : KD_I64,
+             param, NULL};
   dl_tensor *copy = NULL;
-  int64_t M = out && dev < 0 ? dl_tensor_numel(out) : 0;
+  int64_t M = dl_tensor_numel(out);
   int work = N > 0 && M > 0, rc = -1;
   int centred = work && (op == DL_VAR || op == DL_STD || op == DL_LOGSUMEXP);
-  acc_t *res = out && dev < 0 ? malloc(sizeof(acc_t) * (size_t)(M + 1)) : NULL;
+  acc_t *res = malloc(sizeof(acc_t) * (size_t)(M + 1));
   double *cen = centred ? malloc(sizeof(double) * (size_t)M) : NULL;
   plan_t pl;
-  if (out && dev >= 0) {
-    rc = cuda_reduce(name, x, red, k.op, op, param, N, out);
-    goto done;
-  }
-  if (out && (!res || (centred && !cen))) {
+  if (!res || (centred && !cen)) {
     dl_err(EM_NOMEM, name, (long long)(M * 16), (long long)dl_mem_allocated());
     goto done;
   }
-  if (!out || (work && plan_for(&pl, x, red, &copy))) goto done;
+  if (work && plan_for(&pl, x, red, &copy)) goto done;
   acc_t id = k_identity(&k);
   for (int64_t m = 0; m < M; m++) res[m] = id;  /* what empty dims give */
   if (centred) {  /* a first pass for the mean, or the max */
@@ -547,12 +553,7 @@ done:
   free(res);
   free(cen);
   dl_tensor_release(copy);
-  dl_tensor_release(x);
-  if (rc) {
-    dl_tensor_release(out);
-    return NULL;
-  }
-  return out;
+  return rc;
 }
 
 /* -- Max and min with indices -------------------------------------------- */
@@ -607,33 +608,17 @@ static int arg_reduce(const char *name, const dl_tensor *t, int dim, int keepdim
   int d, ond = 0;
   if (check_tensor_any(name, t) || norm_dim(name, dim, t->ndim, &d))
     return dl_last_error_code();
-  plan_t pl = {.n = t->ndim ? t->shape[d] : 1};
-  if (pl.n == 0) return dl_err(EM_REDUCE_EMPTY, name, d, fmt_tshape(t));
+  if ((t->ndim ? t->shape[d] : 1) == 0) return dl_err(EM_REDUCE_EMPTY, name, d, fmt_tshape(t));
   dl_tensor *x = as_dtype(t, is_half_dtype(t->dtype) ? DL_FLOAT32 : t->dtype);
   if (!x) return dl_last_error_code();
   int64_t oshape[DL_MAX_DIMS];
-  pl.base = tensor_first(x);
-  pl.esize = dl_dtype_sizes[x->dtype];
-  pl.rs = t->ndim ? x->stride[d] * pl.esize : 0;
-  for (int i = 0; i < t->ndim; i++) {
-    if (i != d)
-      pl.ks[pl.nk] = t->shape[i], pl.kst[pl.nk++] = x->stride[i] * pl.esize;
+  for (int i = 0; i < t->ndim; i++)
     if (i != d || keepdim) oshape[ond++] = i == d ? 1 : t->shape[i];
-  }
   int dev = t->storage->device;
-  dl_tensor *v = values ? tensor_new_on(dev, x->dtype, oshape, ond) : NULL;
-  dl_tensor *ix = values && !v ? NULL : tensor_new_on(dev, DL_INT64, oshape, ond);
-  int rc = -1;
-  if (ix && dev >= 0) {
-    rc = cuda_argreduce(name, x, d, mx, v, ix);
-  } else if (ix) {
-    static const arg_fn fns[DL_NDTYPES] = {arg_f32, arg_f64, arg_i32, arg_i64,
-                                           arg_u8, arg_u8, NULL, NULL};
-    arg_ctx c = {&pl, fns[x->dtype], mx, v ? tensor_first(v) : NULL,
-                 (int64_t *)tensor_first(ix)};
-    parallel_for(dl_tensor_numel(ix), PAR_GRAIN / pl.n + 1, arg_body, &c);
-    rc = 0;
-  }
+  const dl_device *dv = device_get(name, dev);
+  dl_tensor *v = dv && values ? tensor_new_on(dev, x->dtype, oshape, ond) : NULL;
+  dl_tensor *ix = !dv || (values && !v) ? NULL : tensor_new_on(dev, DL_INT64, oshape, ond);
+  int rc = ix ? dv->argreduce(name, x, d, mx, v, ix) : -1;
   if (!rc && v && v->dtype != t->dtype) {  /* half types went through float32 */
     dl_tensor *vh = dl_to_dtype(v, t->dtype);
     dl_tensor_release(v);
@@ -699,4 +684,23 @@ DL_HIDDEN dl_tensor *fw_argmax(const dl_tensor *t, int dim, int keepdim) {
 
 DL_HIDDEN dl_tensor *fw_argmin(const dl_tensor *t, int dim, int keepdim) {
   return argmaxmin("argmin", t, dim, keepdim, 0);
+}
+
+/* The CPU's kernel (core/device.h): the max (mx) or min of x along dim d,
+** values (may be NULL) and int64 indices, contiguous. */
+DL_HIDDEN int cpu_argreduce(const char *name, const dl_tensor *x, int d, int mx,
+                            dl_tensor *values, dl_tensor *indices) {
+  (void)name;
+  static const arg_fn fns[DL_NDTYPES] = {arg_f32, arg_f64, arg_i32, arg_i64,
+                                         arg_u8, arg_u8, NULL, NULL};
+  plan_t pl = {.n = x->ndim ? x->shape[d] : 1};
+  pl.base = tensor_first(x);
+  pl.esize = dl_dtype_sizes[x->dtype];
+  pl.rs = x->ndim ? x->stride[d] * pl.esize : 0;
+  for (int i = 0; i < x->ndim; i++)
+    if (i != d) pl.ks[pl.nk] = x->shape[i], pl.kst[pl.nk++] = x->stride[i] * pl.esize;
+  arg_ctx c = {&pl, fns[x->dtype], mx, values ? tensor_first(values) : NULL,
+               (int64_t *)tensor_first(indices)};
+  parallel_for(dl_tensor_numel(indices), PAR_GRAIN / pl.n + 1, arg_body, &c);
+  return 0;
 }

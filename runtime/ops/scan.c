@@ -6,9 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/reduce.h"
-#include "cuda/cuda.h"
-#include "core/internal.h"
+#include "core/device.h"
 #include "core/simd.h"
 
 /* The dtype a kernel reads, and a running value of either kind. */
@@ -168,30 +166,37 @@ static void softmax_body(void *c_, int64_t b, int64_t e) {
   }
 }
 
-/* Runs body over a contiguous copy of t in dtype cd; half results go back
-** to their dtype.  flag: cumprod, or log_softmax. */
-static dl_tensor *dim_op(const char *name, const dl_tensor *t, int dim, int cd,
-                         par_fn body, int flag) {
+/* The CPU's kernel (core/device.h): kind 0 cumsum, 1 cumprod, 2 softmax,
+** 3 log_softmax along the middle dim of contiguous [O, N, I] x into y. */
+DL_HIDDEN int cpu_dimop(const char *name, int kind, const dl_tensor *x, dl_tensor *y,
+                        int64_t O, int64_t N, int64_t I) {
+  (void)name;
+  if (!dl_tensor_numel(y)) return 0;
+  int cd = x->dtype;
+  dim_ctx c = {tensor_first(x), tensor_first(y), KD_I64, kind & 1, 0, 0, 0};
+  c.kd = cd == DL_FLOAT32 ? KD_F32 : cd == DL_FLOAT64 ? KD_F64 : KD_I64;
+  c.N = N, c.I = I;
+  c.ncb = (c.I + CBLK - 1) / CBLK;
+  int64_t work = c.N * (c.I < CBLK ? c.I : CBLK);
+  parallel_for(O * c.ncb, PAR_GRAIN / work + 1, kind >= 2 ? softmax_body : cum_body, &c);
+  return 0;
+}
+
+/* Runs dim op kind over a contiguous copy of t in dtype cd on t's device;
+** half results go back to their dtype. */
+static dl_tensor *dim_op(const char *name, const dl_tensor *t, int dim, int cd, int kind) {
   int d;
   if (norm_dim(name, dim, t->ndim, &d)) return NULL;
-  dl_tensor *x = as_dtype(t, cd), *xc = x ? dl_contiguous(x) : NULL;
-  int dev = t->storage->device;
-  dl_tensor *y = xc ? tensor_new_on(dev, cd, t->shape, t->ndim) : NULL;
-  if (y && dev >= 0) {  /* kind: 0 cumsum, 1 cumprod, 2 softmax, 3 log_softmax */
+  const dl_device *dv = device_of(name, t);
+  dl_tensor *x = dv ? as_dtype(t, cd) : NULL, *xc = x ? dl_contiguous(x) : NULL;
+  dl_tensor *y = xc ? tensor_new_on(t->storage->device, cd, t->shape, t->ndim) : NULL;
+  if (y) {
     int64_t O, N, I;
     split_dim(t, d, &O, &N, &I);
-    if (cuda_dimop(name, (body == softmax_body) * 2 + flag, xc, y, O, N, I)) {
+    if (dv->dimop(name, kind, xc, y, O, N, I)) {
       dl_tensor_release(y);
       y = NULL;
     }
-  } else if (y && dl_tensor_numel(y) > 0) {
-    dim_ctx c = {tensor_first(xc), tensor_first(y), KD_I64, flag, 0, 0, 0};
-    int64_t O;
-    c.kd = cd == DL_FLOAT32 ? KD_F32 : cd == DL_FLOAT64 ? KD_F64 : KD_I64;
-    split_dim(t, d, &O, &c.N, &c.I);
-    c.ncb = (c.I + CBLK - 1) / CBLK;
-    int64_t work = c.N * (c.I < CBLK ? c.I : CBLK);
-    parallel_for(O * c.ncb, PAR_GRAIN / work + 1, body, &c);
   }
   dl_tensor_release(x);
   dl_tensor_release(xc);
@@ -208,7 +213,7 @@ static dl_tensor *cum_op(const char *name, const dl_tensor *t, int dim,
   if (check_tensor_any(name, t)) return NULL;
   int dt = t->dtype;
   int cd = is_half_dtype(dt) ? DL_FLOAT32 : dl_dtype_is_float(dt) ? dt : DL_INT64;
-  return dim_op(name, t, dim, cd, cum_body, prod);
+  return dim_op(name, t, dim, cd, prod ? 1 : 0);
 }
 
 DL_HIDDEN dl_tensor *fw_cumsum(const dl_tensor *t, int dim) {
@@ -227,7 +232,7 @@ static dl_tensor *softmax_op(const char *name, const dl_tensor *t, int dim,
   if (!dl_dtype_is_float(t->dtype))
     return dl_errp(EM_DTYPE_NEED_FLOAT, name, fmt_dtype(t->dtype));
   int cd = t->dtype == DL_FLOAT64 ? DL_FLOAT64 : DL_FLOAT32;
-  return dim_op(name, t, dim, cd, softmax_body, lg);
+  return dim_op(name, t, dim, cd, lg ? 3 : 2);
 }
 
 DL_HIDDEN dl_tensor *fw_softmax(const dl_tensor *t, int dim) {

@@ -4,9 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/index.h"
-#include "cuda/reduce.h"
-#include "cuda/cuda.h"
+#include "core/device.h"
 #include "core/internal.h"
 
 /* -- Keys ---------------------------------------------------------------- */
@@ -208,18 +206,24 @@ static int sort_op(const char *name, const dl_tensor *t, int dim, int desc,
   memcpy(shape, t->shape, sizeof shape);
   if (t->ndim) shape[d] = k;
   int dev = t->storage->device;
-  dl_tensor *v = tensor_new_on(dev, t->dtype, shape, t->ndim);
+  const dl_device *dv = device_get(name, dev);
+  dl_tensor *v = dv ? tensor_new_on(dev, t->dtype, shape, t->ndim) : NULL;
   dl_tensor *ix = v ? tensor_new_on(dev, DL_INT64, shape, t->ndim) : NULL;
-  if (!ix || (dev >= 0 && cuda_sort(name, t, d, desc, k, v, ix))) {
+  if (!ix || dv->sort(name, t, d, desc, k, v, ix)) {
     dl_tensor_release(v);
     dl_tensor_release(ix);
     return dl_last_error_code();
   }
-  if (dev >= 0) {
-    *values = v;
-    *indices = ix;
-    return 0;
-  }
+  *values = v;
+  *indices = ix;
+  return 0;
+}
+
+/* The CPU's kernel (core/device.h): the first k of each slice of t along
+** dim d into contiguous values v and int64 indices ix. */
+DL_HIDDEN int cpu_sort(const char *name, const dl_tensor *t, int d, int desc, int64_t k,
+                       dl_tensor *v, dl_tensor *ix) {
+  int64_t n = t->ndim ? t->shape[d] : 1;
   sort_ctx c = {.base = tensor_first(t), .dtype = t->dtype,
                 .esize = dl_dtype_sizes[t->dtype], .n = n, .k = k, .I = 1,
                 .flip = desc ? UINT64_MAX : 0, .vals = tensor_first(v),
@@ -234,14 +238,8 @@ static int sort_op(const char *name, const dl_tensor *t, int dim, int desc,
   atomic_init(&c.err, 0);
   int64_t slices = n ? dl_tensor_numel(t) / n : 0;
   if (slices && k) parallel_for(slices, PAR_GRAIN / (4 * n) + 1, sort_body, &c);
-  if (atomic_load(&c.err)) {
-    dl_tensor_release(v);
-    dl_tensor_release(ix);
-    return dl_err(EM_NOMEM, name, (long long)(n * 32),
-                  (long long)dl_mem_allocated());
-  }
-  *values = v;
-  *indices = ix;
+  if (atomic_load(&c.err))
+    return dl_err(EM_NOMEM, name, (long long)(n * 32), (long long)dl_mem_allocated());
   return 0;
 }
 
@@ -263,29 +261,8 @@ DL_HIDDEN dl_tensor *fw_nonzero(const dl_tensor *t) {
   dl_tensor *b = as_dtype(t, DL_BOOL), *c = b ? dl_contiguous(b) : NULL;
   dl_tensor_release(b);
   if (!c) return NULL;
-  if (c->storage->device >= 0) {  /* counted and compacted by chunks */
-    dl_tensor *out = cuda_compact("nonzero", NULL, c);
-    dl_tensor_release(c);
-    return out;
-  }
-  const uint8_t *p = (const uint8_t *)tensor_first(c);
-  int64_t n = dl_tensor_numel(c), nnz = 0, idx[DL_MAX_DIMS] = {0};
-  int nd = t->ndim;
-  for (int64_t i = 0; i < n; i++) nnz += p[i] != 0;
-  int64_t shape[2] = {nnz, nd};
-  dl_tensor *out = tensor_new(DL_INT64, shape, 2);
-  if (out && nd && nnz) {  /* row by row of the last dim */
-    int64_t *o = (int64_t *)tensor_first(out), C = t->shape[nd - 1];
-    for (int64_t r = 0; r < n / C; r++, p += C) {
-      for (int64_t i = 0; i < C; i++) {
-        if (!p[i]) continue;
-        memcpy(o, idx, sizeof(int64_t) * (size_t)(nd - 1));
-        o[nd - 1] = i;
-        o += nd;
-      }
-      for (int j = nd - 2; j >= 0 && ++idx[j] == t->shape[j]; j--) idx[j] = 0;
-    }
-  }
+  const dl_device *d = device_of("nonzero", c);
+  dl_tensor *out = d ? d->compact("nonzero", NULL, c) : NULL;
   dl_tensor_release(c);
   return out;
 }
@@ -299,18 +276,25 @@ static dl_tensor *tri_op(const char *name, const dl_tensor *t, int64_t diag,
   dl_tensor *out = dl_clone(t);
   if (!out) return NULL;
   int64_t R = t->shape[t->ndim - 2], C = t->shape[t->ndim - 1];
-  int64_t B = R && C ? dl_tensor_numel(t) / (R * C) : 0;
-  int es = dl_dtype_sizes[t->dtype];
   if (diag > C) diag = C + 1;  /* keeps i + diag from overflowing */
   if (diag < -R) diag = -R - 1;
-  if (out->storage->device >= 0) {
-    if (cuda_tri(name, out, diag, upper)) {
-      dl_tensor_release(out);
-      return NULL;
-    }
-    return out;
+  const dl_device *d = device_of(name, out);
+  if (!d || d->tri(name, out, diag, upper)) {
+    dl_tensor_release(out);
+    return NULL;
   }
-  char *p = tensor_first(out);
+  return out;
+}
+
+/* The CPU's kernel (core/device.h): in contiguous t, zeroes below (upper)
+** or above the diagonal diag of the last two dims; zero bytes are 0 in
+** every dtype. */
+DL_HIDDEN int cpu_tri(const char *op, dl_tensor *t, int64_t diag, int upper) {
+  (void)op;
+  int64_t R = t->shape[t->ndim - 2], C = t->shape[t->ndim - 1];
+  int64_t B = R && C ? dl_tensor_numel(t) / (R * C) : 0;
+  int es = dl_dtype_sizes[t->dtype];
+  char *p = tensor_first(t);
   for (int64_t b = 0; b < B; b++) {
     for (int64_t i = 0; i < R; i++, p += C * es) {
       int64_t lo = upper ? 0 : i + diag + 1, hi = upper ? i + diag : C;
@@ -319,7 +303,7 @@ static dl_tensor *tri_op(const char *name, const dl_tensor *t, int64_t diag,
       if (hi > lo) memset(p + lo * es, 0, (size_t)((hi - lo) * es));
     }
   }
-  return out;
+  return 0;
 }
 
 DL_HIDDEN dl_tensor *fw_tril(const dl_tensor *t, int64_t diagonal) {
@@ -328,4 +312,42 @@ DL_HIDDEN dl_tensor *fw_tril(const dl_tensor *t, int64_t diagonal) {
 
 DL_HIDDEN dl_tensor *fw_triu(const dl_tensor *t, int64_t diagonal) {
   return tri_op("triu", t, diagonal, 1);
+}
+
+/* -- The CPU's compaction (core/device.h) ------------------------------------ */
+
+/* The elements of src where mask is set (both contiguous, same numel), or
+** without src the coordinates of the set elements in mask's shape, row by
+** row of the last dim, as nonzero gives them. */
+DL_HIDDEN dl_tensor *cpu_compact(const char *op, const dl_tensor *src, const dl_tensor *mask) {
+  (void)op;
+  const uint8_t *p = (const uint8_t *)tensor_first(mask);
+  int64_t n = dl_tensor_numel(mask), nnz = 0, idx[DL_MAX_DIMS] = {0};
+  for (int64_t i = 0; i < n; i++) nnz += p[i] != 0;
+  if (src) {
+    dl_tensor *out = tensor_new(src->dtype, &nnz, 1);
+    if (!out) return NULL;
+    size_t es = (size_t)dl_dtype_sizes[src->dtype];
+    const char *s = tensor_first(src);
+    char *o = tensor_first(out);
+    for (int64_t i = 0; i < n; i++)
+      if (p[i]) memcpy(o, s + (size_t)i * es, es), o += es;
+    return out;
+  }
+  int nd = mask->ndim;
+  int64_t shape[2] = {nnz, nd};
+  dl_tensor *out = tensor_new(DL_INT64, shape, 2);
+  if (out && nd && nnz) {
+    int64_t *o = (int64_t *)tensor_first(out), C = mask->shape[nd - 1];
+    for (int64_t r = 0; r < n / C; r++, p += C) {
+      for (int64_t i = 0; i < C; i++) {
+        if (!p[i]) continue;
+        memcpy(o, idx, sizeof(int64_t) * (size_t)(nd - 1));
+        o[nd - 1] = i;
+        o += nd;
+      }
+      for (int j = nd - 2; j >= 0 && ++idx[j] == mask->shape[j]; j--) idx[j] = 0;
+    }
+  }
+  return out;
 }

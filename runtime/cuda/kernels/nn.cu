@@ -1,7 +1,7 @@
 /*
 ** nn.cu -- the losses (cross entropy, nll, mse), forward and backward,
 ** index range checks and embedding lookups on CUDA tensors, with the
-** CPU's formulas (runtime/nn_loss.c, nn_embed.c): per-position terms in
+** CPU's formulas (runtime/nn_loss.c, nn/embedding_dropout.c): per-position terms in
 ** double, one warp per position, and sums in double.
 */
 #include "nn_common.cuh"

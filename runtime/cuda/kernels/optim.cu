@@ -1,5 +1,5 @@
 /*
-** optim.cu -- the fused optimizer steps of runtime/optim.c on CUDA: one
+** optim.cu -- the fused optimizer steps of runtime/nn/optim.c on CUDA: one
 ** kernel per parameter for SGD (momentum, dampening, Nesterov, weight
 ** decay) and Adam/AdamW (amsgrad), with the CPU's arithmetic in the
 ** parameter's dtype, step by step in the same order.

@@ -1,6 +1,6 @@
 /*
 ** pool.cu -- max and average pooling on CUDA tensors, forward and backward,
-** with the CPU's (nn_pool.c) windows, NaN rule, divisors and summation
+** with the CPU's (nn/pool.c) windows, NaN rule, divisors and summation
 ** order: one thread per output (forward) or per input pixel (average
 ** backward, a gather, so no atomics); max backward scatters with atomics.
 */
@@ -80,7 +80,7 @@ DLC_API int dlc_max_pool_backward(int device, int dtype, int64_t planes, int64_t
 
 /* -- Average ------------------------------------------------------------------------ */
 
-/* nn_pool.c: avg_window, the window clipped to the input and its divisor;
+/* nn/pool.c: avg_window, the window clipped to the input and its divisor;
 ** false for an empty window. */
 __device__ __forceinline__ bool avg_window(const dlc_pool &g, int64_t oh, int64_t ow, int64_t *h0,
                                            int64_t *h1, int64_t *w0, int64_t *w1, double *div) {

@@ -1,5 +1,5 @@
 /*
-** random.cu -- the Philox4x32-10 stream of runtime/random.c on CUDA:
+** random.cu -- the Philox4x32-10 stream of runtime/core/random.c on CUDA:
 ** uniform, normal and integer fills and dropout masks.  Element i of a
 ** call comes from counter block base + i / per-block with the CPU's very
 ** mapping, so a seed gives the same numbers on either device.

@@ -1,7 +1,7 @@
 /* selftest.cu -- device query and a fill kernel that prove the CUDA path end to end. */
 /*
 ** Only the dlc_* launchers below are exported (NVFLAGS has
-** -fvisibility=hidden): runtime/device.c finds them with dlsym, so
+** -fvisibility=hidden): runtime/cuda/probe.c finds them with dlsym, so
 ** libddplua.so itself never links cudart or libcuda.  Each launcher
 ** returns 0, or a negative DL_E* code with the CUDA error text written
 ** into the caller's err buffer (err may be NULL, errlen may be 0).
