@@ -47,7 +47,7 @@ local function has(out, text)
 end
 
 if not exists(python) then
-  pending("python3 not found")
+  pending("no " .. python .. " here: tests/helpers/pty.py needs it to drive the REPL")
   return
 end
 
@@ -83,9 +83,6 @@ describe("ddplua REPL", function()
   end)
 
   it("has ddp loaded", function()
-    if not exists(root .. "/lua/ddp/init.lua") then
-      pending("lua/ddp/init.lua not written yet")
-    end
     local out = repl { "type(ddp)", "^D" }
     has(out, "ddp is loaded;")
     has(out, "> type(ddp)\ntable\n")
