@@ -6,7 +6,6 @@
 local has_all = require("helpers.fails").has_all
 local ddp = require "ddp"
 local ffi = require "ffi"
-local checkpoint = require "ddp.checkpoint"
 
 local root = assert(io.popen("pwd")):read("*l")
 local ddplua = os.getenv("DDPLUA") or "build/ddplua"
@@ -676,19 +675,5 @@ describe("ddp.save_checkpoint / ddp.load_checkpoint", function()
       ddp.save({}, path, { ["ddplua.format"] = "checkpoint 9", ["ddplua.state"] = "{}" })
       return err(function() ddp.load_checkpoint(path) end)
     end)())
-  end)
-
-  it("parses every prefix of a state without a Lua error", function()
-    local out = {}
-    checkpoint._encode({ a = { 1, 2.5, "x\"y", true, { [false] = -1e300 } }, b = 0 / 0, c = -math.huge },
-                       {}, out, function() return "t" end, {})
-    local text = table.concat(out)
-    assert.equal('{"a"={1=1,2=2.5,3="x\\x22y",4=true,5={false=-1.0000000000000001e+300}},"b"=nan,"c"=-inf}', text)
-    local v = assert(checkpoint._decode(text, {}))
-    assert.equal(2.5, v.a[2])
-    for n = 0, #text - 1 do
-      local r, e = checkpoint._decode(text:sub(1, n), {})
-      assert(r == nil and e:match("^at byte %d+: "), "prefix " .. n .. " gave " .. tostring(r))
-    end
   end)
 end)
