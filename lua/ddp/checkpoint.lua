@@ -8,6 +8,7 @@
 -- which tensors are references @"name" to those names.  Reading it back is
 -- that module's parser: nothing from a file is ever run with load().
 local core = require "ddp.core"
+local factory = require "ddp.factory"
 local serialize = require "ddp.serialize"
 local C, ffi = core.C, core.ffi
 local raise, check = core.raise, core.check
@@ -132,7 +133,7 @@ function M.save_checkpoint(path, parts)
     if has_method(v, "state_dict") then v = v:state_dict() end
     state[k] = v
   end
-  if state.rng == nil then state.rng = require("ddp").get_rng_state() end
+  if state.rng == nil then state.rng = factory.get_rng_state() end
   if state.rng == false then state.rng = nil end
 
   local tensors, by_handle = {}, {}
@@ -205,7 +206,7 @@ function M.load_checkpoint(path, targets)
   end)
   for _, k in ipairs(names) do targets[k]:load_state_dict(state[k]) end
   if targets.rng ~= false and type(state.rng) == "table" then
-    require("ddp").set_rng_state(state.rng)
+    factory.set_rng_state(state.rng)
   end
   return state
 end

@@ -18,8 +18,9 @@
 --                     loader:set_epoch(e) and s:set_epoch(e) do the same,
 --                     and each completed pass advances the sampler's epoch.
 -- SequentialSampler, RandomSampler and DistributedSampler implement it.
-local ddp = require "ddp"
 local core = require "ddp.core"
+local factory = require "ddp.factory"
+local dist = require "ddp.dist"
 local C, ffi = core.C, core.ffi
 local new, raise, show = core.new, core.raise, core.show
 local is_tensor, is_integer = core.is_tensor, core.is_integer
@@ -116,7 +117,7 @@ end
 -- A seed from the global generator: so ddp.manual_seed(n) before building
 -- a loader fixes its shuffles too.
 local function draw_seed()
-  return ddp.randint(0, 2^53, { 1 }):get(0)
+  return factory.randint(0, 2^53, { 1 }):get(0)
 end
 
 -- -- IDX files ----------------------------------------------------------------
@@ -320,7 +321,7 @@ local DistributedSampler = class("DistributedSampler")
 local dist_opts = { shuffle = true, seed = true, drop_last = true, num_replicas = true, rank = true, eval = true }
 
 -- data.DistributedSampler(n | dataset[, {shuffle = true, seed = 0,
--- drop_last = false, num_replicas = ddp.world_size(), rank = ddp.rank(),
+-- drop_last = false, num_replicas = dist.world_size(), rank = dist.rank(),
 -- eval = false}]): this rank's share of each epoch, as PyTorch's
 -- DistributedSampler cuts it.  The epoch's list -- 0, ..., n - 1, or with
 -- shuffle a permutation from a Philox stream of its own (key seed, counter
@@ -350,12 +351,12 @@ function data.DistributedSampler(n, opts)
   local seed = opts.seed == nil and 0 or seed_arg(opts.seed, op, "seed")
   local w = opts.num_replicas
   if w == nil then
-    w = ddp.world_size()
+    w = dist.world_size()
   elseif not is_integer(w) or w < 1 then
     raise(("%s: num_replicas must be a positive integer, got %s"):format(op, show(w)))
   end
   local r = opts.rank
-  if r == nil then r = ddp.rank() end
+  if r == nil then r = dist.rank() end
   if not is_integer(r) then raise(("%s: rank must be an integer, got %s"):format(op, show(r))) end
   if r < 0 or r >= w then
     raise(("%s: rank %d is out of range for num_replicas = %d%s (ranks are 0..%d)")
@@ -560,7 +561,7 @@ local function epoch_indices(self, epoch)
         raise(("%s: sampler:indices(%d) item %d is %s, not an integer index"):format(op, epoch, i, show(idx[i])))
       end
     end
-    idx = #idx > 0 and ddp.tensor(idx, { dtype = "int64" }) or ddp.empty(0, { dtype = "int64" })
+    idx = #idx > 0 and factory.tensor(idx, { dtype = "int64" }) or factory.empty(0, { dtype = "int64" })
   end
   if not is_tensor(idx) or idx:dim() ~= 1 or (idx:dtype() ~= "int64" and idx:dtype() ~= "int32") then
     raise(("%s: sampler:indices(%d) must return a 1-D int64 tensor or a table of indices, got %s"):format(
@@ -595,7 +596,7 @@ local function stack_samples(ds, bi)
   end
   for f = 1, nf or 0 do
     local c = cols[f]
-    cols[f] = is_tensor(c[1]) and ddp.stack(c, 0) or ddp.tensor(c)
+    cols[f] = is_tensor(c[1]) and factory.stack(c, 0) or factory.tensor(c)
   end
   return cols, nf or 0
 end
@@ -696,12 +697,12 @@ function data.reduce_metrics(t)
     end
     vals[k] = v
   end
-  if ddp.world_size() == 1 then return vals end
-  if not ddp.is_initialized() then
+  if dist.world_size() == 1 then return vals end
+  if not dist.is_initialized() then
     raise(("%s: call ddp.init() first (a world of %d ranks sums through the process group)")
-          :format(op, ddp.world_size()))
+          :format(op, dist.world_size()))
   end
-  local all = ddp.all_gather_object(vals)
+  local all = dist.all_gather_object(vals)
   -- every rank sees every table, so a mismatch raises on all of them
   local out = {}
   for k in pairs(vals) do out[k] = 0 end
@@ -709,13 +710,13 @@ function data.reduce_metrics(t)
     for k in pairs(vals) do
       if all[r][k] == nil then
         raise(("%s: rank %d has no metric %s, which rank %d has; every rank must pass the same keys")
-              :format(op, r - 1, show(k), ddp.rank()))
+              :format(op, r - 1, show(k), dist.rank()))
       end
     end
     for k, v in pairs(all[r]) do
       if out[k] == nil then
         raise(("%s: rank %d has a metric %s, which rank %d lacks; every rank must pass the same keys")
-              :format(op, r - 1, show(k), ddp.rank()))
+              :format(op, r - 1, show(k), dist.rank()))
       end
       out[k] = out[k] + v
     end

@@ -1,8 +1,9 @@
 -- ddp.optim: SGD, Adam and AdamW (each step one fused C loop per
 -- parameter) and learning-rate schedulers, with state_dicts laid out as
 -- PyTorch's ({state = {[0] = {...}}, param_groups = {{lr = ..., params = {0, 1}}}}).
-local ddp = require "ddp"
 local core = require "ddp.core"
+local factory = require "ddp.factory"
+local autograd = require "ddp.autograd"
 local C = core.C
 local check, raise = core.check, core.raise
 
@@ -82,7 +83,7 @@ function Optimizer:zero_grad(set_to_none)
   for _, p in self:each() do
     if set_to_none == false then
       local g = p.grad
-      if g then ddp.no_grad(function() g:zero_() end) end
+      if g then autograd.no_grad(function() g:zero_() end) end
     else
       p.grad = nil
     end
@@ -90,8 +91,8 @@ function Optimizer:zero_grad(set_to_none)
 end
 
 function Optimizer:step(closure)
-  local loss = closure and ddp.enable_grad(closure) or nil
-  ddp.no_grad(function()
+  local loss = closure and autograd.enable_grad(closure) or nil
+  autograd.no_grad(function()
     for idx, p, g in self:each() do
       local grad = p.grad
       if grad then
@@ -194,7 +195,7 @@ function optim.SGD:update(p, grad, st, g)
   local buf, first = nil, 0
   if g.momentum ~= 0 then
     if not st.momentum_buffer then
-      st.momentum_buffer = ddp.zeros_like(p)
+      st.momentum_buffer = factory.zeros_like(p)
       first = 1
     end
     buf = st.momentum_buffer
@@ -220,9 +221,9 @@ local function adam_class(name, decoupled, wd)
   function cls:update(p, grad, st, g)
     if not st.step then
       st.step = 0
-      st.exp_avg = ddp.zeros_like(p)
-      st.exp_avg_sq = ddp.zeros_like(p)
-      if g.amsgrad then st.max_exp_avg_sq = ddp.zeros_like(p) end
+      st.exp_avg = factory.zeros_like(p)
+      st.exp_avg_sq = factory.zeros_like(p)
+      if g.amsgrad then st.max_exp_avg_sq = factory.zeros_like(p) end
     end
     st.step = st.step + 1
     check(C.dl_adam_step(p, grad:contiguous(), st.exp_avg, st.exp_avg_sq,

@@ -14,22 +14,28 @@ local raise, show = core.raise, core.show
 local floor, max, fmt = math.floor, math.max, string.format
 
 core.add_lib_file(debug.getinfo(1, "S").source)
-pcall(ffi.cdef, "int isatty(int fd);")
-pcall(ffi.cdef, "typedef struct { long tv_sec; long tv_nsec; } dl_progress_ts; int clock_gettime(int, dl_progress_ts *);")
+-- Declared under names of our own (bound to the libc symbols): ddp loads
+-- this module at once, and a script's own declaration of clock_gettime or
+-- isatty, with its own types, must still work.
+pcall(ffi.cdef, [[
+typedef struct { long tv_sec; long tv_nsec; } dl_progress_ts;
+int dl_progress_clock_gettime(int, dl_progress_ts *) __asm__("clock_gettime");
+int dl_progress_isatty(int fd) __asm__("isatty");
+]])
 local ts = ffi.new("dl_progress_ts")
 
 local Bar = {}
 Bar.__index = Bar
 
 local function clock()
-  ffi.C.clock_gettime(1, ts)  -- CLOCK_MONOTONIC
+  ffi.C.dl_progress_clock_gettime(1, ts)  -- CLOCK_MONOTONIC
   return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
 end
 
 local function on_terminal()
   local v = os.getenv("DDP_TTY")
   if v ~= nil and v ~= "" then return v == "1" end
-  return ffi.C.isatty(1) == 1
+  return ffi.C.dl_progress_isatty(1) == 1
 end
 
 local function hms(s)

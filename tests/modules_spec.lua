@@ -1,0 +1,59 @@
+-- The library's modules as a strict hierarchy: each loads on its own
+-- without the top module ddp (none requires "ddp" back), leaves no
+-- globals, and the tensor type is the same whichever module loads first.
+-- Each check runs in a fresh `ddplua -e`, so nothing is loaded before.
+local jobs = require "helpers.jobs"
+local q, sh = jobs.q, jobs.sh
+
+local function lua(code)
+  return sh(q(jobs.ddplua) .. " -e " .. q(code) .. " 2>&1")
+end
+
+local MODULES = {
+  "ddp.ffi", "ddp.core", "ddp.serialize", "ddp.tensor_base", "ddp.ops", "ddp.tensor_grad",
+  "ddp.print", "ddp.autocast", "ddp.tensor", "ddp.factory", "ddp.autograd", "ddp.checkpoint",
+  "ddp.functional", "ddp.nn", "ddp.optim", "ddp.store", "ddp.dist", "ddp.data",
+  "ddp.progress", "ddp.argparse", "ddp.ddp",
+}
+
+describe("the Lua modules", function()
+  it("each load without the top module ddp and add no globals", function()
+    local code = [[
+local before = {}
+for k in pairs(_G) do before[k] = true end
+require(%q)
+assert(package.loaded.ddp == nil, "loaded the top module ddp")
+for k in pairs(_G) do assert(before[k], "added the global " .. tostring(k)) end
+print("fine")]]
+    for _, name in ipairs(MODULES) do
+      assert.equal("fine\n", lua(code:format(name)), name)
+    end
+  end)
+
+  it("give the same tensor type whatever loads first", function()
+    local show = [[
+local ddp = require "ddp"
+local names = {}
+for k in pairs(ddp.Tensor) do names[#names + 1] = k end
+table.sort(names)
+local t = ddp.ones(2)
+print(#names, table.concat(names, " "), tostring(t + 1), t.requires_grad, t.is_leaf, #t)]]
+    local plain = lua(show)
+    assert.truthy(plain:match("^%d+\tabs "), plain)
+    for _, first in ipairs { "ddp.nn", "ddp.data", "ddp.autograd", "ddp.ops", "ddp.tensor_grad", "ddp.checkpoint" } do
+      assert.equal(plain, lua(("require %q\n"):format(first) .. show), first)
+    end
+  end)
+
+  it("give the submodules on ddp itself, the same tables as require", function()
+    local out = lua([[
+local ddp = require "ddp"
+for _, k in ipairs { "nn", "optim", "data", "dist", "store", "argparse" } do
+  assert(ddp[k] == require("ddp." .. k), k)
+end
+assert(ddp.nn.functional == require "ddp.functional")
+assert(getmetatable(ddp) == nil, "ddp has a metatable")
+print("fine")]])
+    assert.equal("fine\n", out)
+  end)
+end)
