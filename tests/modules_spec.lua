@@ -57,3 +57,53 @@ print("fine")]])
     assert.equal("fine\n", out)
   end)
 end)
+
+describe("core.class, the one class idiom", function()
+  local core = require "ddp.core"
+
+  it("makes callable classes with init, inheritance and metamethods", function()
+    local Animal = core.class("Animal")
+    function Animal:init(name) self.name = name end
+    function Animal:speak() return self.name .. " makes a sound" end
+    Animal.__tostring = function(self) return "Animal " .. self.name end
+    local Dog = core.class("Dog", Animal)
+    function Dog:speak() return self.name .. " barks" end
+    local a, d = Animal("cat"), Dog("rex")
+    assert.equal("cat makes a sound", a:speak())
+    assert.equal("rex barks", d:speak())
+    assert.equal("Animal rex", tostring(d))  -- metamethods come down to subclasses
+    assert.equal("Dog", tostring(Dog))
+    assert.is_true(core.is_instance(d, Animal) and core.is_instance(d, Dog))
+    assert.is_false(core.is_instance(a, Dog))
+    assert.is_false(core.is_instance({}, Animal) or core.is_instance("x", Animal) or core.is_instance(nil, Animal))
+    assert.equal(Dog, core.class_of(d))
+  end)
+
+  it("makes userdata instances with a length where asked (LuaJIT ignores __len on tables)", function()
+    local Bag = core.class("Bag", nil, { proxy = true })
+    function Bag:init(n) self.n = n end
+    function Bag:__len() return self.n end
+    local b = Bag(3)
+    assert.equal("userdata", type(b))
+    assert.equal(3, #b)
+    b.n = 5
+    assert.equal(5, #b)
+    assert.equal("Bag", getmetatable(b))
+    assert.is_true(core.is_instance(b, Bag))
+  end)
+
+  it("is what the library's classes are", function()
+    local ddp = require "ddp"
+    local nn, optim, data = ddp.nn, ddp.optim, ddp.data
+    local m = nn.Linear(2, 3)
+    assert.is_true(core.is_instance(m, nn.Module) and nn.is_module(m))
+    assert.is_false(nn.is_module({ _fields = {} }))
+    local opt = optim.SGD(m:parameters(), { lr = 0.1 })
+    assert.is_true(core.is_instance(opt, optim.Optimizer))
+    assert.is_true(core.is_instance(optim.SGD.new(m:parameters(), { lr = 0.1 }), optim.SGD))
+    local ds = data.TensorDataset(ddp.arange(4))
+    assert.is_true(core.is_instance(ds, data.TensorDataset))
+    assert.equal(4, #ds)
+    assert.equal(2, #data.DataLoader(ds, { batch_size = 2 }))
+  end)
+end)

@@ -33,23 +33,12 @@ local data = {}
 
 -- -- Objects with a length ----------------------------------------------------
 
--- LuaJIT ignores __len on tables, so objects that `#` must measure are
--- userdata proxies: their metatable forwards fields to a plain table (whose
--- own metatable holds the class's methods).
-local function object(class, fields)
-  local u = newproxy(true)
-  local mt = getmetatable(u)
-  setmetatable(fields, class)
-  mt.__index, mt.__newindex = fields, fields
-  mt.__len, mt.__tostring = class.__len, class.__tostring
-  mt.__metatable = class.__name  -- getmetatable(obj) names the class
-  return u
-end
-
+-- The classes here are callable (data.TensorDataset(x, y) runs its init).
+-- LuaJIT ignores __len on tables, so their objects, which `#` must
+-- measure, are core.class's userdata proxies; getmetatable(obj) names the
+-- class.
 local function class(name)
-  local c = { __name = name }
-  c.__index = c
-  return c
+  return core.class(name, nil, { proxy = true })
 end
 
 -- Reads obj[k] without raising on values that cannot be indexed.
@@ -212,10 +201,11 @@ end
 -- -- TensorDataset ------------------------------------------------------------
 
 local TensorDataset = class("TensorDataset")
+data.TensorDataset = TensorDataset
 
 -- data.TensorDataset(x, y, ...): sample i is (x[i], y[i], ...); every
 -- tensor has the same size(0).
-function data.TensorDataset(...)
+function TensorDataset:init(...)
   local op = "TensorDataset"
   local n = select("#", ...)
   if n == 0 then raise(op .. ": expected one or more tensors") end
@@ -233,7 +223,7 @@ function data.TensorDataset(...)
             :format(op, core.fmt_shape(fields[1]:shape()), i, core.fmt_shape(t:shape())))
     end
   end
-  return object(TensorDataset, { _fields = fields, _n = fields[1]:size(0) })
+  self._fields, self._n = fields, fields[1]:size(0)
 end
 
 function TensorDataset:len() return self._n end
@@ -276,10 +266,11 @@ local function size_arg(n, op)
 end
 
 local SequentialSampler = class("SequentialSampler")
+data.SequentialSampler = SequentialSampler
 
 -- data.SequentialSampler(n | dataset): 0, 1, ..., n - 1 every epoch.
-function data.SequentialSampler(n)
-  return object(SequentialSampler, { _n = size_arg(n, "SequentialSampler") })
+function SequentialSampler:init(n)
+  self._n = size_arg(n, "SequentialSampler")
 end
 function SequentialSampler:len() return self._n end
 SequentialSampler.__len = SequentialSampler.len
@@ -289,18 +280,19 @@ end
 function SequentialSampler:__tostring() return ("SequentialSampler(%d)"):format(self._n) end
 
 local RandomSampler = class("RandomSampler")
+data.RandomSampler = RandomSampler
 
 -- data.RandomSampler(n | dataset[, {seed =}]): a permutation per epoch,
 -- from a Philox stream of its own (key seed, counter epoch * 2^32 blocks):
 -- the same seed and epoch give the same order on every machine, and
 -- shuffling leaves the global generator untouched.  seed defaults to a
 -- draw from the global generator (so ddp.manual_seed fixes it).
-function data.RandomSampler(n, opts)
+function RandomSampler:init(n, opts)
   local op = "RandomSampler"
   opts = check_opts(opts, op, { seed = true })
   n = size_arg(n, op)
   local seed = opts.seed == nil and draw_seed() or seed_arg(opts.seed, op, "seed")
-  return object(RandomSampler, { _n = n, seed = seed })
+  self._n, self.seed = n, seed
 end
 function RandomSampler:len() return self._n end
 RandomSampler.__len = RandomSampler.len
@@ -318,6 +310,7 @@ end
 function RandomSampler:__tostring() return ("RandomSampler(%d, seed %d)"):format(self._n, self.seed) end
 
 local DistributedSampler = class("DistributedSampler")
+data.DistributedSampler = DistributedSampler
 local dist_opts = { shuffle = true, seed = true, drop_last = true, num_replicas = true, rank = true, eval = true }
 
 -- data.DistributedSampler(n | dataset[, {shuffle = true, seed = 0,
@@ -338,7 +331,7 @@ local dist_opts = { shuffle = true, seed = true, drop_last = true, num_replicas 
 -- The sampler keeps its own epoch (from 0): each completed pass over it --
 -- a DataLoader's, or its own iter()'s -- advances it, and set_epoch(e) sets
 -- it.  A DataLoader over it uses this epoch rather than one of its own.
-function data.DistributedSampler(n, opts)
+function DistributedSampler:init(n, opts)
   local op = "DistributedSampler"
   opts = check_opts(opts, op, dist_opts)
   n = size_arg(n, op)
@@ -368,10 +361,8 @@ function data.DistributedSampler(n, opts)
   else
     m = drop_last and floor(n / w) or ceil(n / w)
   end
-  return object(DistributedSampler, {
-    _n = n, _m = m, _epoch = 0, num_replicas = w, rank = r, shuffle = shuffle, seed = seed,
-    drop_last = drop_last, eval = eval,
-  })
+  self._n, self._m, self._epoch, self.num_replicas, self.rank = n, m, 0, w, r
+  self.shuffle, self.seed, self.drop_last, self.eval = shuffle, seed, drop_last, eval
 end
 
 -- Samples this rank gets per epoch.
@@ -459,6 +450,7 @@ end
 -- -- DataLoader ---------------------------------------------------------------
 
 local DataLoader = class("DataLoader")
+data.DataLoader = DataLoader
 local loader_opts = { batch_size = true, shuffle = true, drop_last = true, sampler = true, seed = true,
   pin_memory = true }
 
@@ -472,7 +464,7 @@ local loader_opts = { batch_size = true, shuffle = true, drop_last = true, sampl
 -- page-locked memory, so x:cuda({non_blocking = true}) does not wait for
 -- the copy (ignored where there is no CUDA device, as in PyTorch).  A
 -- TensorDataset whose tensors are on a GPU gives batches on that GPU.
-function data.DataLoader(ds, opts)
+function DataLoader:init(ds, opts)
   local op = "DataLoader"
   opts = check_opts(opts, op, loader_opts)
   local fields = field(ds, "_fields")
@@ -510,10 +502,9 @@ function data.DataLoader(ds, opts)
   end
   -- a sampler keeping its own epoch keeps the loader's
   local owner = type(field(sampler, "epoch")) == "function" and type(field(sampler, "set_epoch")) == "function"
-  return object(DataLoader, {
-    dataset = ds, sampler = sampler, batch_size = bs, shuffle = shuffle, drop_last = drop_last,
-    pin_memory = pin, _fields = fields, _n = n, _epoch = 0, _sampler_epoch = owner,
-  })
+  self.dataset, self.sampler, self.batch_size, self.shuffle = ds, sampler, bs, shuffle
+  self.drop_last, self.pin_memory, self._fields, self._n = drop_last, pin, fields, n
+  self._epoch, self._sampler_epoch = 0, owner
 end
 
 -- Number of batches in a pass.

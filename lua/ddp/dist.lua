@@ -539,9 +539,13 @@ function M.recv(t, src, opts)
   return t
 end
 
--- Handles of ddp.all_reduce_async.
-local Work = {}
-Work.__index = Work
+-- Handles of ddp.all_reduce_async: Work(w, t) owns w, the C handle of
+-- the all-reduce of t.
+local Work = core.class("ddp.Work")
+
+function Work:init(w, t)
+  self.w, self.t = ffi.gc(w, C.dl_work_free), t
+end
 
 -- h:wait(): blocks until the all-reduce finished; returns its tensor, or
 -- raises its error.
@@ -570,7 +574,7 @@ function M.all_reduce_async(t, op, opts)
   local pg = group(name)
   local w = timed(pg, name, opts, C.dl_pg_all_reduce_async, pg, t, o)
   if w == nil then raise("ddp." .. core.last_error()) end
-  return setmetatable({ w = ffi.gc(w, C.dl_work_free), t = t }, Work)
+  return Work(w, t)
 end
 
 return M

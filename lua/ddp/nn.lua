@@ -20,41 +20,44 @@ local nn = { functional = F }
 
 -- -- Module ---------------------------------------------------------------------------
 
-local Module = { __name = "Module" }
+-- Instances keep what is assigned to them in self._fields (so every
+-- assignment goes through _set, which registers parameters, buffers and
+-- children); the class is their metatable, as core.class makes it, with
+-- __index reading the fields first, then the class.
+local Module = core.class("Module")
 nn.Module = Module
 
+-- Whether v is a module (an instance of nn.Module or of a subclass).
 local function is_module(v)
-  return type(v) == "table" and rawget(v, "_fields") ~= nil
+  return core.is_instance(v, Module)
 end
+nn.is_module = is_module
 
-local function module_mt(class)
-  return {
-    __index = function(self, k)
-      local v = rawget(self, "_fields")[k]
-      if v ~= nil then return v end
-      return class[k]
-    end,
-    __newindex = function(self, k, v) self:_set(k, v) end,
-    __call = function(self, ...) return self:forward(...) end,
-    __tostring = function(self) return self:repr("") end,
-  }
+Module.__index = function(self, k)
+  local v = rawget(self, "_fields")[k]
+  if v ~= nil then return v end
+  return getmetatable(self)[k]
+end
+Module.__newindex = function(self, k, v) self:_set(k, v) end
+Module.__call = function(self, ...) return self:forward(...) end
+Module.__tostring = function(self) return self:repr("") end
+
+-- The bare instance, before init.
+function Module.__new(class)
+  local obj = setmetatable({ _fields = {}, _params = {}, _buffers = {}, _modules = {},
+                             _nonpersistent = {} }, class)
+  obj._fields.training = true
+  return obj
 end
 
 -- A new class: Class(...) creates an instance and calls Class.init(self, ...).
 function Module:extend(name)
-  local class = setmetatable({}, { __index = self })
-  class.__name = name or "Module"
-  class._mt = module_mt(class)
-  getmetatable(class).__call = function(c, ...) return c:new(...) end
-  return class
+  return core.class(name or "Module", self)
 end
 
+-- Class:new(...) is Class(...).
 function Module:new(...)
-  local obj = setmetatable({ _fields = {}, _params = {}, _buffers = {}, _modules = {},
-                             _nonpersistent = {} }, self._mt)
-  obj._fields.training = true
-  if self.init then self.init(obj, ...) end
-  return obj
+  return self(...)
 end
 
 local function remove(list, name)

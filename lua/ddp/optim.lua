@@ -13,12 +13,14 @@ local optim = {}
 
 -- -- The optimizer base -----------------------------------------------------------
 
-local Optimizer = {}
-Optimizer.__index = Optimizer
+-- Optimizers and schedulers are core.class classes: optim.SGD(params,
+-- opts) runs SGD's init.
+local Optimizer = core.class("Optimizer")
 
--- params: a list of tensors (model:parameters()), or a list of groups
--- {params = {...}, lr = ...} whose options override the defaults.
-local function new_optimizer(class, name, params, defaults, opts)
+-- Fills a new optimizer self.  params: a list of tensors
+-- (model:parameters()), or a list of groups {params = {...}, lr = ...}
+-- whose options override the defaults.
+local function setup(self, name, params, defaults, opts)
   if type(params) ~= "table" or core.is_tensor(params) then
     raise(name .. ": params must be a list of tensors (model:parameters()) or of groups {params = ...}")
   end
@@ -26,7 +28,7 @@ local function new_optimizer(class, name, params, defaults, opts)
   for k in pairs(opts) do
     if defaults[k] == nil then raise(("%s: unknown option %q"):format(name, tostring(k))) end
   end
-  local self = setmetatable({ name = name, defaults = {}, param_groups = {}, state = {} }, class)
+  self.name, self.defaults, self.param_groups, self.state = name, {}, {}, {}
   for k, v in pairs(defaults) do self.defaults[k] = opts[k] == nil and v or opts[k] end
   local groups = (params[1] ~= nil and core.is_tensor(params[1])) and { { params = params } } or params
   if #groups == 0 then raise(name .. ": got an empty parameter list") end
@@ -58,7 +60,6 @@ local function new_optimizer(class, name, params, defaults, opts)
   if type(self.defaults.lr) ~= "number" or self.defaults.lr < 0 then
     raise(name .. ": lr must be a non-negative number, got " .. tostring(self.defaults.lr))
   end
-  return self
 end
 
 -- Every parameter with its 0-based index across groups (PyTorch's numbering).
@@ -179,16 +180,14 @@ end
 
 -- -- SGD ------------------------------------------------------------------------------
 
-optim.SGD = setmetatable({}, { __index = Optimizer })
-optim.SGD.__index = optim.SGD
+optim.SGD = core.class("SGD", Optimizer)
 
-function optim.SGD.new(params, opts)
-  local self = new_optimizer(optim.SGD, "SGD", params,
+function optim.SGD:init(params, opts)
+  setup(self, "SGD", params,
     { lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false, maximize = false }, opts)
   if self.defaults.nesterov and (self.defaults.momentum <= 0 or self.defaults.dampening ~= 0) then
     raise("SGD: nesterov needs momentum > 0 and dampening 0")
   end
-  return self
 end
 
 function optim.SGD:update(p, grad, st, g)
@@ -207,16 +206,14 @@ end
 -- -- Adam and AdamW -------------------------------------------------------------------
 
 local function adam_class(name, decoupled, wd)
-  local cls = setmetatable({}, { __index = Optimizer })
-  cls.__index = cls
-  function cls.new(params, opts)
-    local self = new_optimizer(cls, name, params,
+  local cls = core.class(name, Optimizer)
+  function cls:init(params, opts)
+    setup(self, name, params,
       { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = wd, amsgrad = false, maximize = false }, opts)
     local b = self.defaults.betas
     if type(b) ~= "table" or not (b[1] >= 0 and b[1] < 1 and b[2] >= 0 and b[2] < 1) then
       raise(name .. ": betas must be a table {beta1, beta2} with values in [0, 1)")
     end
-    return self
   end
   function cls:update(p, grad, st, g)
     if not st.step then
@@ -236,28 +233,28 @@ end
 optim.Adam = adam_class("Adam", false, 0)
 optim.AdamW = adam_class("AdamW", true, 1e-2)
 
--- optim.SGD(params, opts) as in PyTorch
+-- optim.SGD(params, opts) as in PyTorch; optim.SGD.new(params, opts), the
+-- older spelling, still works.
 for _, name in ipairs { "SGD", "Adam", "AdamW" } do
-  setmetatable(optim[name], { __index = Optimizer, __call = function(cls, ...) return cls.new(...) end })
+  local cls = optim[name]
+  cls.new = function(params, opts) return cls(params, opts) end
 end
 
 -- -- Learning-rate schedulers --------------------------------------------------------
 
-local Scheduler = {}
-Scheduler.__index = Scheduler
+local Scheduler = core.class("Scheduler")
 
-local function new_scheduler(cls, name, opt, fields)
+-- Fills a new scheduler self, which already holds its own options.
+local function setup_scheduler(self, name, opt)
   if getmetatable(opt) == nil or type(opt.param_groups) ~= "table" then
     raise(name .. ": expected an optimizer from ddp.optim")
   end
-  local self = setmetatable(fields, cls)
   self.optimizer = opt
   self.name = name
   self.last_epoch = 0
   self.base_lrs = {}
   for i, g in ipairs(opt.param_groups) do self.base_lrs[i] = g.initial_lr or g.lr; g.initial_lr = self.base_lrs[i] end
   self:apply()
-  return self
 end
 
 function Scheduler:apply()
@@ -291,14 +288,12 @@ function Scheduler:load_state_dict(s)
 end
 
 local function scheduler_class(name, check_opts, lr_at)
-  local cls = setmetatable({}, { __index = Scheduler })
-  cls.__index = cls
+  local cls = core.class(name, Scheduler)
   cls.lr_at = lr_at
-  setmetatable(cls, { __index = Scheduler, __call = function(c, opt, opts)
-    opts = opts or {}
-    local fields = check_opts(opts)
-    return new_scheduler(c, name, opt, fields)
-  end })
+  function cls:init(opt, opts)
+    for k, v in pairs(check_opts(opts or {})) do self[k] = v end
+    setup_scheduler(self, name, opt)
+  end
   return cls
 end
 
