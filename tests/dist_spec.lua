@@ -6,6 +6,7 @@
 local dist = require "ddp.dist"
 
 local jobs = require "helpers.jobs"
+local err_of = require("helpers.fails").message
 local q = jobs.q
 local ddplua, run = jobs.ddplua, jobs.run
 local function script(body) return jobs.script(body, "dist") end
@@ -27,7 +28,7 @@ print("BEFORE", ddp.rank(), ddp.world_size(), ddp.local_rank(), ddp.local_world_
 assert(ddp.device() == (ddp.cuda.is_available() and "cuda:0" or "cpu"))
 ddp.init({ backend = "gloo" })
 ddp.init()
-print("INIT", ddp.is_initialized(), ddp.backend(), require("ddp.dist")._store())
+print("INIT", ddp.is_initialized(), ddp.backend(), open_sockets())
 for _ = 1, 3 do ddp.barrier() end
 ddp.barrier("named")
 ddp.print("P", 1, nil, true)
@@ -45,7 +46,7 @@ print("DOWN", ddp.is_initialized())
     local out, err, rc = run(q(s))
     assert.equals(0, rc, err)
     assert.truthy(out:find("BEFORE\t0\t1\t0\t1\t0\ttrue\tfalse\n", 1, true), out)
-    assert.truthy(out:find("INIT\ttrue\tshm\tnil\n", 1, true), out)
+    assert.truthy(out:find("INIT\ttrue\tshm\t0\n", 1, true), out)
     assert.truthy(out:find("P\t1\tnil\ttrue\n", 1, true), out)
     assert.truthy(out:find("L\t2\n", 1, true), out)
     assert.truthy(out:find("B\ty\t3\tfalse\n", 1, true), out)
@@ -55,11 +56,6 @@ print("DOWN", ddp.is_initialized())
   end)
 
   it("refuses unsupported values, naming the path, and unknown backends", function()
-    local function err_of(f, ...)
-      local ok, e = pcall(f, ...)
-      assert.is_false(ok)
-      return e
-    end
     dist.init()
     local send = dist.broadcast_object
     assert.truthy(err_of(send, { a = { f = print } }):find("ddp.broadcast_object: value.a.f is a function", 1, true))
@@ -94,7 +90,7 @@ for i = 1, 20 do
   if ddp.rank() == i % 3 then sleep(0.01) end
   ddp.barrier()
 end
-local store, n1 = require("ddp.dist")._store()
+local store, n1 = job_store()
 for round = 1, 10 do
   local b = ddp.broadcast_object(ddp.rank() == 1 and { cfg = { lr = 0.5, layers = { 3, 4, { n = "x" } } }, round = round }
                                  or "ignored", 1)

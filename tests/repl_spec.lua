@@ -1,27 +1,8 @@
 -- The ddplua REPL, driven through a pseudo-terminal by tests/helpers/pty.py.
 
-local root = assert(io.popen("pwd")):read("*l")
-local ddplua = os.getenv("DDPLUA") or "build/ddplua"
-if ddplua:sub(1, 1) ~= "/" then ddplua = root .. "/" .. ddplua end
+local shell = require "helpers.shell"
+local root, ddplua, q, exists, tempname = shell.root, shell.ddplua, shell.q, shell.exists, shell.tempname
 local python = "/usr/bin/python3"
-
-local function q(s)
-  return "'" .. (tostring(s):gsub("'", [['\'']])) .. "'"
-end
-
-local function exists(path)
-  local f = io.open(path)
-  if f then f:close() end
-  return f ~= nil
-end
-
-local temps = {}
-
-local function tempname()
-  local name = os.tmpname()
-  temps[#temps + 1] = name
-  return name
-end
 
 -- Types `inputs` (pty.py's input lines) into a fresh REPL whose HOME is a
 -- new directory; returns the transcript (ending in "EXIT ...") and HOME.
@@ -52,9 +33,7 @@ if not exists(python) then
 end
 
 describe("ddplua REPL", function()
-  teardown(function()
-    for _, name in ipairs(temps) do os.execute("rm -rf " .. q(name)) end
-  end)
+  teardown(shell.cleanup)
 
   it("prints the banner and evaluates expressions", function()
     local out = repl { "1+1", "^D" }

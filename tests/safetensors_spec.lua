@@ -4,39 +4,20 @@
 -- clear message and never crash, atomic saves under SIGKILL, and
 -- ddp.save_checkpoint / ddp.load_checkpoint of whole training states.
 local has_all = require("helpers.fails").has_all
+local err = require("helpers.fails").message
 local ddp = require "ddp"
 local ffi = require "ffi"
 
-local root = assert(io.popen("pwd")):read("*l")
-local ddplua = os.getenv("DDPLUA") or "build/ddplua"
-if ddplua:sub(1, 1) ~= "/" then ddplua = root .. "/" .. ddplua end
+local shell = require "helpers.shell"
+local root, ddplua, q = shell.root, shell.ddplua, shell.q
+local readfile, writefile = shell.slurp, shell.writefile
 local golden = root .. "/tests/golden/"
 
-local function q(s) return "'" .. (tostring(s):gsub("'", [['\'']])) .. "'" end
-
-local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
-  local out = p:read("*a")
-  p:close()
-  return out
-end
+-- The output of cmd, stderr too.
+local function sh(cmd) return shell.sh(cmd .. " 2>&1") end
 
 local dir = sh("mktemp -d /tmp/ddplua_st.XXXXXX"):match("[^\n]+")
 teardown(function() os.execute("rm -rf " .. q(dir)) end)
-
-local function readfile(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function writefile(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
 
 local function listdir()
   local names = {}
@@ -154,7 +135,6 @@ describe("ddp.save / ddp.load", function()
   end)
 
   it("rejects bad arguments, naming the key", function()
-    local function err(f) local ok, e = pcall(f); assert.is_false(ok); return e end
     assert.matches("save: value of \"w\" is a number, expected a tensor", err(function() ddp.save({ w = 3 }, path) end))
     assert.matches("save: key 1 is a number; tensor names must be strings", err(function() ddp.save({ ddp.ones(1) }, path) end))
     assert.matches("save: metadata must map strings to strings, got \"k\" = 1",
@@ -646,7 +626,6 @@ describe("ddp.save_checkpoint / ddp.load_checkpoint", function()
   end)
 
   it("explains mistakes", function()
-    local function err(f) local ok, e = pcall(f); assert.is_false(ok); return e end
     local cyc = {}
     cyc.self = cyc
     assert.matches("save_checkpoint: extra.self contains itself", err(function() ddp.save_checkpoint(path, { extra = cyc }) end))

@@ -9,11 +9,7 @@ local serialize = require "ddp.serialize"
 
 local root = assert(io.popen("pwd")):read("*l")
 
-local function err_of(f, ...)
-  local ok, e = pcall(f, ...)
-  assert.is_false(ok, "expected an error")
-  return tostring(e)
-end
+local err_of = require("helpers.fails").message
 
 local function round(v, opts)
   local text = serialize.encode(v, opts)

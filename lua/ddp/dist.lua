@@ -266,9 +266,6 @@ end
 
 function M.is_initialized() return state ~= nil end
 
--- The store connection (nil before init or in a world of one).
-function M._store() return state and state.store end
-
 -- The backend in use ("shm", "gloo", "hier" or "nccl"; in a world of one
 -- the one its first collective will use), nil before init.
 function M.backend()

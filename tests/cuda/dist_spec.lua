@@ -7,7 +7,7 @@
 -- each group is one pending line naming why; a CUDA op that fails fails
 -- the spec.
 local ddp = require "ddp"
-local H = require "cuda.helper"
+local H = require "helpers.cuda"
 local jobs = require "helpers.jobs"
 local q, run = jobs.q, jobs.run
 local function script(body) return jobs.script(body, "cudadist") end
