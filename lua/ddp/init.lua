@@ -46,9 +46,10 @@ for _, name in ipairs { "float32", "float64", "int32", "int64", "uint8", "bool",
 end
 ddp.float, ddp.double, ddp.long, ddp.int, ddp.half = "float32", "float64", "int64", "int32", "float16"
 
--- -- Creation (before the method functions below: ddp.float is a dtype name,
--- ddp.where takes a condition first) ------------------------------------------
+-- -- Creation ---------------------------------------------------------------
 
+-- Before the method functions below, which fill only names still free
+-- (ddp.float is a dtype name, ddp.where takes a condition first).
 for name, f in pairs(factory) do ddp[name] = f end
 
 function ddp.where(cond, a, b)
