@@ -39,21 +39,8 @@ local function byte_string(n, f)
   return table.concat(t)
 end
 
--- A dataset whose x are the sample indices, so batches show the order.
-local function index_dataset(n)
-  return data.TensorDataset(ddp.arange(n), ddp.arange(n):mul(10))
-end
-
--- Every x of one pass, in order, and the batch sizes.
-local function pass(loader)
-  local seen, sizes, numbers = {}, {}, {}
-  for i, x in loader:iter() do
-    numbers[#numbers + 1] = i
-    sizes[#sizes + 1] = x:size(0)
-    for _, v in ipairs(values(x)) do seen[#seen + 1] = v end
-  end
-  return seen, sizes, numbers
-end
+local loaders = require "helpers.loaders"
+local index_dataset, pass = loaders.index_dataset, loaders.pass
 
 local function is_permutation(list, n)
   if #list ~= n then return false end

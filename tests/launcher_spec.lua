@@ -4,30 +4,10 @@
 -- process of its scripts is left.
 local store = require "ddp.store"
 
-local root = assert(io.popen("pwd")):read("*l")
-local ddplua = os.getenv("DDPLUA") or "build/ddplua"
-if ddplua:sub(1, 1) ~= "/" then ddplua = root .. "/" .. ddplua end
-
-local function q(s)
-  return "'" .. (tostring(s):gsub("'", [['\'']])) .. "'"
-end
-
-local temps = {}
-local scripts = {} -- the scripts of the current test, for the stray check
-
-local function tempname()
-  local name = os.tmpname()
-  temps[#temps + 1] = name
-  return name
-end
-
-local function slurp(name)
-  local f = io.open(name)
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local shell = require "helpers.shell"
+local jobs = require "helpers.jobs"
+local root, ddplua, q, sh, slurp = shell.root, shell.ddplua, shell.q, shell.sh, shell.slurp
+local tempname, tempdir = shell.tempname, shell.tempdir
 
 -- sleep(s) inside the worker itself, so no child process of it lingers.
 local PRELUDE = [[
@@ -38,30 +18,10 @@ local rank = tonumber(os.getenv("RANK"))
 local function pid() return tonumber(io.open("/proc/self/stat"):read("*a"):match("^(%d+)")) end
 ]]
 
-local function script(body)
-  local name = tempname() .. "_launch.lua"
-  temps[#temps + 1] = name
-  local f = assert(io.open(name, "w"))
-  f:write(PRELUDE, body)
-  f:close()
-  scripts[#scripts + 1] = name
-  return name
-end
-
-local function sh(cmd)
-  local p = assert(io.popen(cmd))
-  local s = p:read("*a")
-  p:close()
-  return s
-end
+local function script(body) return jobs.script(body, "launch", PRELUDE) end
 
 -- Runs `ddplua <args>` under `timeout 60`; returns stdout, stderr, exit code.
-local function run(args, env)
-  local out, err = tempname(), tempname()
-  local rc = sh((env and (env .. " ") or "") .. "timeout 60 " .. q(ddplua) .. " " .. args
-    .. " </dev/null >" .. q(out) .. " 2>" .. q(err) .. "; echo $?")
-  return slurp(out), slurp(err), tonumber(rc:match("(%d+)%s*$"))
-end
+local function run(args, env) return jobs.run(args, env, 60) end
 
 local function lines(s)
   local t = {}
@@ -89,35 +49,9 @@ local function wait_pids(dir, n)
   error("the workers did not write their pid files")
 end
 
-local function tempdir()
-  local d = tempname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. q(d)))
-  return d
-end
-
 describe("ddplua --nproc", function()
-  after_each(function()
-    -- no launcher or worker of this test's scripts may remain
-    for _, s in ipairs(scripts) do
-      -- "[/]tmp/..." matches the script but not the shell running pgrep
-      local pat = q("[" .. s:sub(1, 1) .. "]" .. s:sub(2))
-      local left
-      for _ = 1, 30 do
-        left = sh("pgrep -f " .. pat .. " || true")
-        if left == "" then break end
-        os.execute("sleep 0.1")
-      end
-      if left ~= "" then
-        os.execute("pkill -KILL -f " .. pat)
-        error("stray processes of " .. s .. ": " .. left)
-      end
-    end
-    scripts = {}
-  end)
-  teardown(function()
-    for _, name in ipairs(temps) do os.execute("rm -rf " .. q(name)) end
-  end)
+  after_each(jobs.no_strays)  -- no launcher or worker of this test's scripts may remain
+  teardown(shell.cleanup)
 
   it("gives each worker torchrun's environment and prefixes its lines", function()
     local s = script([[

@@ -6,27 +6,8 @@ local F = require("ddp.nn").functional
 
 local cases = dofile("tests/golden/nn_cases.lua")
 
-local function build(spec)
-  return ddp.tensor(spec.values, { dtype = spec.dtype }):view(spec.shape)
-end
-
--- nil, or what differs between got and the expected spec
-local function compare(got, want, rtol, atol)
-  if not ddp.is_tensor(got) then return "not a tensor: " .. tostring(got) end
-  if got:dtype() ~= want.dtype then return ("dtype %s, want %s"):format(got:dtype(), want.dtype) end
-  local shape = got:shape()
-  if #shape ~= #want.shape then return "ndim " .. #shape end
-  for i = 1, #shape do
-    if shape[i] ~= want.shape[i] then return "shape mismatch at dim " .. (i - 1) end
-  end
-  local flat = got:numel() > 0 and got:double():contiguous():view(-1):totable() or {}
-  for i = 1, #flat do
-    local g, w = flat[i], want.values[i]
-    if not ((w ~= w and g ~= g) or g == w or math.abs(g - w) <= atol + rtol * math.abs(w)) then
-      return ("element %d: got %.9g, PyTorch %.9g"):format(i - 1, g, w)
-    end
-  end
-end
+local golden = require "helpers.golden"
+local build, compare = golden.build, golden.compare
 
 describe("network ops match PyTorch", function()
   for _, c in ipairs(cases) do

@@ -1,27 +1,8 @@
 -- The ddplua REPL, driven through a pseudo-terminal by tests/helpers/pty.py.
 
-local root = assert(io.popen("pwd")):read("*l")
-local ddplua = os.getenv("DDPLUA") or "build/ddplua"
-if ddplua:sub(1, 1) ~= "/" then ddplua = root .. "/" .. ddplua end
+local shell = require "helpers.shell"
+local root, ddplua, q, exists, tempname = shell.root, shell.ddplua, shell.q, shell.exists, shell.tempname
 local python = "/usr/bin/python3"
-
-local function q(s)
-  return "'" .. (tostring(s):gsub("'", [['\'']])) .. "'"
-end
-
-local function exists(path)
-  local f = io.open(path)
-  if f then f:close() end
-  return f ~= nil
-end
-
-local temps = {}
-
-local function tempname()
-  local name = os.tmpname()
-  temps[#temps + 1] = name
-  return name
-end
 
 -- Types `inputs` (pty.py's input lines) into a fresh REPL whose HOME is a
 -- new directory; returns the transcript (ending in "EXIT ...") and HOME.
@@ -47,14 +28,12 @@ local function has(out, text)
 end
 
 if not exists(python) then
-  pending("python3 not found")
+  pending("no " .. python .. " here: tests/helpers/pty.py needs it to drive the REPL")
   return
 end
 
 describe("ddplua REPL", function()
-  teardown(function()
-    for _, name in ipairs(temps) do os.execute("rm -rf " .. q(name)) end
-  end)
+  teardown(shell.cleanup)
 
   it("prints the banner and evaluates expressions", function()
     local out = repl { "1+1", "^D" }
@@ -83,9 +62,6 @@ describe("ddplua REPL", function()
   end)
 
   it("has ddp loaded", function()
-    if not exists(root .. "/lua/ddp/init.lua") then
-      pending("lua/ddp/init.lua not written yet")
-    end
     local out = repl { "type(ddp)", "^D" }
     has(out, "ddp is loaded;")
     has(out, "> type(ddp)\ntable\n")

@@ -48,15 +48,10 @@ local function whole(n, seed, epoch)
   return data.DistributedSampler(n, { num_replicas = 1, rank = 0, seed = seed }):list(epoch)
 end
 
-local function pass(loader)
-  local out = {}
-  for _, x in loader:iter() do
-    for _, v in ipairs(x:totable()) do out[#out + 1] = v end
-  end
-  return out
-end
-
-local function index_dataset(n) return data.TensorDataset(ddp.arange(n)) end
+local loaders = require "helpers.loaders"
+local index_dataset = loaders.index_dataset
+-- every x of one pass, in order
+local function pass(loader) return (loaders.pass(loader)) end
 
 describe("DistributedSampler", function()
   it("hands every rank what PyTorch's DistributedSampler does (shuffle = false)", function()

@@ -8,15 +8,15 @@
 -- losses, layer_norm / batch_norm) cast bf16 / fp16 arguments up to
 -- float32.  Other ops run as called (elementwise ops promote as usual).
 --
--- Design: one wrapper per listed op, installed over the tensor method
--- (ops.lua) or the functional form (functional.lua) when those modules
--- load -- every path into the op (t:matmul, ddp.matmul, F.linear,
--- nn.Linear) goes through the one table entry, so there is no per-op
--- code and the C runtime knows nothing of it.  The casts are ordinary
--- t:to(dtype) calls, recorded by autograd, so gradients come back to the
--- float32 parameters in float32.  Outside autocast a wrapper costs one
--- upvalue test.  The state is per Lua state (one per process), nestable,
--- and restored when fn raises.
+-- Design: one wrapper per listed op, installed over the tensor method (by
+-- ddp.tensor, which builds the type) or the functional form (by
+-- ddp.functional) when those modules load -- every path into the op
+-- (t:matmul, ddp.matmul, F.linear, nn.Linear) goes through the one table
+-- entry, so there is no per-op code and the C runtime knows nothing of
+-- it.  The casts are ordinary t:to(dtype) calls, recorded by autograd, so
+-- gradients come back to the float32 parameters in float32.  Outside
+-- autocast a wrapper costs one upvalue test.  The state is per Lua state
+-- (one per process), nestable, and restored when fn raises.
 local core = require "ddp.core"
 local raise, show = core.raise, core.show
 local is_tensor = core.is_tensor
@@ -72,7 +72,7 @@ function M.install(tbl, list, mode)
   end
 end
 
--- The op lists: tensor methods (ops.lua) and functional forms.
+-- The op lists: tensor methods (ddp.tensor) and functional forms.
 M.tensor_low = { "matmul", "mm", "bmm", "addmm" }
 M.tensor_f32 = { "sum", "mean", "prod", "var", "std", "norm", "logsumexp", "cumsum",
                  "softmax", "log_softmax" }

@@ -1,10 +1,12 @@
--- ddp.autograd: the Lua face of the C autograd engine: requires_grad_,
--- backward, .grad and friends on tensors, grad-mode switches, gradcheck.
+-- ddp.autograd: the Lua face of the C autograd engine: grad-mode
+-- switches (no_grad, enable_grad, ...) and gradcheck.  The tensor's side
+-- (requires_grad_, backward, t.grad, ...) is ddp.tensor_grad's.
 local core = require "ddp.core"
 local tensor = require "ddp.tensor"
+local tensor_grad = require "ddp.tensor_grad"
 local C, ffi = core.C, core.ffi
 local new, check, raise = core.new, core.check, core.raise
-local T, mt = tensor.methods, tensor.mt
+local T = tensor.methods
 local type, select, unpack = type, select, unpack
 
 core.add_lib_file(debug.getinfo(1, "S").source)
@@ -13,68 +15,7 @@ local M = {}
 
 -- Functions run after every successful backward() (ddp.DDP's Lua comm
 -- hooks), in order.
-M._post_backward = {}
-
--- -- Tensor methods and properties ---------------------------------------------
-
-function T.requires_grad_(t, requires)
-  check(C.dl_requires_grad_(t, requires == false and 0 or 1))
-  return t
-end
-
-function T.detach(t) return new(C.dl_detach, t) end
-
--- backward([grad][, {retain_graph=}]) or backward({retain_graph=})
-function T.backward(t, grad, opts)
-  if core.is_opts(grad) then grad, opts = nil, grad end
-  opts = opts or {}
-  if grad ~= nil then grad = core.operand(grad, "backward", 1) end
-  check(C.dl_backward(t, grad, opts.retain_graph and 1 or 0))
-  for i = 1, #M._post_backward do M._post_backward[i]() end
-end
-
-function T.zero_grad_(t)
-  check(C.dl_set_grad(t, nil))
-  return t
-end
-
--- t.grad, t.requires_grad, t.is_leaf, t.grad_fn: read as fields, as in
--- PyTorch.  Methods win over properties; both live behind one __index.
-local props = {
-  grad = function(t)
-    local g = C.dl_grad(t)
-    if g == nil then return nil end
-    return core.own(g)
-  end,
-  requires_grad = function(t) return C.dl_requires_grad(t) ~= 0 end,
-  is_leaf = function(t) return C.dl_is_leaf(t) ~= 0 end,
-  grad_fn = function(t)
-    local name = ffi.string(C.dl_grad_fn_name(t))
-    return name ~= "" and name or nil
-  end,
-  data = function(t) return new(C.dl_detach, t) end,
-}
-
-mt.__index = function(t, k)
-  local m = T[k]
-  if m ~= nil then return m end
-  local p = props[k]
-  if p then return p(t) end
-  return nil
-end
-
-mt.__newindex = function(t, k, v)
-  if k == "grad" then
-    if v ~= nil and not core.is_tensor(v) then
-      raise("grad: expected a tensor or nil, got " .. core.describe(v))
-    end
-    check(C.dl_set_grad(t, v))
-  elseif k == "requires_grad" then
-    T.requires_grad_(t, v and true or false)
-  else
-    raise(("cannot set field %q of a tensor (tensors have methods, not fields)"):format(tostring(k)))
-  end
-end
+M._post_backward = tensor_grad.post_backward
 
 -- -- Grad mode ---------------------------------------------------------------------
 
@@ -138,7 +79,7 @@ function M.gradcheck(fn, inputs, opts)
   T.backward(T.sum(T.mul(T.to(out, "float64"), v)))
   for i, x in ipairs(inputs) do
     if C.dl_requires_grad(x) ~= 0 then
-      local g = props.grad(x)
+      local g = tensor_grad.fields.grad(x)
       M.no_grad(function()
         for j = 0, T.numel(x) - 1 do
           local orig = get(x, j)

@@ -4,21 +4,15 @@
 --
 -- A checkpoint is a plain safetensors file: every tensor of every state_dict
 -- under a prefixed name ("model.fc.weight", "optimizer.state.1.exp_avg"),
--- and in the metadata the rest of the structure as text, in which tensors
--- are references to those names:
---
---   value := number | string | true | false | @string | { key=value, ... }
---   key   := number | string | true | false
---
--- Numbers are integers or %.17g (exact), inf, -inf, nan; strings are quoted
--- with \\, \" and \xHH for every byte outside printable ASCII; @"name" is the
--- tensor of that name.  Reading it back is a parser of that grammar only:
--- nothing from a file is ever run with load().
+-- and in the metadata the rest of the structure as ddp.serialize's text, in
+-- which tensors are references @"name" to those names.  Reading it back is
+-- that module's parser: nothing from a file is ever run with load().
 local core = require "ddp.core"
+local factory = require "ddp.factory"
+local serialize = require "ddp.serialize"
 local C, ffi = core.C, core.ffi
 local raise, check = core.raise, core.check
 local type, pairs, tostring = type, pairs, tostring
-local floor, huge = math.floor, math.huge
 
 core.add_lib_file(debug.getinfo(1, "S").source)
 
@@ -103,167 +97,21 @@ end
 
 -- -- The state as text --------------------------------------------------------
 
-local MAX_DEPTH = 100
-
-local function num(x)
-  if x ~= x then return "nan" end
-  if x == huge then return "inf" elseif x == -huge then return "-inf" end
-  if x == floor(x) and x > -2^53 and x < 2^53 then return ("%.0f"):format(x) end
-  return ("%.17g"):format(x)
-end
-
-local function str(s)
-  return '"' .. s:gsub('[%c"\\\128-\255]', function(c) return ("\\x%02x"):format(c:byte()) end) .. '"'
-end
-
-local key_order = { number = 1, string = 2, boolean = 3 }
-local function key_less(a, b)
-  local ta, tb = type(a), type(b)
-  if ta ~= tb then return key_order[ta] < key_order[tb] end
-  if ta == "boolean" then return not a and b end
-  return a < b
-end
-
-local function show_path(path)
-  return table.concat(path, ".")
-end
-
--- Appends v to out; tensor(t, path) names a tensor.  Errors name the path.
-local function encode(v, path, out, tensor, active)
-  local tv = type(v)
-  if tv == "number" then out[#out + 1] = num(v)
-  elseif tv == "string" then out[#out + 1] = str(v)
-  elseif tv == "boolean" then out[#out + 1] = tostring(v)
-  elseif core.is_tensor(v) then out[#out + 1] = "@" .. str(tensor(v, path))
-  elseif tv == "table" then
-    if active[v] then raise(("save_checkpoint: %s contains itself (a cycle)"):format(show_path(path))) end
-    if #path >= MAX_DEPTH then raise(("save_checkpoint: %s is nested too deep"):format(show_path(path))) end
-    active[v] = true
-    local keys = {}
-    for k in pairs(v) do
-      if not key_order[type(k)] then
-        raise(("save_checkpoint: %s has a %s key; keys must be numbers, strings or booleans")
-              :format(show_path(path), core.describe(k)))
-      end
-      keys[#keys + 1] = k
-    end
-    table.sort(keys, key_less)
-    out[#out + 1] = "{"
-    for i, k in ipairs(keys) do
-      if i > 1 then out[#out + 1] = "," end
-      encode(k, path, out, tensor, active)
-      out[#out + 1] = "="
-      path[#path + 1] = type(k) == "number" and num(k) or tostring(k)
-      encode(v[k], path, out, tensor, active)
-      path[#path] = nil
-    end
-    out[#out + 1] = "}"
-    active[v] = nil
-  else
-    raise(("save_checkpoint: %s is a %s; a state holds only numbers, strings, booleans, tables and tensors")
-          :format(show_path(path), core.describe(v)))
+-- A tensor's name in the file: its path joined with dots
+-- ("optimizer.state.1.exp_avg"), numbers as ddp.serialize writes them.
+local function dotted(keys)
+  local parts = {}
+  for i = 1, #keys do
+    local k = keys[i]
+    parts[i] = type(k) == "number" and serialize.number(k) or tostring(k)
   end
+  return table.concat(parts, ".")
 end
-
--- Parses text; tensors maps the names of @"..." references.  Returns the
--- value, or nil and a message.
-local function decode(text, tensors)
-  local pos, depth = 1, 0
-  local function fail(what) error({ decode_error = ("at byte %d: %s"):format(pos, what) }, 0) end
-  local function ws() pos = text:find("[^ \t\r\n]", pos) or #text + 1 end
-  local function quoted()
-    local parts, i = {}, pos + 1
-    while true do
-      local j = text:find('["\\]', i)
-      if not j then fail("unterminated string") end
-      parts[#parts + 1] = text:sub(i, j - 1)
-      if text:byte(j) == 34 then pos = j + 1; break end
-      local e = text:sub(j + 1, j + 1)
-      if e == '"' or e == "\\" then
-        parts[#parts + 1], i = e, j + 2
-      elseif e == "x" and text:find("^%x%x", j + 2) then
-        parts[#parts + 1], i = string.char(tonumber(text:sub(j + 2, j + 3), 16)), j + 4
-      else
-        pos = j
-        fail("invalid escape in a string")
-      end
-    end
-    return table.concat(parts)
-  end
-  local value
-  local function scalar()
-    ws()
-    local c = text:sub(pos, pos)
-    if c == '"' then return quoted() end
-    local word = text:match("^[%w%.%+%-]+", pos)
-    if not word then fail(c == "" and "unexpected end" or ("unexpected %q"):format(c)) end
-    local v
-    if word == "true" then v = true
-    elseif word == "false" then v = false
-    elseif word == "inf" then v = huge
-    elseif word == "-inf" then v = -huge
-    elseif word == "nan" then v = 0 / 0
-    elseif word:find("^%-?%d[%d%.eE%+%-]*$") then v = tonumber(word) end
-    if v == nil then fail(("unexpected %q"):format(word:sub(1, 20))) end
-    pos = pos + #word
-    return v
-  end
-  function value()
-    ws()
-    local c = text:sub(pos, pos)
-    if c == "@" then
-      pos = pos + 1
-      if text:sub(pos, pos) ~= '"' then fail("expected a tensor name after @") end
-      local name = quoted()
-      local t = tensors[name]
-      if t == nil then fail(("refers to tensor \"%s\", which the file does not hold"):format(name)) end
-      return t
-    elseif c == "{" then
-      depth = depth + 1
-      if depth > MAX_DEPTH then fail("nested too deep") end
-      pos = pos + 1
-      local t = {}
-      ws()
-      if text:sub(pos, pos) == "}" then pos = pos + 1; depth = depth - 1; return t end
-      while true do
-        local k = scalar()
-        if k ~= k then fail("NaN as a key") end
-        if t[k] ~= nil then fail("key " .. tostring(k) .. " given twice") end
-        ws()
-        if text:sub(pos, pos) ~= "=" then fail("expected '='") end
-        pos = pos + 1
-        t[k] = value()
-        ws()
-        c = text:sub(pos, pos)
-        pos = pos + 1
-        if c == "}" then break end
-        if c ~= "," then pos = pos - 1; fail("expected ',' or '}'") end
-      end
-      depth = depth - 1
-      return t
-    end
-    return scalar()
-  end
-  local ok, v = pcall(function()
-    local r = value()
-    ws()
-    if pos <= #text then fail("unexpected data after the end") end
-    return r
-  end)
-  if ok then return v end
-  if type(v) == "table" and v.decode_error then return nil, v.decode_error end
-  error(v, 0)
-end
-M._encode, M._decode = encode, decode
 
 -- -- Checkpoints -------------------------------------------------------------
 
 local function has_method(x, name)
   return type(x) == "table" and type(x[name]) == "function"
-end
-
-local function rng_state()
-  return require("ddp").get_rng_state()
 end
 
 -- ddp.save_checkpoint(path, {model=, optimizer=, scheduler=, epoch=, extra=,
@@ -285,23 +133,23 @@ function M.save_checkpoint(path, parts)
     if has_method(v, "state_dict") then v = v:state_dict() end
     state[k] = v
   end
-  if state.rng == nil then state.rng = rng_state() end
+  if state.rng == nil then state.rng = factory.get_rng_state() end
   if state.rng == false then state.rng = nil end
 
   local tensors, by_handle = {}, {}
-  local function tensor(t, path)
+  local function tensor(t, keys)
     -- one tensor reachable twice (tied weights) is stored once and comes
     -- back shared
     local id = tostring(ffi.cast("uintptr_t", t))
     if by_handle[id] then return by_handle[id] end
-    local name, n = show_path(path), 1
-    while tensors[name] do n = n + 1; name = show_path(path) .. "#" .. n end
+    local base = dotted(keys)
+    local name, n = base, 1
+    while tensors[name] do n = n + 1; name = base .. "#" .. n end
     tensors[name], by_handle[id] = t, name
     return name
   end
-  local out = {}
-  encode(state, {}, out, tensor, {})
-  M.save(tensors, path, { [FORMAT_KEY] = FORMAT, [STATE_KEY] = table.concat(out) })
+  local text = serialize.encode(state, { op = "save_checkpoint", root = "", verb = "saved", tensor = tensor })
+  M.save(tensors, path, { [FORMAT_KEY] = FORMAT, [STATE_KEY] = text })
 end
 
 local load_order = { model = 1, optimizer = 2, scheduler = 3 }
@@ -326,7 +174,7 @@ function M.load_checkpoint(path, targets)
     raise(("load_checkpoint: %s: unsupported checkpoint format \"%s\" (this version reads \"%s\")")
           :format(path, meta[FORMAT_KEY], FORMAT))
   end
-  local state, err = decode(meta[STATE_KEY], tensors)
+  local state, err = serialize.decode(meta[STATE_KEY], { tensors = tensors })
   if err then raise(("load_checkpoint: %s: corrupt checkpoint state %s"):format(path, err)) end
   if type(state) ~= "table" then
     raise(("load_checkpoint: %s: corrupt checkpoint state (a %s, not a table)"):format(path, type(state)))
@@ -358,7 +206,7 @@ function M.load_checkpoint(path, targets)
   end)
   for _, k in ipairs(names) do targets[k]:load_state_dict(state[k]) end
   if targets.rng ~= false and type(state.rng) == "table" then
-    require("ddp").set_rng_state(state.rng)
+    factory.set_rng_state(state.rng)
   end
   return state
 end

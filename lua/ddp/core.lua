@@ -155,10 +155,8 @@ end
 M.show = show
 
 -- A tensor for an op's operand: tensors as they are, Lua numbers and
--- booleans as scalars that promote like Python scalars do.
-local tensor_from_value  -- set by ddp.tensor
-function M.set_tensor_from_value(f) tensor_from_value = f end
-
+-- booleans as scalars that promote like Python scalars do, nested tables
+-- as ddp.tensor makes them.
 function M.operand(x, op, pos)
   if is_tensor(x) then return x end
   local tx = type(x)
@@ -167,7 +165,7 @@ function M.operand(x, op, pos)
   elseif tx == "boolean" then
     return M.new(C.dl_full, nil, 0, C.DL_BOOL, x and 1 or 0)
   elseif tx == "table" then
-    return tensor_from_value(x, op)
+    return M.tensor_from(x, nil, op)
   end
   raise(("%s: argument %s must be a tensor or a number, got %s"):format(op, pos or "", tx))
 end
@@ -175,7 +173,7 @@ end
 -- A tensor argument that must be a tensor already (no scalars).
 function M.tensor_arg(x, op, what)
   if is_tensor(x) then return x end
-  if type(x) == "table" then return tensor_from_value(x, op) end
+  if type(x) == "table" then return M.tensor_from(x, nil, op) end
   raise(("%s: %s must be a tensor, got %s"):format(op, what or "argument", M.describe(x)))
 end
 
@@ -320,6 +318,223 @@ end
 
 function M.fmt_shape(s)
   return "[" .. table.concat(s, ", ") .. "]"
+end
+
+-- -- Elements -------------------------------------------------------------
+
+local dval = ffi.new("double[1]")
+local ival = ffi.new("int64_t[1]")
+
+-- Element `linear` (row-major) of t as a Lua value: int64 exactly, bool as
+-- a boolean, the rest as a double.
+function M.read(t, linear)
+  local d = C.dl_tensor_dtype(t)
+  if d == C.DL_INT64 then
+    M.check(C.dl_get_int64(t, linear, ival))
+    return tonumber(ival[0])
+  end
+  M.check(C.dl_get_double(t, linear, dval))
+  if d == C.DL_BOOL then return dval[0] ~= 0 end
+  return dval[0]
+end
+
+function M.item(t)
+  local n = C.dl_tensor_numel(t)
+  if n ~= 1 then
+    raise(("item: a tensor with %d elements cannot be converted to a number (need exactly 1)"):format(tonumber(n)))
+  end
+  return M.read(t, 0)
+end
+
+-- -- Lua values to tensors --------------------------------------------------
+-- Here rather than with the creation functions (ddp.factory): every op
+-- takes a nested table for a tensor operand (core.operand), below the
+-- tensor type.
+
+-- The dtype that opts ({dtype=, device=}) asks for, dflt (or the default
+-- dtype) without one; checks that the device named is there.
+function M.dtype_opt(opts, op, dflt)
+  if type(opts) ~= "table" or is_tensor(opts) then
+    raise(("%s: options must be a table such as {dtype = \"float64\"}, got %s"):format(op, show(opts)))
+  end
+  M.device_arg(opts.device, op)
+  return M.dtype_arg(opts.dtype, op, dflt or default_dtype)
+end
+
+-- A tensor made on the CPU, moved where opts.device says (dtype_opt has
+-- checked the device is there before anything was made).
+function M.placed(opts, op, t)
+  local d = opts and opts.device
+  if d == nil or d == "cpu" then return t end
+  return M.new(C.dl_to_device, t, M.device_arg(d, op))
+end
+
+-- Walks a nested table: its shape, and whether it holds fractions or
+-- booleans (which decide the dtype when none is given).
+local function scan(data, op)
+  local shape, n = {}, 1
+  local node = data
+  while type(node) == "table" and not is_tensor(node) do
+    shape[#shape + 1] = #node
+    n = n * #node
+    if #node == 0 then break end
+    node = node[1]
+  end
+  if #shape > 8 then raise(op .. ": nested more than 8 levels deep") end
+  local values = ffi.new("double[?]", n > 0 and n or 1)
+  local pos, has_frac, has_bool, has_num = 0, false, false, false
+  local function walk(t, d, path)
+    if d > #shape then
+      local v = t
+      if type(v) == "boolean" then
+        has_bool = true
+        v = v and 1 or 0
+      elseif type(v) == "number" then
+        has_num = true
+        if not is_integer(v) then has_frac = true end
+      elseif is_tensor(v) and C.dl_tensor_numel(v) == 1 then
+        v = M.item(v)
+        has_num = true
+        if type(v) == "boolean" then v = v and 1 or 0 end
+        if not is_integer(v) or C.dl_dtype_is_float(C.dl_tensor_dtype(t)) ~= 0 then has_frac = true end
+      else
+        raise(("%s: element %s is a %s, expected a number or boolean"):format(op, path, M.describe(v)))
+      end
+      values[pos] = v
+      pos = pos + 1
+      return
+    end
+    if type(t) ~= "table" or is_tensor(t) then
+      raise(("%s: element %s is a %s, expected a table of %d elements"):format(op, path, M.describe(t), shape[d]))
+    end
+    if #t ~= shape[d] then
+      raise(("%s: ragged nested table: %s has %d elements, expected %d"):format(op, path == "" and "the top level" or path, #t, shape[d]))
+    end
+    for i = 1, #t do walk(t[i], d + 1, path .. "[" .. i .. "]") end
+  end
+  walk(data, 1, "")
+  local dtype = has_frac and default_dtype
+             or (has_bool and not has_num) and C.DL_BOOL
+             or (n == 0 and default_dtype)
+             or C.DL_INT64
+  return shape, values, dtype
+end
+
+-- ddp.tensor(data[, {dtype=, device=}]): data is a number, a boolean, a
+-- nested table or a tensor (copied).  Without dtype: int64 when every value
+-- is an integer, bool for booleans, float32 otherwise -- Lua has no 1.0
+-- distinct from 1, so pass {dtype = "float32"} for float data.
+-- op: the name errors show (default "tensor"; an op given a Lua table for
+-- a tensor passes its own).
+function M.tensor_from(data, opts, op)
+  op = op or "tensor"
+  opts = opts or {}
+  if is_tensor(data) then
+    local d = M.dtype_opt(opts, op, C.dl_tensor_dtype(data))
+    return M.placed(opts, op, M.new(C.dl_to_dtype, data, d))
+  end
+  local td = type(data)
+  if td == "number" or td == "boolean" then
+    local v = td == "boolean" and (data and 1 or 0) or data
+    local dflt = td == "boolean" and C.DL_BOOL or is_integer(v) and C.DL_INT64 or default_dtype
+    return M.placed(opts, op, M.new(C.dl_full, nil, 0, M.dtype_opt(opts, op, dflt), v))
+  end
+  if td ~= "table" then
+    raise(op .. ": expected a number, boolean, table or tensor, got " .. td)
+  end
+  local shape, values, inferred = scan(data, op)
+  local d = M.dtype_opt(opts, op, inferred)
+  local n = M.shape_args(op, false, shape)
+  return M.placed(opts, op, M.new(C.dl_from_doubles, values, shape_buf, n, d))
+end
+
+-- -- Classes ----------------------------------------------------------------
+--
+-- The one idiom for the library's Lua classes (nn.Module, optimizers and
+-- schedulers, datasets, samplers and the DataLoader, Store, Work, the
+-- progress bar):
+--
+--   local Store = core.class("Store")        -- core.class(name, Parent)
+--   function Store:init(h, host) self.h, self.host = h, host end
+--   function Store:close() ... end
+--   local s = Store(h, host)                 -- a new instance, init run on it
+--
+-- The class is its instances' metatable: methods through __index (the
+-- parent's through the class's own metatable), and metamethods defined on
+-- the class (__tostring, __len, __call, ...) apply to instances.  A
+-- subclass starts with copies of its parent's metamethods (Lua looks them
+-- up raw, not through __index), so define a class's metamethods before
+-- extending it.  tostring(Class) is its name; core.is_instance(x, Class)
+-- also holds for subclasses.  Class.__new(Class), when defined, makes the
+-- bare instance that init then fills (nn.Module's own layout).
+--
+-- opts.proxy: instances are userdata (newproxy) with their fields in a
+-- table behind them, since LuaJIT, as Lua 5.1, ignores __len (and __gc) on
+-- tables: the datasets and samplers, which `#` measures.  getmetatable of
+-- such an instance gives the class name.
+
+local parent_of = setmetatable({}, { __mode = "k" })    -- class -> parent or false
+local proxy_class = setmetatable({}, { __mode = "k" })  -- proxy instance -> class
+
+local function construct(cls, ...)
+  local new = cls.__new
+  local obj = new and new(cls) or setmetatable({}, cls)
+  local init = cls.init
+  if init then init(obj, ...) end
+  return obj
+end
+
+-- The metamethods a proxy's own metatable takes from its class.
+local proxy_meta = { "__len", "__tostring", "__gc", "__call", "__eq", "__concat", "__unm" }
+
+local function new_proxy(cls)
+  local u = newproxy(true)
+  local mt = getmetatable(u)
+  local fields = setmetatable({}, cls)
+  mt.__index, mt.__newindex = fields, fields
+  for _, k in ipairs(proxy_meta) do mt[k] = cls[k] end
+  mt.__metatable = cls.__name
+  proxy_class[u] = cls
+  return u
+end
+
+function M.class(name, parent, opts)
+  local cls = {}
+  if parent then
+    for k, v in pairs(parent) do
+      if type(k) == "string" and k:sub(1, 2) == "__" then cls[k] = v end
+    end
+  end
+  if cls.__index == nil or cls.__index == parent then cls.__index = cls end
+  cls.__name = name
+  if opts and opts.proxy then cls.__new = new_proxy end
+  parent_of[cls] = parent or false
+  return setmetatable(cls, {
+    __index = parent,
+    __call = construct,
+    __tostring = function() return name end,
+  })
+end
+
+-- The class of x (made by core.class), or nil.
+function M.class_of(x)
+  local tx = type(x)
+  if tx == "table" then
+    local mt = getmetatable(x)
+    if parent_of[mt] ~= nil then return mt end
+  elseif tx == "userdata" then
+    return proxy_class[x]
+  end
+  return nil
+end
+
+function M.is_instance(x, cls)
+  local c = M.class_of(x)
+  while c do
+    if c == cls then return true end
+    c = parent_of[c]
+  end
+  return false
 end
 
 return M

@@ -18,8 +18,9 @@
 --                     loader:set_epoch(e) and s:set_epoch(e) do the same,
 --                     and each completed pass advances the sampler's epoch.
 -- SequentialSampler, RandomSampler and DistributedSampler implement it.
-local ddp = require "ddp"
 local core = require "ddp.core"
+local factory = require "ddp.factory"
+local dist = require "ddp.dist"
 local C, ffi = core.C, core.ffi
 local new, raise, show = core.new, core.raise, core.show
 local is_tensor, is_integer = core.is_tensor, core.is_integer
@@ -32,23 +33,12 @@ local data = {}
 
 -- -- Objects with a length ----------------------------------------------------
 
--- LuaJIT ignores __len on tables, so objects that `#` must measure are
--- userdata proxies: their metatable forwards fields to a plain table (whose
--- own metatable holds the class's methods).
-local function object(class, fields)
-  local u = newproxy(true)
-  local mt = getmetatable(u)
-  setmetatable(fields, class)
-  mt.__index, mt.__newindex = fields, fields
-  mt.__len, mt.__tostring = class.__len, class.__tostring
-  mt.__metatable = class.__name  -- getmetatable(obj) names the class
-  return u
-end
-
+-- The classes here are callable (data.TensorDataset(x, y) runs its init).
+-- LuaJIT ignores __len on tables, so their objects, which `#` must
+-- measure, are core.class's userdata proxies; getmetatable(obj) names the
+-- class.
 local function class(name)
-  local c = { __name = name }
-  c.__index = c
-  return c
+  return core.class(name, nil, { proxy = true })
 end
 
 -- Reads obj[k] without raising on values that cannot be indexed.
@@ -116,7 +106,7 @@ end
 -- A seed from the global generator: so ddp.manual_seed(n) before building
 -- a loader fixes its shuffles too.
 local function draw_seed()
-  return ddp.randint(0, 2^53, { 1 }):get(0)
+  return factory.randint(0, 2^53, { 1 }):get(0)
 end
 
 -- -- IDX files ----------------------------------------------------------------
@@ -211,10 +201,11 @@ end
 -- -- TensorDataset ------------------------------------------------------------
 
 local TensorDataset = class("TensorDataset")
+data.TensorDataset = TensorDataset
 
 -- data.TensorDataset(x, y, ...): sample i is (x[i], y[i], ...); every
 -- tensor has the same size(0).
-function data.TensorDataset(...)
+function TensorDataset:init(...)
   local op = "TensorDataset"
   local n = select("#", ...)
   if n == 0 then raise(op .. ": expected one or more tensors") end
@@ -232,7 +223,7 @@ function data.TensorDataset(...)
             :format(op, core.fmt_shape(fields[1]:shape()), i, core.fmt_shape(t:shape())))
     end
   end
-  return object(TensorDataset, { _fields = fields, _n = fields[1]:size(0) })
+  self._fields, self._n = fields, fields[1]:size(0)
 end
 
 function TensorDataset:len() return self._n end
@@ -275,10 +266,11 @@ local function size_arg(n, op)
 end
 
 local SequentialSampler = class("SequentialSampler")
+data.SequentialSampler = SequentialSampler
 
 -- data.SequentialSampler(n | dataset): 0, 1, ..., n - 1 every epoch.
-function data.SequentialSampler(n)
-  return object(SequentialSampler, { _n = size_arg(n, "SequentialSampler") })
+function SequentialSampler:init(n)
+  self._n = size_arg(n, "SequentialSampler")
 end
 function SequentialSampler:len() return self._n end
 SequentialSampler.__len = SequentialSampler.len
@@ -288,18 +280,19 @@ end
 function SequentialSampler:__tostring() return ("SequentialSampler(%d)"):format(self._n) end
 
 local RandomSampler = class("RandomSampler")
+data.RandomSampler = RandomSampler
 
 -- data.RandomSampler(n | dataset[, {seed =}]): a permutation per epoch,
 -- from a Philox stream of its own (key seed, counter epoch * 2^32 blocks):
 -- the same seed and epoch give the same order on every machine, and
 -- shuffling leaves the global generator untouched.  seed defaults to a
 -- draw from the global generator (so ddp.manual_seed fixes it).
-function data.RandomSampler(n, opts)
+function RandomSampler:init(n, opts)
   local op = "RandomSampler"
   opts = check_opts(opts, op, { seed = true })
   n = size_arg(n, op)
   local seed = opts.seed == nil and draw_seed() or seed_arg(opts.seed, op, "seed")
-  return object(RandomSampler, { _n = n, seed = seed })
+  self._n, self.seed = n, seed
 end
 function RandomSampler:len() return self._n end
 RandomSampler.__len = RandomSampler.len
@@ -317,10 +310,11 @@ end
 function RandomSampler:__tostring() return ("RandomSampler(%d, seed %d)"):format(self._n, self.seed) end
 
 local DistributedSampler = class("DistributedSampler")
+data.DistributedSampler = DistributedSampler
 local dist_opts = { shuffle = true, seed = true, drop_last = true, num_replicas = true, rank = true, eval = true }
 
 -- data.DistributedSampler(n | dataset[, {shuffle = true, seed = 0,
--- drop_last = false, num_replicas = ddp.world_size(), rank = ddp.rank(),
+-- drop_last = false, num_replicas = dist.world_size(), rank = dist.rank(),
 -- eval = false}]): this rank's share of each epoch, as PyTorch's
 -- DistributedSampler cuts it.  The epoch's list -- 0, ..., n - 1, or with
 -- shuffle a permutation from a Philox stream of its own (key seed, counter
@@ -337,7 +331,7 @@ local dist_opts = { shuffle = true, seed = true, drop_last = true, num_replicas 
 -- The sampler keeps its own epoch (from 0): each completed pass over it --
 -- a DataLoader's, or its own iter()'s -- advances it, and set_epoch(e) sets
 -- it.  A DataLoader over it uses this epoch rather than one of its own.
-function data.DistributedSampler(n, opts)
+function DistributedSampler:init(n, opts)
   local op = "DistributedSampler"
   opts = check_opts(opts, op, dist_opts)
   n = size_arg(n, op)
@@ -350,12 +344,12 @@ function data.DistributedSampler(n, opts)
   local seed = opts.seed == nil and 0 or seed_arg(opts.seed, op, "seed")
   local w = opts.num_replicas
   if w == nil then
-    w = ddp.world_size()
+    w = dist.world_size()
   elseif not is_integer(w) or w < 1 then
     raise(("%s: num_replicas must be a positive integer, got %s"):format(op, show(w)))
   end
   local r = opts.rank
-  if r == nil then r = ddp.rank() end
+  if r == nil then r = dist.rank() end
   if not is_integer(r) then raise(("%s: rank must be an integer, got %s"):format(op, show(r))) end
   if r < 0 or r >= w then
     raise(("%s: rank %d is out of range for num_replicas = %d%s (ranks are 0..%d)")
@@ -367,10 +361,8 @@ function data.DistributedSampler(n, opts)
   else
     m = drop_last and floor(n / w) or ceil(n / w)
   end
-  return object(DistributedSampler, {
-    _n = n, _m = m, _epoch = 0, num_replicas = w, rank = r, shuffle = shuffle, seed = seed,
-    drop_last = drop_last, eval = eval,
-  })
+  self._n, self._m, self._epoch, self.num_replicas, self.rank = n, m, 0, w, r
+  self.shuffle, self.seed, self.drop_last, self.eval = shuffle, seed, drop_last, eval
 end
 
 -- Samples this rank gets per epoch.
@@ -458,6 +450,7 @@ end
 -- -- DataLoader ---------------------------------------------------------------
 
 local DataLoader = class("DataLoader")
+data.DataLoader = DataLoader
 local loader_opts = { batch_size = true, shuffle = true, drop_last = true, sampler = true, seed = true,
   pin_memory = true }
 
@@ -471,7 +464,7 @@ local loader_opts = { batch_size = true, shuffle = true, drop_last = true, sampl
 -- page-locked memory, so x:cuda({non_blocking = true}) does not wait for
 -- the copy (ignored where there is no CUDA device, as in PyTorch).  A
 -- TensorDataset whose tensors are on a GPU gives batches on that GPU.
-function data.DataLoader(ds, opts)
+function DataLoader:init(ds, opts)
   local op = "DataLoader"
   opts = check_opts(opts, op, loader_opts)
   local fields = field(ds, "_fields")
@@ -509,10 +502,9 @@ function data.DataLoader(ds, opts)
   end
   -- a sampler keeping its own epoch keeps the loader's
   local owner = type(field(sampler, "epoch")) == "function" and type(field(sampler, "set_epoch")) == "function"
-  return object(DataLoader, {
-    dataset = ds, sampler = sampler, batch_size = bs, shuffle = shuffle, drop_last = drop_last,
-    pin_memory = pin, _fields = fields, _n = n, _epoch = 0, _sampler_epoch = owner,
-  })
+  self.dataset, self.sampler, self.batch_size, self.shuffle = ds, sampler, bs, shuffle
+  self.drop_last, self.pin_memory, self._fields, self._n = drop_last, pin, fields, n
+  self._epoch, self._sampler_epoch = 0, owner
 end
 
 -- Number of batches in a pass.
@@ -560,7 +552,7 @@ local function epoch_indices(self, epoch)
         raise(("%s: sampler:indices(%d) item %d is %s, not an integer index"):format(op, epoch, i, show(idx[i])))
       end
     end
-    idx = #idx > 0 and ddp.tensor(idx, { dtype = "int64" }) or ddp.empty(0, { dtype = "int64" })
+    idx = #idx > 0 and factory.tensor(idx, { dtype = "int64" }) or factory.empty(0, { dtype = "int64" })
   end
   if not is_tensor(idx) or idx:dim() ~= 1 or (idx:dtype() ~= "int64" and idx:dtype() ~= "int32") then
     raise(("%s: sampler:indices(%d) must return a 1-D int64 tensor or a table of indices, got %s"):format(
@@ -595,7 +587,7 @@ local function stack_samples(ds, bi)
   end
   for f = 1, nf or 0 do
     local c = cols[f]
-    cols[f] = is_tensor(c[1]) and ddp.stack(c, 0) or ddp.tensor(c)
+    cols[f] = is_tensor(c[1]) and factory.stack(c, 0) or factory.tensor(c)
   end
   return cols, nf or 0
 end
@@ -696,12 +688,12 @@ function data.reduce_metrics(t)
     end
     vals[k] = v
   end
-  if ddp.world_size() == 1 then return vals end
-  if not ddp.is_initialized() then
+  if dist.world_size() == 1 then return vals end
+  if not dist.is_initialized() then
     raise(("%s: call ddp.init() first (a world of %d ranks sums through the process group)")
-          :format(op, ddp.world_size()))
+          :format(op, dist.world_size()))
   end
-  local all = ddp.all_gather_object(vals)
+  local all = dist.all_gather_object(vals)
   -- every rank sees every table, so a mismatch raises on all of them
   local out = {}
   for k in pairs(vals) do out[k] = 0 end
@@ -709,13 +701,13 @@ function data.reduce_metrics(t)
     for k in pairs(vals) do
       if all[r][k] == nil then
         raise(("%s: rank %d has no metric %s, which rank %d has; every rank must pass the same keys")
-              :format(op, r - 1, show(k), ddp.rank()))
+              :format(op, r - 1, show(k), dist.rank()))
       end
     end
     for k, v in pairs(all[r]) do
       if out[k] == nil then
         raise(("%s: rank %d has a metric %s, which rank %d lacks; every rank must pass the same keys")
-              :format(op, r - 1, show(k), ddp.rank()))
+              :format(op, r - 1, show(k), dist.rank()))
       end
       out[k] = out[k] + v
     end

@@ -12,6 +12,7 @@
 local core = require "ddp.core"
 local dist = require "ddp.dist"
 local autograd = require "ddp.autograd"
+local nn = require "ddp.nn"
 local C, ffi = core.C, core.ffi
 local raise, show = core.raise, core.show
 local type, pairs, ipairs, tostring, setmetatable, getmetatable, rawget, rawset, pcall, unpack =
@@ -22,6 +23,10 @@ core.add_lib_file(debug.getinfo(1, "S").source)
 
 local M = {}
 
+-- The wrapper is a transparent stand-in for the model, not a core.class:
+-- every key that is not one of its own methods (DDP) goes to the model,
+-- metamethod names and init included, so its methods and its metatable
+-- are kept apart.
 local DDP = {}                      -- the wrapper's own methods
 local mt = {}                       -- the wrapper's metatable
 local wrapped = setmetatable({}, { __mode = "k" })  -- model -> true
@@ -32,9 +37,7 @@ local options = { bucket_cap_mb = true, first_bucket_mb = true, broadcast_buffer
                   grad_accum = true, comm_hook = true, find_unused_parameters = true,
                   device_ids = true, output_device = true }
 
-local function is_module(m)
-  return type(m) == "table" and rawget(m, "_fields") ~= nil and type(m.named_parameters) == "function"
-end
+local is_module = nn.is_module
 
 local function shape_str(t)
   return "[" .. concat(t:shape(), ", ") .. "]"
@@ -296,7 +299,7 @@ end
 
 -- -- Forwarding ----------------------------------------------------------------
 
-local Module = require("ddp.nn").Module
+local Module = nn.Module
 
 mt.__index = function(self, k)
   local own = DDP[k]

@@ -14,6 +14,7 @@
 -- order (as with PyTorch's collectives).
 local core = require "ddp.core"
 local store = require "ddp.store"
+local serialize_value = require "ddp.serialize"
 local raise, show = core.raise, core.show
 local type, tostring, tonumber, pairs, pcall = type, tostring, tonumber, pairs, pcall
 local concat, floor, huge = table.concat, math.floor, math.huge
@@ -265,9 +266,6 @@ end
 
 function M.is_initialized() return state ~= nil end
 
--- The store connection (nil before init or in a world of one).
-function M._store() return state and state.store end
-
 -- The backend in use ("shm", "gloo", "hier" or "nccl"; in a world of one
 -- the one its first collective will use), nil before init.
 function M.backend()
@@ -322,112 +320,18 @@ end
 
 -- -- Objects ----------------------------------------------------------------
 
-local MAX_DEPTH = 200
-
-local function key_path(path, k)
-  if type(k) == "string" and k:match("^[%a_][%w_]*$") then return path .. "." .. k end
-  if type(k) == "string" then return path .. ("[%q]"):format(k) end
-  return path .. "[" .. tostring(k) .. "]"
-end
-
-local function num(n)
-  if n ~= n then return "dnan;" end
-  if n == huge then return "dinf;" end
-  if n == -huge then return "d-inf;" end
-  return "d" .. ("%.17g"):format(n) .. ";"
-end
-
--- Numbers "d<%.17g>;", strings "s<len>:<bytes>", "t"/"f", nil "n", tables
--- "{" key value ... "}".
+-- Objects travel as ddp.serialize's text (never load()ed on arrival);
+-- tables with a metatable are refused: they would arrive without their
+-- class.
 local function serialize(op, v)
-  local out, on_path = {}, {}
-  local function put(x, path, depth)
-    local tx = type(x)
-    if tx == "number" then out[#out + 1] = num(x)
-    elseif tx == "string" then out[#out + 1] = "s" .. #x .. ":" .. x
-    elseif tx == "boolean" then out[#out + 1] = x and "t" or "f"
-    elseif tx == "nil" then out[#out + 1] = "n"
-    elseif tx == "table" then
-      if on_path[x] then raise(("%s: %s refers back to a table that contains it (a cycle)"):format(op, path)) end
-      if getmetatable(x) ~= nil then
-        raise(("%s: %s is a table with a metatable; only plain tables can be sent"):format(op, path))
-      end
-      if depth >= MAX_DEPTH then raise(("%s: %s is nested more than %d levels deep"):format(op, path, MAX_DEPTH)) end
-      on_path[x] = true
-      out[#out + 1] = "{"
-      for k, val in pairs(x) do
-        local tk = type(k)
-        if tk == "string" then out[#out + 1] = "s" .. #k .. ":" .. k
-        elseif tk == "number" then out[#out + 1] = num(k)
-        else
-          raise(("%s: %s has a %s key; only string and number keys can be sent")
-                :format(op, path, core.describe(k)))
-        end
-        put(val, key_path(path, k), depth + 1)
-      end
-      out[#out + 1] = "}"
-      on_path[x] = nil
-    else
-      raise(("%s: %s is a %s; only numbers, strings, booleans and plain tables can be sent")
-            :format(op, path, core.describe(x)))
-    end
-  end
-  put(v, "value", 0)
-  return concat(out)
+  return serialize_value.encode(v, { op = op, root = "value", verb = "sent", plain = true })
 end
 
--- Parses what serialize wrote; never load().
 local function deserialize(op, s)
-  local pos = 1
-  local function bad(why)
-    raise(("%s: malformed object data at byte %d (%s)"):format(op, pos, why))
-  end
-  local parse
-  local function number()
-    local e = s:find(";", pos + 1, true)
-    if not e then bad("unterminated number") end
-    local t = s:sub(pos + 1, e - 1)
-    pos = e + 1
-    if t == "nan" then return 0 / 0 elseif t == "inf" then return huge elseif t == "-inf" then return -huge end
-    local n = tonumber(t)
-    if not n then bad("bad number") end
-    return n
-  end
-  local function str()
-    local c = s:find(":", pos + 1, true)
-    local len = c and tonumber(s:sub(pos + 1, c - 1))
-    if not len or len < 0 or len ~= floor(len) or c + len > #s then bad("bad string") end
-    local v = s:sub(c + 1, c + len)
-    pos = c + len + 1
-    return v
-  end
-  parse = function(depth)
-    local ch = s:sub(pos, pos)
-    if ch == "d" then return number()
-    elseif ch == "s" then return str()
-    elseif ch == "t" then pos = pos + 1 return true
-    elseif ch == "f" then pos = pos + 1 return false
-    elseif ch == "n" then pos = pos + 1 return nil
-    elseif ch == "{" then
-      if depth >= MAX_DEPTH then bad("nested too deep") end
-      pos = pos + 1
-      local t = {}
-      while true do
-        local c = s:sub(pos, pos)
-        if c == "}" then pos = pos + 1 return t end
-        local k
-        if c == "s" then k = str() elseif c == "d" then k = number() else bad("bad key") end
-        if k ~= k then bad("nan key") end
-        t[k] = parse(depth + 1)
-      end
-    end
-    bad(ch == "" and "truncated" or "unknown tag")
-  end
-  local v = parse(0)
-  if pos ~= #s + 1 then bad("trailing bytes") end
+  local v, err = serialize_value.decode(s)
+  if err then raise(("%s: malformed object data %s"):format(op, err)) end
   return v
 end
-M._serialize, M._deserialize = serialize, deserialize
 
 local function get(op, st, key, src)
   local ok, v = pcall(st.store.get, st.store, key, st.timeout)
@@ -632,9 +536,13 @@ function M.recv(t, src, opts)
   return t
 end
 
--- Handles of ddp.all_reduce_async.
-local Work = {}
-Work.__index = Work
+-- Handles of ddp.all_reduce_async: Work(w, t) owns w, the C handle of
+-- the all-reduce of t.
+local Work = core.class("ddp.Work")
+
+function Work:init(w, t)
+  self.w, self.t = ffi.gc(w, C.dl_work_free), t
+end
 
 -- h:wait(): blocks until the all-reduce finished; returns its tensor, or
 -- raises its error.
@@ -663,7 +571,7 @@ function M.all_reduce_async(t, op, opts)
   local pg = group(name)
   local w = timed(pg, name, opts, C.dl_pg_all_reduce_async, pg, t, o)
   if w == nil then raise("ddp." .. core.last_error()) end
-  return setmetatable({ w = ffi.gc(w, C.dl_work_free), t = t }, Work)
+  return Work(w, t)
 end
 
 return M

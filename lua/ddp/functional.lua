@@ -1,8 +1,8 @@
 -- ddp.nn.functional: the functional forms of the network layers, as
 -- torch.nn.functional: activations and linear from tensor ops, the rest
 -- from fused C kernels with their own backward.
-local ddp = require "ddp"
 local core = require "ddp.core"
+local _ = require "ddp.tensor"  -- x:relu() and friends: the tensor type
 local C, ffi = core.C, core.ffi
 local new, raise = core.new, core.raise
 local tensor_arg = core.tensor_arg
@@ -162,5 +162,4 @@ do
   autocast.install(F, autocast.functional_f32, "f32")
 end
 
-local _ = ddp
 return F

@@ -7,8 +7,9 @@
 --   function Net:init(hidden) self.fc1 = nn.Linear(784, hidden) ... end
 --   function Net:forward(x) return self.fc1(x):relu() end
 --   local model = Net(128)
-local ddp = require "ddp"
 local core = require "ddp.core"
+local factory = require "ddp.factory"
+local autograd = require "ddp.autograd"
 local F = require "ddp.functional"
 local raise = core.raise
 local ffi = core.ffi
@@ -19,41 +20,44 @@ local nn = { functional = F }
 
 -- -- Module ---------------------------------------------------------------------------
 
-local Module = { __name = "Module" }
+-- Instances keep what is assigned to them in self._fields (so every
+-- assignment goes through _set, which registers parameters, buffers and
+-- children); the class is their metatable, as core.class makes it, with
+-- __index reading the fields first, then the class.
+local Module = core.class("Module")
 nn.Module = Module
 
+-- Whether v is a module (an instance of nn.Module or of a subclass).
 local function is_module(v)
-  return type(v) == "table" and rawget(v, "_fields") ~= nil
+  return core.is_instance(v, Module)
 end
+nn.is_module = is_module
 
-local function module_mt(class)
-  return {
-    __index = function(self, k)
-      local v = rawget(self, "_fields")[k]
-      if v ~= nil then return v end
-      return class[k]
-    end,
-    __newindex = function(self, k, v) self:_set(k, v) end,
-    __call = function(self, ...) return self:forward(...) end,
-    __tostring = function(self) return self:repr("") end,
-  }
+Module.__index = function(self, k)
+  local v = rawget(self, "_fields")[k]
+  if v ~= nil then return v end
+  return getmetatable(self)[k]
+end
+Module.__newindex = function(self, k, v) self:_set(k, v) end
+Module.__call = function(self, ...) return self:forward(...) end
+Module.__tostring = function(self) return self:repr("") end
+
+-- The bare instance, before init.
+function Module.__new(class)
+  local obj = setmetatable({ _fields = {}, _params = {}, _buffers = {}, _modules = {},
+                             _nonpersistent = {} }, class)
+  obj._fields.training = true
+  return obj
 end
 
 -- A new class: Class(...) creates an instance and calls Class.init(self, ...).
 function Module:extend(name)
-  local class = setmetatable({}, { __index = self })
-  class.__name = name or "Module"
-  class._mt = module_mt(class)
-  getmetatable(class).__call = function(c, ...) return c:new(...) end
-  return class
+  return core.class(name or "Module", self)
 end
 
+-- Class:new(...) is Class(...).
 function Module:new(...)
-  local obj = setmetatable({ _fields = {}, _params = {}, _buffers = {}, _modules = {},
-                             _nonpersistent = {} }, self._mt)
-  obj._fields.training = true
-  if self.init then self.init(obj, ...) end
-  return obj
+  return self(...)
 end
 
 local function remove(list, name)
@@ -212,7 +216,7 @@ function Module:to(what)
     local names = { unpack(m._params) }  -- _set reorders m._params
     for _, name in ipairs(names) do
       local p = m._fields[name]
-      local q = ddp.no_grad(function()
+      local q = autograd.no_grad(function()
         local r = p:to(what)
         if r == p then return p end
         return device and r or r:clone()
@@ -271,7 +275,7 @@ function Module:load_state_dict(sd, opts)
     if #misshaped > 0 then parts[#parts + 1] = "shape mismatch: " .. table.concat(misshaped, ", ") end
     raise("load_state_dict: " .. table.concat(parts, "; "))
   end
-  ddp.no_grad(function()
+  autograd.no_grad(function()
     for name, t in pairs(own) do
       if sd[name] ~= nil then t:copy_(sd[name]) end
     end
@@ -304,10 +308,10 @@ end
 local init = {}
 nn.init = init
 
-function init.uniform_(t, a, b) return ddp.no_grad(function() return t:uniform_(a, b) end) end
-function init.normal_(t, mean, std) return ddp.no_grad(function() return t:normal_(mean or 0, std or 1) end) end
-function init.zeros_(t) return ddp.no_grad(function() return t:zero_() end) end
-function init.ones_(t) return ddp.no_grad(function() return t:fill_(1) end) end
+function init.uniform_(t, a, b) return autograd.no_grad(function() return t:uniform_(a, b) end) end
+function init.normal_(t, mean, std) return autograd.no_grad(function() return t:normal_(mean or 0, std or 1) end) end
+function init.zeros_(t) return autograd.no_grad(function() return t:zero_() end) end
+function init.ones_(t) return autograd.no_grad(function() return t:fill_(1) end) end
 
 local function fans(t)
   local s = t:shape()
@@ -333,7 +337,7 @@ end
 
 -- -- Layers ------------------------------------------------------------------------------------
 
-local function param(...) return ddp.empty(...):requires_grad_() end
+local function param(...) return factory.empty(...):requires_grad_() end
 
 nn.Linear = Module:extend("Linear")
 function nn.Linear:init(in_features, out_features, opts)
@@ -431,8 +435,8 @@ function nn.LayerNorm:init(shape, opts)
   self.normalized_shape = type(shape) == "table" and shape or { shape }
   self.eps = opts.eps or 1e-5
   if opts.elementwise_affine ~= false then
-    self.weight = ddp.ones(self.normalized_shape, { dtype = opts.dtype }):requires_grad_()
-    self.bias = ddp.zeros(self.normalized_shape, { dtype = opts.dtype }):requires_grad_()
+    self.weight = factory.ones(self.normalized_shape, { dtype = opts.dtype }):requires_grad_()
+    self.bias = factory.zeros(self.normalized_shape, { dtype = opts.dtype }):requires_grad_()
   end
 end
 function nn.LayerNorm:forward(x) return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps) end
@@ -444,14 +448,14 @@ local function batch_norm_class(name, dims)
     self.num_features, self.eps = num_features, opts.eps or 1e-5
     self.momentum = opts.momentum == nil and 0.1 or opts.momentum
     if opts.affine ~= false then
-      self.weight = ddp.ones(num_features, { dtype = opts.dtype }):requires_grad_()
-      self.bias = ddp.zeros(num_features, { dtype = opts.dtype }):requires_grad_()
+      self.weight = factory.ones(num_features, { dtype = opts.dtype }):requires_grad_()
+      self.bias = factory.zeros(num_features, { dtype = opts.dtype }):requires_grad_()
     end
     self.track_running_stats = opts.track_running_stats ~= false
     if self.track_running_stats then
-      self:register_buffer("running_mean", ddp.zeros(num_features, { dtype = opts.dtype }))
-      self:register_buffer("running_var", ddp.ones(num_features, { dtype = opts.dtype }))
-      self:register_buffer("num_batches_tracked", ddp.zeros({}, { dtype = "int64" }))
+      self:register_buffer("running_mean", factory.zeros(num_features, { dtype = opts.dtype }))
+      self:register_buffer("running_var", factory.ones(num_features, { dtype = opts.dtype }))
+      self:register_buffer("num_batches_tracked", factory.zeros({}, { dtype = "int64" }))
     end
   end
   function cls:forward(x)
@@ -460,7 +464,7 @@ local function batch_norm_class(name, dims)
     end
     local use_batch = self.training or not self.track_running_stats
     if self.training and self.track_running_stats then
-      ddp.no_grad(function() self.num_batches_tracked:add_(1) end)
+      autograd.no_grad(function() self.num_batches_tracked:add_(1) end)
     end
     return F.batch_norm(x, self.track_running_stats and self.running_mean or nil,
                         self.track_running_stats and self.running_var or nil,
@@ -477,10 +481,10 @@ nn.Embedding = Module:extend("Embedding")
 function nn.Embedding:init(num, dim, opts)
   opts = opts or {}
   self.num_embeddings, self.embedding_dim, self.padding_idx = num, dim, opts.padding_idx
-  self.weight = ddp.randn(num, dim, { dtype = opts.dtype }):requires_grad_()
+  self.weight = factory.randn(num, dim, { dtype = opts.dtype }):requires_grad_()
   if opts.padding_idx then
     local row = opts.padding_idx < 0 and opts.padding_idx + num or opts.padding_idx
-    ddp.no_grad(function() self.weight:select(0, row):zero_() end)
+    autograd.no_grad(function() self.weight:select(0, row):zero_() end)
   end
 end
 function nn.Embedding:forward(idx) return F.embedding(idx, self.weight, { padding_idx = self.padding_idx }) end
@@ -531,14 +535,14 @@ nn.utils = {}
 function nn.utils.clip_grad_norm(params, max_norm, norm_type)
   norm_type = norm_type or 2
   if type(params) ~= "table" or core.is_tensor(params) then params = { params } end
-  return ddp.no_grad(function()
+  return autograd.no_grad(function()
     local norms = {}
     for _, p in ipairs(params) do
       local g = p.grad
       if g then norms[#norms + 1] = g:norm(norm_type):double() end
     end
-    if #norms == 0 then return ddp.tensor(0, { dtype = "float32" }) end
-    local total = ddp.stack(norms):norm(norm_type)
+    if #norms == 0 then return factory.tensor(0, { dtype = "float32" }) end
+    local total = factory.stack(norms):norm(norm_type)
     local coef = max_norm / (total:item() + 1e-6)
     if coef < 1 then
       for _, p in ipairs(params) do

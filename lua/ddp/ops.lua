@@ -1,15 +1,20 @@
 -- ddp.ops: the math methods of tensors (elementwise, reductions, linear
--- algebra, indexing, sorting) and the arithmetic metamethods.
+-- algebra, indexing, sorting), their aliases and the arithmetic
+-- metamethods; ddp.tensor composes them into the tensor type.
 local core = require "ddp.core"
-local tensor = require "ddp.tensor"
-local C, ffi = core.C, core.ffi
+local C = core.C
 local new, new2, check, raise = core.new, core.new2, core.check, core.raise
-local operand, tensor_arg, is_integer = core.operand, core.tensor_arg, core.is_integer
+local operand, tensor_arg = core.operand, core.tensor_arg
 local dim_arg, dims_arg = core.dim_arg, core.dims_arg
-local T, mt = tensor.methods, tensor.mt
 local type = type
 
 core.add_lib_file(debug.getinfo(1, "S").source)
+
+local M = {}
+local m = {}  -- the methods of this file
+-- The whole method table (ddp.tensor's), for calls between methods: they
+-- go through it, so they meet the same wrappers a user's call does.
+local T
 
 -- -- Elementwise ---------------------------------------------------------
 
@@ -27,10 +32,10 @@ local aliases = {
 }
 
 for name, op in pairs(binops) do
-  T[name] = function(a, b)
+  m[name] = function(a, b)
     return new(C.dl_binary, op, operand(a, name, 1), operand(b, name, 2))
   end
-  T[name .. "_"] = function(a, b)
+  m[name .. "_"] = function(a, b)
     check(C.dl_binary_(op, a, operand(b, name .. "_", 2)))
     return a
   end
@@ -38,18 +43,18 @@ end
 
 -- add/sub take PyTorch's alpha: a + alpha * b.
 for _, name in ipairs { "add", "sub" } do
-  local op, plain, inplace = binops[name], T[name], T[name .. "_"]
+  local op, plain, inplace = binops[name], m[name], m[name .. "_"]
   local function alpha_ok(alpha, op)
     if alpha ~= nil and type(alpha) ~= "number" then
       raise(("%s: alpha must be a number, got %s"):format(op, core.show(alpha)))
     end
     return alpha ~= nil and alpha ~= 1
   end
-  T[name] = function(a, b, alpha)
+  m[name] = function(a, b, alpha)
     if alpha_ok(alpha, name) then b = T.mul(operand(b, name, 2), alpha) end
     return plain(a, b)
   end
-  T[name .. "_"] = function(a, b, alpha)
+  m[name .. "_"] = function(a, b, alpha)
     if alpha_ok(alpha, name .. "_") then b = T.mul(operand(b, name .. "_", 2), alpha) end
     return inplace(a, b)
   end
@@ -57,14 +62,14 @@ for _, name in ipairs { "add", "sub" } do
   -- a hot loop calling a fresh closure that did `x + 1` (x a tensor)
   -- crashed with SIGSEGV within a few hundred iterations.  These two stay
   -- interpreted (a trace reaching them stops there); tests/jit_spec.lua.
-  jit.off(T[name])
-  jit.off(T[name .. "_"])
+  jit.off(m[name])
+  jit.off(m[name .. "_"])
   local _ = op
 end
 
 -- fmax/fmin: maximum/minimum where a NaN loses to a number, as torch.fmax.
 for name, op in pairs { fmax = "maximum", fmin = "minimum" } do
-  T[name] = function(a, b)
+  m[name] = function(a, b)
     a, b = operand(a, name, 1), operand(b, name, 2)
     local r = T.where(a, T.isnan(b), T[op](a, b))
     return T.where(b, T.isnan(a), r)
@@ -85,8 +90,8 @@ aliases.absolute = "abs"
 aliases.fix = "trunc"
 
 for name, op in pairs(unops) do
-  T[name] = function(a) return new(C.dl_unary, op, a) end
-  T[name .. "_"] = function(a)
+  m[name] = function(a) return new(C.dl_unary, op, a) end
+  m[name .. "_"] = function(a)
     check(C.dl_unary_(op, a))
     return a
   end
@@ -98,8 +103,8 @@ local function gelu_op(approximate)
   if approximate == "tanh" then return C.DL_GELU_TANH end
   raise(('gelu: approximate must be "none" or "tanh", got %s'):format(core.show(approximate)))
 end
-function T.gelu(a, approximate) return new(C.dl_unary, gelu_op(approximate), a) end
-function T.gelu_(a, approximate)
+function m.gelu(a, approximate) return new(C.dl_unary, gelu_op(approximate), a) end
+function m.gelu_(a, approximate)
   check(C.dl_unary_(gelu_op(approximate), a))
   return a
 end
@@ -111,21 +116,21 @@ local function bound(v, op)
   if type(v) ~= "number" then raise(op .. ": bounds must be numbers, got " .. type(v)) end
   return v
 end
-function T.clamp(a, lo, hi)
+function m.clamp(a, lo, hi)
   if lo == nil and hi == nil then raise("clamp: at least one of min and max must be given") end
   return new(C.dl_clamp, a, bound(lo, "clamp"), bound(hi, "clamp"))
 end
-function T.clamp_(a, lo, hi)
+function m.clamp_(a, lo, hi)
   if lo == nil and hi == nil then raise("clamp_: at least one of min and max must be given") end
   check(C.dl_clamp_(a, bound(lo, "clamp_"), bound(hi, "clamp_")))
   return a
 end
-T.clip, T.clip_ = T.clamp, T.clamp_
-function T.clamp_min(a, lo) return T.clamp(a, lo, nil) end
-function T.clamp_max(a, hi) return T.clamp(a, nil, hi) end
+m.clip, m.clip_ = m.clamp, m.clamp_
+function m.clamp_min(a, lo) return T.clamp(a, lo, nil) end
+function m.clamp_max(a, hi) return T.clamp(a, nil, hi) end
 
 -- x:where(cond, y) as in PyTorch: x where cond holds, else y.
-function T.where(a, cond, b)
+function m.where(a, cond, b)
   return new(C.dl_where, tensor_arg(cond, "where", "condition"), operand(a, "where", 1), operand(b, "where", 2))
 end
 
@@ -138,15 +143,15 @@ local function reducer(op, name)
     return new(C.dl_reduce, op, t, dims, n, keepdim and 1 or 0, 0)
   end
 end
-T.sum = reducer(C.DL_SUM, "sum")
-T.mean = reducer(C.DL_MEAN, "mean")
-T.prod = reducer(C.DL_PROD, "prod")
-T.amax = reducer(C.DL_AMAX, "amax")
-T.amin = reducer(C.DL_AMIN, "amin")
-T.all = reducer(C.DL_ALL, "all")
-T.any = reducer(C.DL_ANY, "any")
-T.logsumexp = reducer(C.DL_LOGSUMEXP, "logsumexp")
-T.count_nonzero = reducer(C.DL_COUNT_NONZERO, "count_nonzero")
+m.sum = reducer(C.DL_SUM, "sum")
+m.mean = reducer(C.DL_MEAN, "mean")
+m.prod = reducer(C.DL_PROD, "prod")
+m.amax = reducer(C.DL_AMAX, "amax")
+m.amin = reducer(C.DL_AMIN, "amin")
+m.all = reducer(C.DL_ALL, "all")
+m.any = reducer(C.DL_ANY, "any")
+m.logsumexp = reducer(C.DL_LOGSUMEXP, "logsumexp")
+m.count_nonzero = reducer(C.DL_COUNT_NONZERO, "count_nonzero")
 
 -- var/std(dim, unbiased or {correction=, unbiased=, keepdim=}, keepdim)
 local function var_like(op, name)
@@ -165,11 +170,11 @@ local function var_like(op, name)
     return new(C.dl_reduce, op, t, dims, n, keepdim and 1 or 0, correction)
   end
 end
-T.var = var_like(C.DL_VAR, "var")
-T.std = var_like(C.DL_STD, "std")
+m.var = var_like(C.DL_VAR, "var")
+m.std = var_like(C.DL_STD, "std")
 
 -- norm(p = 2 | "fro" | math.huge | number, dim, keepdim)
-function T.norm(t, p, dim, keepdim)
+function m.norm(t, p, dim, keepdim)
   if p == nil or p == "fro" then p = 2 end
   if p == "nuc" then raise("norm: the nuclear norm is not supported") end
   if type(p) ~= "number" then raise("norm: p must be a number, \"fro\" or math.huge, got " .. tostring(p)) end
@@ -186,14 +191,14 @@ local function maxmin(name, all_op, dim_fn, pair)
     return new2(C[dim_fn], t, dim_arg(dim, name), keepdim and 1 or 0)
   end
 end
-T.max = maxmin("max", C.DL_AMAX, "dl_max_dim", T.maximum)
-T.min = maxmin("min", C.DL_AMIN, "dl_min_dim", T.minimum)
+m.max = maxmin("max", C.DL_AMAX, "dl_max_dim", m.maximum)
+m.min = maxmin("min", C.DL_AMIN, "dl_min_dim", m.minimum)
 
 local FLATTEN = -100  -- below -DL_MAX_DIMS: argmax over the flattened tensor
-function T.argmax(t, dim, keepdim)
+function m.argmax(t, dim, keepdim)
   return new(C.dl_argmax, t, dim == nil and FLATTEN or dim_arg(dim, "argmax"), keepdim and 1 or 0)
 end
-function T.argmin(t, dim, keepdim)
+function m.argmin(t, dim, keepdim)
   return new(C.dl_argmin, t, dim == nil and FLATTEN or dim_arg(dim, "argmin"), keepdim and 1 or 0)
 end
 
@@ -203,21 +208,21 @@ local function along(fn, name)
     return new(C[fn], t, dim_arg(dim, name))
   end
 end
-T.cumsum = along("dl_cumsum", "cumsum")
-T.cumprod = along("dl_cumprod", "cumprod")
-T.softmax = along("dl_softmax", "softmax")
-T.log_softmax = along("dl_log_softmax", "log_softmax")
+m.cumsum = along("dl_cumsum", "cumsum")
+m.cumprod = along("dl_cumprod", "cumprod")
+m.softmax = along("dl_softmax", "softmax")
+m.log_softmax = along("dl_log_softmax", "log_softmax")
 
 -- -- Linear algebra ------------------------------------------------------
 
-function T.matmul(a, b) return new(C.dl_matmul, a, tensor_arg(b, "matmul", "other")) end
-function T.mm(a, b) return new(C.dl_mm, a, tensor_arg(b, "mm", "mat2")) end
-function T.bmm(a, b) return new(C.dl_bmm, a, tensor_arg(b, "bmm", "mat2")) end
-function T.outer(a, b) return new(C.dl_outer, a, tensor_arg(b, "outer", "vec2")) end
-T.ger = T.outer
-function T.dot(a, b) return new(C.dl_dot, a, tensor_arg(b, "dot", "other")) end
+function m.matmul(a, b) return new(C.dl_matmul, a, tensor_arg(b, "matmul", "other")) end
+function m.mm(a, b) return new(C.dl_mm, a, tensor_arg(b, "mm", "mat2")) end
+function m.bmm(a, b) return new(C.dl_bmm, a, tensor_arg(b, "bmm", "mat2")) end
+function m.outer(a, b) return new(C.dl_outer, a, tensor_arg(b, "outer", "vec2")) end
+m.ger = m.outer
+function m.dot(a, b) return new(C.dl_dot, a, tensor_arg(b, "dot", "other")) end
 -- c:addmm(a, b[, {beta=, alpha=}]) = beta * c + alpha * (a @ b)
-function T.addmm(c, a, b, opts)
+function m.addmm(c, a, b, opts)
   opts = opts or {}
   return new(C.dl_addmm, c, tensor_arg(a, "addmm", "mat1"), tensor_arg(b, "addmm", "mat2"),
              opts.beta or 1, opts.alpha or 1)
@@ -233,10 +238,10 @@ local function index_arg(idx, op)
   raise(op .. ": index must be a tensor or a table of integers, got " .. type(idx))
 end
 
-function T.index_select(t, dim, idx)
+function m.index_select(t, dim, idx)
   return new(C.dl_index_select, t, dim_arg(dim, "index_select"), index_arg(idx, "index_select"))
 end
-function T.gather(t, dim, idx)
+function m.gather(t, dim, idx)
   return new(C.dl_gather, t, dim_arg(dim, "gather"), index_arg(idx, "gather"))
 end
 
@@ -260,10 +265,10 @@ local function scatter_fn(reduce, name, inplace)
     return new(C.dl_scatter, t, dim, idx, src, reduce)
   end
 end
-T.scatter = scatter_fn(0, "scatter", false)
-T.scatter_ = scatter_fn(0, "scatter_", true)
-T.scatter_add = scatter_fn(1, "scatter_add", false)
-T.scatter_add_ = scatter_fn(1, "scatter_add_", true)
+m.scatter = scatter_fn(0, "scatter", false)
+m.scatter_ = scatter_fn(0, "scatter_", true)
+m.scatter_add = scatter_fn(1, "scatter_add", false)
+m.scatter_add_ = scatter_fn(1, "scatter_add_", true)
 
 local function fill_value(v, op)
   if core.is_tensor(v) then v = T.item(v) end
@@ -271,44 +276,44 @@ local function fill_value(v, op)
   if type(v) ~= "number" then raise(op .. ": value must be a number, got " .. type(v)) end
   return v
 end
-function T.masked_fill(t, mask, v)
+function m.masked_fill(t, mask, v)
   return new(C.dl_masked_fill, t, tensor_arg(mask, "masked_fill", "mask"), fill_value(v, "masked_fill"))
 end
-function T.masked_fill_(t, mask, v)
+function m.masked_fill_(t, mask, v)
   check(C.dl_masked_fill_(t, tensor_arg(mask, "masked_fill_", "mask"), fill_value(v, "masked_fill_")))
   return t
 end
-function T.masked_select(t, mask)
+function m.masked_select(t, mask)
   return new(C.dl_masked_select, t, tensor_arg(mask, "masked_select", "mask"))
 end
 
-function T.sort(t, dim, descending)
+function m.sort(t, dim, descending)
   if type(dim) == "table" then dim, descending = dim.dim, dim.descending end
   return new2(C.dl_sort, t, dim_arg(dim or -1, "sort"), descending and 1 or 0)
 end
-function T.argsort(t, dim, descending)
+function m.argsort(t, dim, descending)
   local _, idx = T.sort(t, dim, descending)
   return idx
 end
-function T.topk(t, k, dim, largest, sorted)
+function m.topk(t, k, dim, largest, sorted)
   if type(dim) == "table" then dim, largest, sorted = dim.dim, dim.largest, dim.sorted end
   return new2(C.dl_topk, t, dim_arg(k, "topk", "k"), dim_arg(dim or -1, "topk"),
               largest == false and 0 or 1, sorted == false and 0 or 1)
 end
-function T.nonzero(t) return new(C.dl_nonzero, t) end
-function T.tril(t, k) return new(C.dl_tril, t, dim_arg(k or 0, "tril", "diagonal")) end
-function T.triu(t, k) return new(C.dl_triu, t, dim_arg(k or 0, "triu", "diagonal")) end
-function T.one_hot(t, n) return new(C.dl_one_hot, t, dim_arg(n or -1, "one_hot", "num_classes")) end
+function m.nonzero(t) return new(C.dl_nonzero, t) end
+function m.tril(t, k) return new(C.dl_tril, t, dim_arg(k or 0, "tril", "diagonal")) end
+function m.triu(t, k) return new(C.dl_triu, t, dim_arg(k or 0, "triu", "diagonal")) end
+function m.one_hot(t, n) return new(C.dl_one_hot, t, dim_arg(n or -1, "one_hot", "num_classes")) end
 
 -- -- Random fills ------------------------------------------------------------
 
-function T.uniform_(t, a, b)
+function m.uniform_(t, a, b)
   a, b = a or 0, b or 1
   if type(a) ~= "number" or type(b) ~= "number" then raise("uniform_: bounds must be numbers") end
   check(C.dl_uniform_(t, a, b))
   return t
 end
-function T.normal_(t, mean, std)
+function m.normal_(t, mean, std)
   mean, std = mean or 0, std or 1
   if type(mean) ~= "number" or type(std) ~= "number" then raise("normal_: mean and std must be numbers") end
   check(C.dl_normal_(t, mean, std))
@@ -317,7 +322,7 @@ end
 
 -- -- Comparisons of whole tensors -----------------------------------------
 
-function T.equal(a, b)
+function m.equal(a, b)
   b = operand(b, "equal", 2)
   local sa, sb = core.shape_of(a), core.shape_of(b)
   if #sa ~= #sb then return false end
@@ -342,7 +347,7 @@ local function check_broadcast(a, b, op)
   end
 end
 
-function T.allclose(a, b, rtol, atol, equal_nan)
+function m.allclose(a, b, rtol, atol, equal_nan)
   if type(rtol) == "table" then rtol, atol, equal_nan = rtol.rtol, rtol.atol, rtol.equal_nan end
   rtol, atol = rtol or 1e-5, atol or 1e-8
   b = operand(b, "allclose", 2)
@@ -355,7 +360,7 @@ function T.allclose(a, b, rtol, atol, equal_nan)
   return T.item(T.all(close))
 end
 
-function T.isclose(a, b, rtol, atol)
+function m.isclose(a, b, rtol, atol)
   rtol, atol = rtol or 1e-5, atol or 1e-8
   b = operand(b, "isclose", 2)
   check_broadcast(a, b, "isclose")
@@ -365,28 +370,33 @@ end
 
 -- -- Operators ---------------------------------------------------------------
 
-mt.__add = function(a, b) return T.add(a, b) end
-mt.__sub = function(a, b) return T.sub(a, b) end
-mt.__mul = function(a, b) return T.mul(a, b) end
-mt.__div = function(a, b) return T.div(a, b) end
-mt.__pow = function(a, b) return T.pow(a, b) end
-mt.__mod = function(a, b) return T.remainder(a, b) end
-mt.__unm = function(a) return T.neg(a) end
-mt.__len = function(a)
-  if C.dl_tensor_dim(a) == 0 then raise("len: # of a 0-dim tensor is undefined; use numel() or item()") end
-  return tonumber(C.dl_tensor_size(a, 0))
+-- The metamethods of the tensor type (ddp.tensor puts them in its metatable).
+M.operators = {
+  __add = function(a, b) return T.add(a, b) end,
+  __sub = function(a, b) return T.sub(a, b) end,
+  __mul = function(a, b) return T.mul(a, b) end,
+  __div = function(a, b) return T.div(a, b) end,
+  __pow = function(a, b) return T.pow(a, b) end,
+  __mod = function(a, b) return T.remainder(a, b) end,
+  __unm = function(a) return T.neg(a) end,
+  __len = function(a)
+    if C.dl_tensor_dim(a) == 0 then raise("len: # of a 0-dim tensor is undefined; use numel() or item()") end
+    return tonumber(C.dl_tensor_size(a, 0))
+  end,
+}
+
+-- Other names of methods (alias -> name; name_ -> alias_ too).  ddp.tensor
+-- adds them after autocast's wrappers, so an alias shares its op's wrapper.
+M.aliases = aliases
+
+-- Binary ops take a number first (2 + t calls add(2, t)): ddp.tensor checks
+-- no tensor self for them.
+M.binops, M.unops = binops, unops
+
+-- methods(all) -> this file's methods; all is the table they end up in.
+function M.methods(all)
+  T = all
+  return m
 end
 
--- Autocast's op lists (ddp.autocast): before the aliases, so they share the wrappers.
-do
-  local autocast = require "ddp.autocast"
-  autocast.install(T, autocast.tensor_low, "low")
-  autocast.install(T, autocast.tensor_f32, "f32")
-end
-
-for alias, name in pairs(aliases) do
-  T[alias] = T[name]
-  if T[name .. "_"] then T[alias .. "_"] = T[name .. "_"] end
-end
-
-return { binops = binops, unops = unops }
+return M

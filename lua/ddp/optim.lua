@@ -1,8 +1,9 @@
 -- ddp.optim: SGD, Adam and AdamW (each step one fused C loop per
 -- parameter) and learning-rate schedulers, with state_dicts laid out as
 -- PyTorch's ({state = {[0] = {...}}, param_groups = {{lr = ..., params = {0, 1}}}}).
-local ddp = require "ddp"
 local core = require "ddp.core"
+local factory = require "ddp.factory"
+local autograd = require "ddp.autograd"
 local C = core.C
 local check, raise = core.check, core.raise
 
@@ -12,12 +13,14 @@ local optim = {}
 
 -- -- The optimizer base -----------------------------------------------------------
 
-local Optimizer = {}
-Optimizer.__index = Optimizer
+-- Optimizers and schedulers are core.class classes: optim.SGD(params,
+-- opts) runs SGD's init.
+local Optimizer = core.class("Optimizer")
 
--- params: a list of tensors (model:parameters()), or a list of groups
--- {params = {...}, lr = ...} whose options override the defaults.
-local function new_optimizer(class, name, params, defaults, opts)
+-- Fills a new optimizer self.  params: a list of tensors
+-- (model:parameters()), or a list of groups {params = {...}, lr = ...}
+-- whose options override the defaults.
+local function setup(self, name, params, defaults, opts)
   if type(params) ~= "table" or core.is_tensor(params) then
     raise(name .. ": params must be a list of tensors (model:parameters()) or of groups {params = ...}")
   end
@@ -25,7 +28,7 @@ local function new_optimizer(class, name, params, defaults, opts)
   for k in pairs(opts) do
     if defaults[k] == nil then raise(("%s: unknown option %q"):format(name, tostring(k))) end
   end
-  local self = setmetatable({ name = name, defaults = {}, param_groups = {}, state = {} }, class)
+  self.name, self.defaults, self.param_groups, self.state = name, {}, {}, {}
   for k, v in pairs(defaults) do self.defaults[k] = opts[k] == nil and v or opts[k] end
   local groups = (params[1] ~= nil and core.is_tensor(params[1])) and { { params = params } } or params
   if #groups == 0 then raise(name .. ": got an empty parameter list") end
@@ -57,7 +60,6 @@ local function new_optimizer(class, name, params, defaults, opts)
   if type(self.defaults.lr) ~= "number" or self.defaults.lr < 0 then
     raise(name .. ": lr must be a non-negative number, got " .. tostring(self.defaults.lr))
   end
-  return self
 end
 
 -- Every parameter with its 0-based index across groups (PyTorch's numbering).
@@ -82,7 +84,7 @@ function Optimizer:zero_grad(set_to_none)
   for _, p in self:each() do
     if set_to_none == false then
       local g = p.grad
-      if g then ddp.no_grad(function() g:zero_() end) end
+      if g then autograd.no_grad(function() g:zero_() end) end
     else
       p.grad = nil
     end
@@ -90,8 +92,8 @@ function Optimizer:zero_grad(set_to_none)
 end
 
 function Optimizer:step(closure)
-  local loss = closure and ddp.enable_grad(closure) or nil
-  ddp.no_grad(function()
+  local loss = closure and autograd.enable_grad(closure) or nil
+  autograd.no_grad(function()
     for idx, p, g in self:each() do
       local grad = p.grad
       if grad then
@@ -178,23 +180,21 @@ end
 
 -- -- SGD ------------------------------------------------------------------------------
 
-optim.SGD = setmetatable({}, { __index = Optimizer })
-optim.SGD.__index = optim.SGD
+optim.SGD = core.class("SGD", Optimizer)
 
-function optim.SGD.new(params, opts)
-  local self = new_optimizer(optim.SGD, "SGD", params,
+function optim.SGD:init(params, opts)
+  setup(self, "SGD", params,
     { lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false, maximize = false }, opts)
   if self.defaults.nesterov and (self.defaults.momentum <= 0 or self.defaults.dampening ~= 0) then
     raise("SGD: nesterov needs momentum > 0 and dampening 0")
   end
-  return self
 end
 
 function optim.SGD:update(p, grad, st, g)
   local buf, first = nil, 0
   if g.momentum ~= 0 then
     if not st.momentum_buffer then
-      st.momentum_buffer = ddp.zeros_like(p)
+      st.momentum_buffer = factory.zeros_like(p)
       first = 1
     end
     buf = st.momentum_buffer
@@ -206,23 +206,21 @@ end
 -- -- Adam and AdamW -------------------------------------------------------------------
 
 local function adam_class(name, decoupled, wd)
-  local cls = setmetatable({}, { __index = Optimizer })
-  cls.__index = cls
-  function cls.new(params, opts)
-    local self = new_optimizer(cls, name, params,
+  local cls = core.class(name, Optimizer)
+  function cls:init(params, opts)
+    setup(self, name, params,
       { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = wd, amsgrad = false, maximize = false }, opts)
     local b = self.defaults.betas
     if type(b) ~= "table" or not (b[1] >= 0 and b[1] < 1 and b[2] >= 0 and b[2] < 1) then
       raise(name .. ": betas must be a table {beta1, beta2} with values in [0, 1)")
     end
-    return self
   end
   function cls:update(p, grad, st, g)
     if not st.step then
       st.step = 0
-      st.exp_avg = ddp.zeros_like(p)
-      st.exp_avg_sq = ddp.zeros_like(p)
-      if g.amsgrad then st.max_exp_avg_sq = ddp.zeros_like(p) end
+      st.exp_avg = factory.zeros_like(p)
+      st.exp_avg_sq = factory.zeros_like(p)
+      if g.amsgrad then st.max_exp_avg_sq = factory.zeros_like(p) end
     end
     st.step = st.step + 1
     check(C.dl_adam_step(p, grad:contiguous(), st.exp_avg, st.exp_avg_sq,
@@ -235,28 +233,28 @@ end
 optim.Adam = adam_class("Adam", false, 0)
 optim.AdamW = adam_class("AdamW", true, 1e-2)
 
--- optim.SGD(params, opts) as in PyTorch
+-- optim.SGD(params, opts) as in PyTorch; optim.SGD.new(params, opts), the
+-- older spelling, still works.
 for _, name in ipairs { "SGD", "Adam", "AdamW" } do
-  setmetatable(optim[name], { __index = Optimizer, __call = function(cls, ...) return cls.new(...) end })
+  local cls = optim[name]
+  cls.new = function(params, opts) return cls(params, opts) end
 end
 
 -- -- Learning-rate schedulers --------------------------------------------------------
 
-local Scheduler = {}
-Scheduler.__index = Scheduler
+local Scheduler = core.class("Scheduler")
 
-local function new_scheduler(cls, name, opt, fields)
+-- Fills a new scheduler self, which already holds its own options.
+local function setup_scheduler(self, name, opt)
   if getmetatable(opt) == nil or type(opt.param_groups) ~= "table" then
     raise(name .. ": expected an optimizer from ddp.optim")
   end
-  local self = setmetatable(fields, cls)
   self.optimizer = opt
   self.name = name
   self.last_epoch = 0
   self.base_lrs = {}
   for i, g in ipairs(opt.param_groups) do self.base_lrs[i] = g.initial_lr or g.lr; g.initial_lr = self.base_lrs[i] end
   self:apply()
-  return self
 end
 
 function Scheduler:apply()
@@ -290,14 +288,12 @@ function Scheduler:load_state_dict(s)
 end
 
 local function scheduler_class(name, check_opts, lr_at)
-  local cls = setmetatable({}, { __index = Scheduler })
-  cls.__index = cls
+  local cls = core.class(name, Scheduler)
   cls.lr_at = lr_at
-  setmetatable(cls, { __index = Scheduler, __call = function(c, opt, opts)
-    opts = opts or {}
-    local fields = check_opts(opts)
-    return new_scheduler(c, name, opt, fields)
-  end })
+  function cls:init(opt, opts)
+    for k, v in pairs(check_opts(opts or {})) do self[k] = v end
+    setup_scheduler(self, name, opt)
+  end
   return cls
 end
 

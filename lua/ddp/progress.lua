@@ -14,22 +14,27 @@ local raise, show = core.raise, core.show
 local floor, max, fmt = math.floor, math.max, string.format
 
 core.add_lib_file(debug.getinfo(1, "S").source)
-pcall(ffi.cdef, "int isatty(int fd);")
-pcall(ffi.cdef, "typedef struct { long tv_sec; long tv_nsec; } dl_progress_ts; int clock_gettime(int, dl_progress_ts *);")
+-- Declared under names of our own (bound to the libc symbols): ddp loads
+-- this module at once, and a script's own declaration of clock_gettime or
+-- isatty, with its own types, must still work.
+pcall(ffi.cdef, [[
+typedef struct { long tv_sec; long tv_nsec; } dl_progress_ts;
+int dl_progress_clock_gettime(int, dl_progress_ts *) __asm__("clock_gettime");
+int dl_progress_isatty(int fd) __asm__("isatty");
+]])
 local ts = ffi.new("dl_progress_ts")
 
-local Bar = {}
-Bar.__index = Bar
+local Bar = core.class("ddp.progress")
 
 local function clock()
-  ffi.C.clock_gettime(1, ts)  -- CLOCK_MONOTONIC
+  ffi.C.dl_progress_clock_gettime(1, ts)  -- CLOCK_MONOTONIC
   return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
 end
 
 local function on_terminal()
   local v = os.getenv("DDP_TTY")
   if v ~= nil and v ~= "" then return v == "1" end
-  return ffi.C.isatty(1) == 1
+  return ffi.C.dl_progress_isatty(1) == 1
 end
 
 local function hms(s)
@@ -102,15 +107,15 @@ end
 
 -- ddp.progress(total[, {desc=, unit="it", every=10, scale=world size,
 -- all_ranks=false}]).
-return function(total, opts)
+function Bar:init(total, opts)
   if type(total) ~= "number" or total < 0 then raise("ddp.progress: total must be a number >= 0, got " .. show(total)) end
   opts = opts or {}
-  local bar = setmetatable({
-    total = total, desc = opts.desc, unit = opts.unit or "it", every = opts.every or 10,
-    scale = opts.scale or dist.world_size(), n = 0, fields = {}, keys = {},
-    show = opts.all_ranks or dist.rank() == 0, tty = on_terminal(),
-  }, Bar)
-  bar.t0 = clock()
-  bar.last = bar.tty and 0 or bar.t0
-  return bar
+  self.total, self.desc, self.unit, self.every = total, opts.desc, opts.unit or "it", opts.every or 10
+  self.scale, self.n, self.fields, self.keys = opts.scale or dist.world_size(), 0, {}, {}
+  self.show, self.tty = opts.all_ranks or dist.rank() == 0, on_terminal()
+  self.t0 = clock()
+  self.last = self.tty and 0 or self.t0
 end
+
+-- The module is the constructor: ddp.progress(total, opts) is Bar(total, opts).
+return function(total, opts) return Bar(total, opts) end

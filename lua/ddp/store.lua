@@ -10,13 +10,12 @@
 local core = require "ddp.core"
 local C, ffi = core.C, core.ffi
 local raise, raise_c, show = core.raise, core.raise_c, core.show
-local type, tostring, tonumber, setmetatable = type, tostring, tonumber, setmetatable
+local type, tostring, tonumber = type, tostring, tonumber
 
 core.add_lib_file(debug.getinfo(1, "S").source)
 
 local store = {}
-local Store = {}
-Store.__index = Store
+local Store = core.class("ddp.store")
 
 local len_out = ffi.new("int64_t[1]")
 local int_out = ffi.new("int64_t[1]")
@@ -31,9 +30,9 @@ local function random_token()
   return (bytes:gsub(".", function(c) return ("%02x"):format(c:byte()) end))
 end
 
-local function wrap(h, host, port, token)
-  ffi.gc(h, C.dl_store_close)
-  return setmetatable({ h = h, host = host, port = port, token = token }, Store)
+-- Store(h, host, port, token): a handle that owns h.
+function Store:init(h, host, port, token)
+  self.h, self.host, self.port, self.token = ffi.gc(h, C.dl_store_close), host, port, token
 end
 
 local function check_opts(op, opts)
@@ -67,7 +66,7 @@ function store.server(opts)
   if type(token) ~= "string" then raise("store.server: token must be a string, got " .. show(token)) end
   local h = C.dl_store_server(host, port, token)
   if h == nil then raise_c() end
-  local s = wrap(h, host, C.dl_store_port(h), token)
+  local s = Store(h, host, C.dl_store_port(h), token)
   if opts.timeout then s:set_timeout(opts.timeout) end
   return s
 end
@@ -85,11 +84,11 @@ function store.connect(host, port, opts)
   end
   local h = C.dl_store_connect(host, port, token, check_timeout("store.connect", opts.timeout))
   if h == nil then raise_c() end
-  return wrap(h, host, port, token)
+  return Store(h, host, port, token)
 end
 
 local function handle(self, op)
-  if getmetatable(self) ~= Store then raise(op .. ": call it as a method, s:" .. op:match("%.(.*)") .. "(...)") end
+  if not core.is_instance(self, Store) then raise(op .. ": call it as a method, s:" .. op:match("%.(.*)") .. "(...)") end
   local h = self.h
   if h == nil then raise(op .. ": the store was closed with s:close()") end
   return h

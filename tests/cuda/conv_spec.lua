@@ -4,7 +4,7 @@
 -- with ceil_mode, count_include_pad, divisor_override, NaNs; and errors.
 local ddp = require "ddp"
 local F = require "ddp.functional"
-local H = require "cuda.helper"
+local H = require "helpers.cuda"
 
 local function sample(dtype, shape, seed)
   ddp.manual_seed(seed or 1)

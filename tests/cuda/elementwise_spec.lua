@@ -3,7 +3,7 @@
 -- numbers as operands, in-place forms, casts, fill, where, clamp, element
 -- access, copies across devices, and the errors.
 local ddp = require "ddp"
-local H = require "cuda.helper"
+local H = require "helpers.cuda"
 
 local DTYPES = {"float32", "float64", "int32", "int64", "uint8", "bool", "bfloat16", "float16"}
 

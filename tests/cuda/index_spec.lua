@@ -4,7 +4,7 @@
 -- they take, several dims, non-contiguous and empty operands, index
 -- errors on both devices, gradients, and creation with {device="cuda"}.
 local ddp = require "ddp"
-local H = require "cuda.helper"
+local H = require "helpers.cuda"
 local core = require "ddp.core"
 
 local DTYPES = {"float32", "float64", "int32", "int64", "uint8", "bool", "bfloat16", "float16"}

@@ -4,7 +4,7 @@
 -- F.linear forward and backward, the TF32 switch, and the errors.
 local ddp = require "ddp"
 local F = require "ddp.functional"
-local H = require "cuda.helper"
+local H = require "helpers.cuda"
 
 local DTYPES = {"float32", "float64", "int32", "int64", "uint8", "bfloat16", "float16"}
 

@@ -4,7 +4,7 @@
 -- allocator's statistics after one collect-and-retry -- never a crash.
 -- Each case runs in a child process: the emulator's memory limit
 -- (DDPLUA_CUDA_EMU_MEM) must be set before the library loads.
-local H = require "cuda.helper"
+local H = require "helpers.cuda"
 local jobs = require "helpers.jobs"
 
 local function child(body, env)

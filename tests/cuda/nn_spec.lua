@@ -4,7 +4,7 @@
 -- backward; the same seed giving the same numbers on both devices; SGD
 -- and AdamW trajectories; and index errors.
 local ddp = require "ddp"
-local H = require "cuda.helper"
+local H = require "helpers.cuda"
 local F = ddp.nn.functional
 local optim = ddp.optim
 

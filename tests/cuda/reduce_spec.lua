@@ -4,7 +4,7 @@
 -- transposed inputs, empty tensors, rows long enough for several warps,
 -- blocks and slices, NaNs, ties, the errors, and the backward passes.
 local ddp = require "ddp"
-local H = require "cuda.helper"
+local H = require "helpers.cuda"
 
 local DTYPES = {"float32", "float64", "int32", "int64", "uint8", "bool", "bfloat16", "float16"}
 local FLOATS = {float32 = true, float64 = true, bfloat16 = true, float16 = true}

@@ -2,7 +2,7 @@
 -- (non_blocking) with their source kept alive until done, DataLoader
 -- batches in pinned memory, and a dataset living on the GPU.
 local ddp = require "ddp"
-local H = require "cuda.helper"
+local H = require "helpers.cuda"
 
 H.describe("CUDA transfers", function()
   it("pin_memory gives a pinned copy; pinning a pinned tensor is free", function()

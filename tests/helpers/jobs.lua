@@ -1,55 +1,45 @@
 -- tests/helpers/jobs.lua: what the multi-process specs share -- writing
 -- worker scripts, running `ddplua` jobs bounded by `timeout` outside any
 -- outer job's environment, and making sure no process of a test is left.
+local shell = require "helpers.shell"
+
 local M = {}
 
-local root = assert(io.popen("pwd")):read("*l")
-M.root = root
-M.ddplua = os.getenv("DDPLUA") or "build/ddplua"
-if M.ddplua:sub(1, 1) ~= "/" then M.ddplua = root .. "/" .. M.ddplua end
-
-function M.q(s)
-  return "'" .. (tostring(s):gsub("'", [['\'']])) .. "'"
-end
+-- The shell helpers, here too for the specs that only require this.
+M.ddplua, M.q, M.sh, M.slurp, M.tempname = shell.ddplua, shell.q, shell.sh, shell.slurp, shell.tempname
+M.root = shell.root
 local q = M.q
 
-local temps, scripts = {}, {}
+local scripts = {}  -- the scripts of the current test, for no_strays
 
-function M.tempname()
-  local name = os.tmpname()
-  temps[#temps + 1] = name
-  return name
-end
-
-function M.slurp(name)
-  local f = io.open(name)
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-function M.sh(cmd)
-  local p = assert(io.popen(cmd))
-  local s = p:read("*a")
-  p:close()
-  return s
-end
-
--- Every worker script starts with this: ddp, and sleep/getpid/kill.
+-- Every worker script starts with this: ddp, sleep/getpid/kill,
+-- job_store() (a client of the job's store, as the launcher describes it
+-- to the workers) and open_sockets() (how many sockets this process has).
 M.PRELUDE = [[
 local ffi = require "ffi"
 pcall(ffi.cdef, "int poll(void *fds, unsigned long n, int timeout); int getpid(void); int kill(int pid, int sig);")
 local function sleep(s) ffi.C.poll(nil, 0, math.floor(s * 1000)) end
 local ddp = require "ddp"
+local function job_store()
+  local token = os.getenv("DDP_STORE_TOKEN")
+  return require("ddp.store").connect(os.getenv("MASTER_ADDR") or "127.0.0.1", tonumber(os.getenv("MASTER_PORT")),
+                                      { token = token ~= "" and token or nil, timeout = 30 })
+end
+local function open_sockets()
+  local p = io.popen("ls -l /proc/" .. ffi.C.getpid() .. "/fd")
+  local n = 0
+  for _ in p:read("*a"):gmatch("socket:") do n = n + 1 end
+  p:close()
+  return n
+end
 ]]
 
--- A worker script file holding PRELUDE .. body; tag names it in `ps`.
-function M.script(body, tag)
-  local name = M.tempname() .. "_" .. (tag or "job") .. ".lua"
-  temps[#temps + 1] = name
+-- A worker script file holding PRELUDE (or prelude) .. body; tag names it
+-- in `ps`.
+function M.script(body, tag, prelude)
+  local name = shell.track(M.tempname() .. "_" .. (tag or "job") .. ".lua")
   local f = assert(io.open(name, "w"))
-  f:write(M.PRELUDE, body)
+  f:write(prelude or M.PRELUDE, body)
   f:close()
   scripts[#scripts + 1] = name
   return name
@@ -89,9 +79,6 @@ function M.no_strays()
 end
 
 -- For teardown: removes every temporary file made.
-function M.cleanup()
-  for _, name in ipairs(temps) do os.execute("rm -f " .. q(name)) end
-  temps = {}
-end
+M.cleanup = shell.cleanup
 
 return M

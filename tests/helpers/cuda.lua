@@ -1,7 +1,8 @@
--- What the CUDA op specs share: whether a device is there (real, or the
--- CPU emulation that scripts/run-tests.sh turns on with DDPLUA_CUDA_EMU
--- where no GPU is), moving arguments to it, comparing a CUDA result (or
--- error) with the CPU's of the same call, and sample inputs.
+-- tests/helpers/cuda.lua: what the CUDA op specs (tests/cuda/) share:
+-- whether a device is there (real, or the CPU emulation that
+-- scripts/run-tests.sh turns on with DDPLUA_CUDA_EMU where no GPU is),
+-- moving arguments to it, comparing a CUDA result (or error) with the
+-- CPU's of the same call, and sample inputs.
 local ddp = require "ddp"
 
 local M = {}

@@ -1,0 +1,109 @@
+-- The library's modules as a strict hierarchy: each loads on its own
+-- without the top module ddp (none requires "ddp" back), leaves no
+-- globals, and the tensor type is the same whichever module loads first.
+-- Each check runs in a fresh `ddplua -e`, so nothing is loaded before.
+local jobs = require "helpers.jobs"
+local q, sh = jobs.q, jobs.sh
+
+local function lua(code)
+  return sh(q(jobs.ddplua) .. " -e " .. q(code) .. " 2>&1")
+end
+
+local MODULES = {
+  "ddp.ffi", "ddp.core", "ddp.serialize", "ddp.tensor_base", "ddp.ops", "ddp.tensor_grad",
+  "ddp.print", "ddp.autocast", "ddp.tensor", "ddp.factory", "ddp.autograd", "ddp.checkpoint",
+  "ddp.functional", "ddp.nn", "ddp.optim", "ddp.store", "ddp.dist", "ddp.data",
+  "ddp.progress", "ddp.argparse", "ddp.ddp",
+}
+
+describe("the Lua modules", function()
+  it("each load without the top module ddp and add no globals", function()
+    local code = [[
+local before = {}
+for k in pairs(_G) do before[k] = true end
+require(%q)
+assert(package.loaded.ddp == nil, "loaded the top module ddp")
+for k in pairs(_G) do assert(before[k], "added the global " .. tostring(k)) end
+print("fine")]]
+    for _, name in ipairs(MODULES) do
+      assert.equal("fine\n", lua(code:format(name)), name)
+    end
+  end)
+
+  it("give the same tensor type whatever loads first", function()
+    local show = [[
+local ddp = require "ddp"
+local names = {}
+for k in pairs(ddp.Tensor) do names[#names + 1] = k end
+table.sort(names)
+local t = ddp.ones(2)
+print(#names, table.concat(names, " "), tostring(t + 1), t.requires_grad, t.is_leaf, #t)]]
+    local plain = lua(show)
+    assert.truthy(plain:match("^%d+\tabs "), plain)
+    for _, first in ipairs { "ddp.nn", "ddp.data", "ddp.autograd", "ddp.ops", "ddp.tensor_grad", "ddp.checkpoint" } do
+      assert.equal(plain, lua(("require %q\n"):format(first) .. show), first)
+    end
+  end)
+
+  it("give the submodules on ddp itself, the same tables as require", function()
+    local out = lua([[
+local ddp = require "ddp"
+for _, k in ipairs { "nn", "optim", "data", "dist", "store", "argparse" } do
+  assert(ddp[k] == require("ddp." .. k), k)
+end
+assert(ddp.nn.functional == require "ddp.functional")
+assert(getmetatable(ddp) == nil, "ddp has a metatable")
+print("fine")]])
+    assert.equal("fine\n", out)
+  end)
+end)
+
+describe("core.class, the one class idiom", function()
+  local core = require "ddp.core"
+
+  it("makes callable classes with init, inheritance and metamethods", function()
+    local Animal = core.class("Animal")
+    function Animal:init(name) self.name = name end
+    function Animal:speak() return self.name .. " makes a sound" end
+    Animal.__tostring = function(self) return "Animal " .. self.name end
+    local Dog = core.class("Dog", Animal)
+    function Dog:speak() return self.name .. " barks" end
+    local a, d = Animal("cat"), Dog("rex")
+    assert.equal("cat makes a sound", a:speak())
+    assert.equal("rex barks", d:speak())
+    assert.equal("Animal rex", tostring(d))  -- metamethods come down to subclasses
+    assert.equal("Dog", tostring(Dog))
+    assert.is_true(core.is_instance(d, Animal) and core.is_instance(d, Dog))
+    assert.is_false(core.is_instance(a, Dog))
+    assert.is_false(core.is_instance({}, Animal) or core.is_instance("x", Animal) or core.is_instance(nil, Animal))
+    assert.equal(Dog, core.class_of(d))
+  end)
+
+  it("makes userdata instances with a length where asked (LuaJIT ignores __len on tables)", function()
+    local Bag = core.class("Bag", nil, { proxy = true })
+    function Bag:init(n) self.n = n end
+    function Bag:__len() return self.n end
+    local b = Bag(3)
+    assert.equal("userdata", type(b))
+    assert.equal(3, #b)
+    b.n = 5
+    assert.equal(5, #b)
+    assert.equal("Bag", getmetatable(b))
+    assert.is_true(core.is_instance(b, Bag))
+  end)
+
+  it("is what the library's classes are", function()
+    local ddp = require "ddp"
+    local nn, optim, data = ddp.nn, ddp.optim, ddp.data
+    local m = nn.Linear(2, 3)
+    assert.is_true(core.is_instance(m, nn.Module) and nn.is_module(m))
+    assert.is_false(nn.is_module({ _fields = {} }))
+    local opt = optim.SGD(m:parameters(), { lr = 0.1 })
+    assert.is_true(core.is_instance(opt, optim.Optimizer))
+    assert.is_true(core.is_instance(optim.SGD.new(m:parameters(), { lr = 0.1 }), optim.SGD))
+    local ds = data.TensorDataset(ddp.arange(4))
+    assert.is_true(core.is_instance(ds, data.TensorDataset))
+    assert.equal(4, #ds)
+    assert.equal(2, #data.DataLoader(ds, { batch_size = 2 }))
+  end)
+end)
