@@ -21,7 +21,6 @@ local core = require "ddp.core"
 local raise, show = core.raise, core.show
 local is_tensor = core.is_tensor
 local select, pcall, error, unpack = select, pcall, error, unpack or table.unpack
-local maxn = table.maxn
 
 local M = {}
 
@@ -49,11 +48,8 @@ local function wrap(f, mode)
   return function(...)
     local low = state.low
     if not low then return f(...) end
-    -- maxn, not select("#", ...): Debian's LuaJIT 2.1.0-beta3 miscompiles
-    -- select on varargs in some traces (core.lua's shape_args); trailing
-    -- nils need not be passed on
+    local n = select("#", ...)
     local a = { ... }
-    local n = maxn(a)
     for i = 1, n do
       local x = a[i]
       if is_tensor(x) then

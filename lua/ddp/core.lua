@@ -255,24 +255,26 @@ M.shape_buf = shape_buf
 -- shape, optionally followed by an options table.  Fills buf (shape_buf by
 -- default) and returns ndim, opts.
 function M.shape_args(op, allow_neg, ...)
-  -- Packed once into a table: LuaJIT 2.1.0-beta3 (Debian's) miscompiles
-  -- select(n, ...) on a count changed inside the same trace, which turned
-  -- ddp.ones(4, {dtype = ...}) into a 0-dim tensor after a few iterations.
-  local args = { ... }
   local n = select("#", ...)
   local opts
   if n > 0 then
-    local last = args[n]
+    local last = select(n, ...)
     if last == nil then
       n = n - 1
     elseif type(last) == "table" and (is_opts(last) or (n > 1 and next(last) == nil)) then
       opts, n = last, n - 1
     end
   end
-  local dims = args
-  if n == 1 and type(args[1]) == "table" and not is_tensor(args[1]) then
-    dims = args[1]
+  -- Debian's `luajit` package (2.1.0-beta3, 2022) loads `...` one slot off
+  -- here in traces that start in this function (ones(4, {dtype = ...}) gave
+  -- a 0-dim tensor); luajit2, which scripts/install-deps.sh installs, has
+  -- the fix.  tests/jit_spec.lua catches it, tests/luajit/varg_load.lua
+  -- shows it without ddplua.
+  local dims = ...
+  if n == 1 and type(dims) == "table" and not is_tensor(dims) then
     n = #dims
+  else
+    dims = { ... }
   end
   if n > 8 then
     raise(("%s: %d dims given, at most 8 are supported"):format(op, n))

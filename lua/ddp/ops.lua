@@ -58,10 +58,13 @@ for _, name in ipairs { "add", "sub" } do
     if alpha_ok(alpha, name .. "_") then b = T.mul(operand(b, name .. "_", 2), alpha) end
     return inplace(a, b)
   end
-  -- Debian's LuaJIT 2.1.0-beta3 miscompiled a trace through this wrapper:
-  -- a hot loop calling a fresh closure that did `x + 1` (x a tensor)
-  -- crashed with SIGSEGV within a few hundred iterations.  These two stay
-  -- interpreted (a trace reaching them stops there); tests/jit_spec.lua.
+  -- A LuaJIT bug (Debian's luajit, OpenResty's luajit2 and LuaJIT's v2.1
+  -- alike): the trace recorder takes `tensor + number` (and tensor - number,
+  -- number + tensor) for pointer arithmetic, which a pointer to the
+  -- incomplete dl_tensor cannot do, while the interpreter calls __add; from
+  -- a function called in a hot loop the recorder then reads the wrong slots
+  -- and crashes (SIGSEGV).  These two stay interpreted, so such a trace
+  -- stops on entering them; tests/jit_spec.lua, tests/luajit/ptr_arith_meta.lua.
   jit.off(m[name])
   jit.off(m[name .. "_"])
   local _ = op

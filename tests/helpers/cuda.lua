@@ -6,7 +6,6 @@
 local ddp = require "ddp"
 
 local M = {}
-local unpack = table.unpack or unpack
 M.available = ddp.cuda.is_available()
 M.emulated = (os.getenv("DDPLUA_CUDA_EMU") or "0") ~= "0"
 M.status = ddp.cuda.status and ddp.cuda.status() or ""
@@ -67,28 +66,20 @@ end
 
 -- f(args) on the CPU and f(args moved to CUDA) on the device; every
 -- tensor result compared (f may return several, or a table of them).
--- Up to four results of f(args), in a table: no vararg packing, which
--- Debian's LuaJIT 2.1.0-beta3 miscompiled in this hot loop (a segfault
--- after a few hundred calls; the library itself avoids the pattern).
-local function results(f, args)
-  local a, b, c, d = f(unpack(args, 1, args.n or #args))
-  return {a, b, c, d}
-end
-
 function M.check(what, f, args, tol)
-  local rc = results(f, args)
-  local rd = results(f, M.todev(args))
-  for i = 1, 4 do
+  local rc = table.pack(f(table.unpack(args, 1, args.n or #args)))
+  local dargs = M.todev(args)
+  local rd = table.pack(f(table.unpack(dargs, 1, args.n or #args)))
+  for i = 1, rc.n do
     local c, d = rc[i], rd[i]
-    local name = what .. ((rc[2] ~= nil or i > 1) and (" #" .. i) or "")
     if is_tensor(c) then
-      M.same(c, d, name, tol)
+      M.same(c, d, what .. (rc.n > 1 and (" #" .. i) or ""), tol)
     elseif type(c) == "table" then
       for k, v in pairs(c) do
         if is_tensor(v) then M.same(v, d[k], what .. "." .. tostring(k), tol) end
       end
     else
-      assert(c == d or (c ~= c and d ~= d), name .. ": " .. tostring(d) .. " on cuda, " .. tostring(c) .. " on cpu")
+      assert(c == d or (c ~= c and d ~= d), what .. ": " .. tostring(d) .. " on cuda, " .. tostring(c) .. " on cpu")
     end
   end
   return rc, rd
