@@ -18,7 +18,9 @@ DL_HIDDEN const dl_device *device_get(const char *op, int dev) {
   const dl_device *d = atomic_load(&registry[dev < 0 ? DL_DEVICE_CPU : DL_DEVICE_CUDA]);
   if (d) return d;
   if (dev < 0) return dl_errp(EM_BADVALUE, op, "the CPU backend is not registered (a build without cpu/backend.c)");
-  return dl_errp(EM_CUDA_UNAVAIL, op, dl_cuda_status());
+  /* a device tensor exists only once its device registered: only a test
+  ** hook's fake one gets here (ddp.cuda.status() says why CUDA is absent) */
+  return dl_errp(EM_CUDA_UNAVAIL, op, "no CUDA device is registered");
 }
 
 DL_HIDDEN const dl_device *device_of(const char *op, const dl_tensor *t) {

@@ -100,10 +100,43 @@ typedef struct dl_device {
               dl_tensor *values, dl_tensor *indices);
 
   /* -- Network kernels (nn/, after the op's checks; see there) ---------------- */
-  dl_tensor *(*cls_forward)(const char *op, int logits, const dl_tensor *input, const dl_tensor *target, const dl_tensor *weight, int64_t ignore, double ls, int reduction, int64_t N, int64_t C, int64_t S, const int64_t *tshape, int tnd);
-  dl_tensor *(*cls_backward)(const char *op, int logits, const dl_tensor *grad_out, const dl_tensor *input, const dl_tensor *target, const dl_tensor *weight, int64_t ignore, double ls, int reduction, int64_t N, int64_t C, int64_t S, int checked);
-  dl_tensor *(*mse)(const char *op, const dl_tensor *input, const dl_tensor *target, int reduction);
-  dl_tensor *(*mse_backward)(const char *op, const dl_tensor *grad_out, const dl_tensor *input, const dl_tensor *target, int reduction);
+  dl_tensor *(*cls_forward)(const char *op, int logits, const dl_tensor *input,
+                            const dl_tensor *target, const dl_tensor *weight, int64_t ignore,
+                            double ls, int reduction, int64_t N, int64_t C, int64_t S,
+                            const int64_t *tshape, int tnd);
+  dl_tensor *(*cls_backward)(const char *op, int logits, const dl_tensor *grad_out,
+                             const dl_tensor *input, const dl_tensor *target,
+                             const dl_tensor *weight, int64_t ignore, double ls, int reduction,
+                             int64_t N, int64_t C, int64_t S, int checked);
+  dl_tensor *(*mse)(const char *op, const dl_tensor *input, const dl_tensor *target,
+                    int reduction);
+  dl_tensor *(*mse_backward)(const char *op, const dl_tensor *grad_out, const dl_tensor *input,
+                             const dl_tensor *target, int reduction);
+  dl_tensor *(*embedding)(const char *op, const dl_tensor *weight, const dl_tensor *indices,
+                          const int64_t *shape, int ndim);
+  dl_tensor *(*embedding_backward)(const char *op, const dl_tensor *grad_out,
+                                   const dl_tensor *indices, int64_t num_weights,
+                                   int64_t padding_idx, int scale);
+  int (*dropout)(const char *op, const dl_tensor *x, double p, dl_tensor **out, dl_tensor **mask);
+  dl_tensor *(*dropout_backward)(const char *op, const dl_tensor *grad_out, const dl_tensor *mask,
+                                 double p);
+  int (*layer_norm)(const char *op, const dl_tensor *x, int64_t M, int64_t N, const int64_t *ss,
+                    const dl_tensor *w, const dl_tensor *b, double eps, dl_tensor **out,
+                    dl_tensor **mean, dl_tensor **rstd);
+  int (*layer_norm_backward)(const char *op, const dl_tensor *grad_out, const dl_tensor *x,
+                             const int64_t *ns, int nnorm, int64_t M, int64_t N,
+                             const dl_tensor *mean, const dl_tensor *rstd, const dl_tensor *w,
+                             int need_x, int need_w, int need_b, dl_tensor **gx, dl_tensor **gw,
+                             dl_tensor **gb);
+  int (*batch_norm)(const char *op, const dl_tensor *x, const dl_tensor *w, const dl_tensor *b,
+                    dl_tensor *rm, dl_tensor *rv, int training, double momentum, double eps,
+                    int64_t N, int64_t C, int64_t S, dl_tensor **out, dl_tensor **save_mean,
+                    dl_tensor **save_invstd);
+  int (*batch_norm_backward)(const char *op, const dl_tensor *grad_out, const dl_tensor *x,
+                             const dl_tensor *w, const dl_tensor *save_mean,
+                             const dl_tensor *save_invstd, int training, int need_x, int need_w,
+                             int need_b, int64_t N, int64_t C, int64_t S, dl_tensor **gx,
+                             dl_tensor **gw, dl_tensor **gb);
 
   /* -- Random numbers -------------------------------------------------------- */
   /* contiguous t from the Philox stream (seed, block base): kind and its
@@ -120,49 +153,10 @@ typedef struct dl_device {
               double bc1, double bc2_sqrt, int decoupled, int maximize);
 } dl_device;
 
-/* -- The CPU's kernels --------------------------------------------------------
-** Defined beside the ops that use them (core/tensor.c, core/random.c,
-** ops/, autograd/grad_elementwise.c and nn/); their table is
-** cpu/backend.c's. */
-DL_HIDDEN dl_tensor *cpu_new_tensor(int dev, int dtype, const int64_t *shape, int ndim);
-DL_HIDDEN int cpu_copy_bytes(const char *op, void *dst, const void *src, size_t n, int dev);
-DL_HIDDEN int cpu_cast(const char *op, dl_tensor *dst, const dl_tensor *src);
-DL_HIDDEN int cpu_fill(const char *op, dl_tensor *t, uint64_t bytes);
-DL_HIDDEN int cpu_binary(const char *op, int binop, int dtype, dl_tensor *const *ops);
-DL_HIDDEN int cpu_unary(const char *op, int unop, int dtype, dl_tensor *const *ops);
-DL_HIDDEN int cpu_clamp(const char *op, int dtype, double lo, double hi, dl_tensor *const *ops);
-DL_HIDDEN int cpu_where(const char *op, dl_tensor *const *ops);
-DL_HIDDEN int cpu_act_backward(const char *op, int act, int dtype, dl_tensor *const *ops);
-DL_HIDDEN int cpu_ramp(const char *op, dl_tensor *t, double start, double step, double end,
-                       int64_t split);
-DL_HIDDEN int cpu_philox_fill(const char *op, dl_tensor *t, int kind, uint64_t seed,
-                              uint64_t base, double a, double b, int64_t low, uint64_t range);
-DL_HIDDEN int cpu_reduce(const char *op, const dl_tensor *x, const int *red, int kop, int redop,
-                         double param, int64_t N, dl_tensor *out);
-DL_HIDDEN int cpu_argreduce(const char *op, const dl_tensor *x, int d, int mx, dl_tensor *values,
-                            dl_tensor *indices);
-DL_HIDDEN int cpu_dimop(const char *op, int kind, const dl_tensor *x, dl_tensor *y, int64_t outer,
-                        int64_t n, int64_t inner);
-DL_HIDDEN int cpu_index_check(const char *op, const dl_tensor *index, int dim, int64_t size);
-DL_HIDDEN int cpu_index_minmax(const char *op, const dl_tensor *index, int64_t *lo, int64_t *hi);
-DL_HIDDEN int cpu_take(const char *op, dl_tensor *const *ops, int64_t step, int es);
-DL_HIDDEN int cpu_put(const char *op, dl_tensor *const *ops, int64_t step, int dtype, int reduce);
-DL_HIDDEN int cpu_masked_fill(const char *op, dl_tensor *const *ops, uint64_t bytes);
-DL_HIDDEN dl_tensor *cpu_compact(const char *op, const dl_tensor *src, const dl_tensor *mask);
-DL_HIDDEN int cpu_tri(const char *op, dl_tensor *t, int64_t diag, int upper);
-DL_HIDDEN int cpu_sort(const char *op, const dl_tensor *x, int d, int desc, int64_t k,
-                       dl_tensor *values, dl_tensor *indices);
-DL_HIDDEN dl_tensor *cpu_cls_forward(const char *op, int logits, const dl_tensor *input, const dl_tensor *target, const dl_tensor *weight, int64_t ignore, double ls, int reduction, int64_t N, int64_t C, int64_t S, const int64_t *tshape, int tnd);
-DL_HIDDEN dl_tensor *cpu_cls_backward(const char *op, int logits, const dl_tensor *grad_out, const dl_tensor *input, const dl_tensor *target, const dl_tensor *weight, int64_t ignore, double ls, int reduction, int64_t N, int64_t C, int64_t S, int checked);
-DL_HIDDEN dl_tensor *cpu_mse(const char *op, const dl_tensor *input, const dl_tensor *target, int reduction);
-DL_HIDDEN dl_tensor *cpu_mse_backward(const char *op, const dl_tensor *grad_out, const dl_tensor *input, const dl_tensor *target, int reduction);
-DL_HIDDEN int cpu_sgd(const char *op, dl_tensor *p, const dl_tensor *g, dl_tensor *buf,
-                      double lr, double momentum, double dampening, double wd, int nesterov,
-                      int first, int maximize);
-DL_HIDDEN int cpu_adam(const char *op, dl_tensor *p, const dl_tensor *g, dl_tensor *m,
-                       dl_tensor *v, dl_tensor *vmax, double lr, double b1, double b2,
-                       double eps, double wd, double bc1, double bc2_sqrt, int decoupled,
-                       int maximize);
+/* The CPU's kernels are the cpu_* functions defined beside the ops that use
+** them, declared in their layer's private header (core/internal.h,
+** ops/forward.h, ops/linalg.h, autograd/autograd.h, nn/nn.h); their table is
+** cpu/backend.c's, which sits above every layer. */
 
 /* -- The registry ------------------------------------------------------------ */
 
@@ -186,5 +180,16 @@ DL_HIDDEN int is_host_scalar(const dl_tensor *t);
 /* A new tensor on device dev (-1: the CPU), uninitialised / filled with v. */
 DL_HIDDEN dl_tensor *tensor_new_on(int dev, int dtype, const int64_t *shape, int ndim);
 DL_HIDDEN dl_tensor *full_on(int dev, const int64_t *shape, int ndim, int dtype, double v);
+
+/* -- The CPU's kernels (core/device.h), defined in this layer ----------------- */
+
+DL_HIDDEN dl_tensor *cpu_new_tensor(int dev, int dtype, const int64_t *shape, int ndim);
+DL_HIDDEN int cpu_copy_bytes(const char *op, void *dst, const void *src, size_t n, int dev);
+DL_HIDDEN int cpu_cast(const char *op, dl_tensor *dst, const dl_tensor *src);
+DL_HIDDEN int cpu_fill(const char *op, dl_tensor *t, uint64_t bytes);
+DL_HIDDEN int cpu_ramp(const char *op, dl_tensor *t, double start, double step, double end,
+                       int64_t split);
+DL_HIDDEN int cpu_philox_fill(const char *op, dl_tensor *t, int kind, uint64_t seed,
+                              uint64_t base, double a, double b, int64_t low, uint64_t range);
 
 #endif

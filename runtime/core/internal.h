@@ -170,4 +170,27 @@ DL_HIDDEN int parallel_threads(void);
 /* Elements below which ops stay on one thread. */
 enum { PAR_GRAIN = 32768 };
 
+/* -- Views without autograd (core/view.c); the public dl_* versions in
+** autograd/grad_view.c run them with grad mode off, then record. */
+
+DL_HIDDEN dl_tensor *fw_view(const dl_tensor *t, const int64_t *shape, int
+    ndim);
+DL_HIDDEN dl_tensor *fw_reshape(const dl_tensor *t, const int64_t *shape, int
+    ndim);
+DL_HIDDEN dl_tensor *fw_transpose(const dl_tensor *t, int d0, int d1);
+DL_HIDDEN dl_tensor *fw_permute(const dl_tensor *t, const int *perm, int
+    ndim);
+DL_HIDDEN dl_tensor *fw_narrow(const dl_tensor *t, int dim, int64_t start,
+    int64_t length);
+DL_HIDDEN dl_tensor *fw_select(const dl_tensor *t, int dim, int64_t index);
+DL_HIDDEN dl_tensor *fw_squeeze(const dl_tensor *t, int dim);
+DL_HIDDEN dl_tensor *fw_squeeze_all(const dl_tensor *t);
+DL_HIDDEN dl_tensor *fw_unsqueeze(const dl_tensor *t, int dim);
+DL_HIDDEN dl_tensor *fw_expand(const dl_tensor *t, const int64_t *shape, int
+    ndim);
+DL_HIDDEN dl_tensor *fw_flatten(const dl_tensor *t, int start_dim, int
+    end_dim);
+DL_HIDDEN dl_tensor *fw_as_strided(const dl_tensor *t, const int64_t *shape,
+    const int64_t *strides, int ndim, int64_t offset);
+
 #endif

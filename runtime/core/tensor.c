@@ -280,7 +280,7 @@ DL_API dl_tensor *dl_eye_on(int64_t n, int64_t m, dl_dtype dtype, int device) {
   if (!t) return NULL;
   /* ones on the diagonal: a strided view filled */
   int64_t k = shape[0] < shape[1] ? shape[0] : shape[1], st = shape[1] + 1;
-  dl_tensor *diag = dl_as_strided(t, &k, &st, 1, 0);
+  dl_tensor *diag = fw_as_strided(t, &k, &st, 1, 0);
   int rc = diag ? dl_fill_(diag, 1) : -1;
   dl_tensor_release(diag);
   if (rc) {

@@ -2,14 +2,17 @@
 ** backend.c -- the CPU device (core/device.h): its table of kernels, which
 ** live beside the ops that use them, registered when the library loads.
 */
+#include "autograd/autograd.h"
 #include "core/device.h"
+#include "nn/nn.h"
+#include "ops/forward.h"
 #include "ops/linalg.h"
 
 /* Nothing on the CPU is "another device": dl_to_device asks the device end
 ** of a copy, which is never the CPU's. */
 static dl_tensor *cpu_move(const dl_tensor *t, int to) {
   (void)t, (void)to;
-  return dl_errp(EM_CUDA_UNAVAIL, "to", dl_cuda_status());
+  return dl_errp(EM_CUDA_UNAVAIL, "to", "no CUDA device is registered");
 }
 
 static const dl_device cpu_device = {
@@ -44,6 +47,14 @@ static const dl_device cpu_device = {
   .cls_backward = cpu_cls_backward,
   .mse = cpu_mse,
   .mse_backward = cpu_mse_backward,
+  .embedding = cpu_embedding,
+  .embedding_backward = cpu_embedding_backward,
+  .dropout = cpu_dropout,
+  .dropout_backward = cpu_dropout_backward,
+  .layer_norm = cpu_layer_norm,
+  .layer_norm_backward = cpu_layer_norm_backward,
+  .batch_norm = cpu_batch_norm,
+  .batch_norm_backward = cpu_batch_norm_backward,
   .philox_fill = cpu_philox_fill,
   .sgd = cpu_sgd,
   .adam = cpu_adam,

@@ -6,7 +6,7 @@
 */
 #include <string.h>
 
-#include "cuda/nn.h"
+#include "nn/nn.h"
 #include "core/philox.h"
 
 /* -- Embedding --------------------------------------------------------------- */
@@ -51,18 +51,26 @@ DL_API dl_tensor *dl_embedding(const dl_tensor *weight,
                    "a weight", fmt_tshape(weight));
   if (indices->ndim + 1 > DL_MAX_DIMS)
     return dl_errp(EM_NDIM_MAX, op, indices->ndim + 1);
-  int64_t V = weight->shape[0], D = weight->shape[1], s[DL_MAX_DIMS];
+  int64_t D = weight->shape[1], s[DL_MAX_DIMS];
   for (int i = 0; i < indices->ndim; i++) s[i] = indices->shape[i];
   s[indices->ndim] = D;
   int dev = nn_device(op, weight, indices, NULL, NULL, NULL);
   if (dev < -1) return NULL;
-  if (dev >= 0) return cuda_embedding(op, weight, indices, s, indices->ndim + 1);
+  const dl_device *dv = device_get(op, dev);
+  return dv ? dv->embedding(op, weight, indices, s, indices->ndim + 1) : NULL;
+}
+
+/* The CPU's kernel (core/device.h): rows of weight [V, D] at indices, into
+** a new tensor of the given shape (the indices' shape, then D). */
+DL_HIDDEN dl_tensor *cpu_embedding(const char *op, const dl_tensor *weight,
+                                   const dl_tensor *indices, const int64_t *shape, int ndim) {
+  int64_t V = weight->shape[0], D = weight->shape[1];
   dl_tensor *ci = nn_prep_index(indices), *cw = NULL, *out = NULL;
   if (!ci) return NULL;
   const int64_t *idx = (const int64_t *)tensor_first(ci);
   int64_t n = dl_tensor_numel(ci);
   if (nn_check_rows(op, idx, n, V) || !(cw = nn_prep(weight, weight->dtype)) ||
-      !(out = tensor_new(weight->dtype, s, indices->ndim + 1)))
+      !(out = tensor_new(weight->dtype, shape, ndim)))
     goto done;
   gather_ctx c = {tensor_first(cw), idx, tensor_first(out),
                   (size_t)D * (size_t)dl_dtype_sizes[weight->dtype]};
@@ -129,11 +137,19 @@ DL_API dl_tensor *dl_embedding_backward(const dl_tensor *grad_out,
   }
   int dev = nn_device(op, grad_out, indices, NULL, NULL, NULL);
   if (dev < -1) return NULL;
-  if (dev >= 0)
-    return cuda_embedding_backward(op, grad_out, indices, num_weights, padding_idx,
-                                   scale_grad_by_freq);
+  const dl_device *dv = device_get(op, dev);
+  return dv ? dv->embedding_backward(op, grad_out, indices, num_weights, padding_idx,
+                                     scale_grad_by_freq)
+            : NULL;
+}
+
+/* The CPU's kernel (core/device.h): grad_weight [num_weights, D], each row
+** the sum of its gradient rows in position order. */
+DL_HIDDEN dl_tensor *cpu_embedding_backward(const char *op, const dl_tensor *grad_out,
+                                            const dl_tensor *indices, int64_t num_weights,
+                                            int64_t padding_idx, int scale_grad_by_freq) {
   int kd = nn_kdtype(grad_out->dtype);
-  int64_t D = grad_out->shape[nd], n = dl_tensor_numel(indices);
+  int64_t D = grad_out->shape[indices->ndim], n = dl_tensor_numel(indices);
   int64_t gs[2] = {num_weights, D}, ns = num_weights + 1 + n;
   dl_tensor *ci = nn_prep_index(indices), *cg = NULL, *gw = NULL, *tab = NULL;
   if (!ci) return NULL;
@@ -207,7 +223,15 @@ DL_API int dl_dropout(const dl_tensor *x, double p, int training,
     *out = tensor_alias(x, x->shape, x->stride, x->ndim, x->offset);
     return *out ? 0 : -1;
   }
-  if (x->storage->device >= 0) return cuda_dropout(op, x, p, out, mask);
+  const dl_device *dv = device_of(op, x);
+  return dv ? dv->dropout(op, x, p, out, mask) : -1;
+}
+
+/* The CPU's kernel (core/device.h): the mask drawn from the Philox stream
+** by blocks of four, so the bits do not depend on the thread count. */
+DL_HIDDEN int cpu_dropout(const char *op, const dl_tensor *x, double p, dl_tensor **out,
+                          dl_tensor **mask) {
+  (void)op;
   int kd = nn_kdtype(x->dtype);
   int64_t n = dl_tensor_numel(x), blocks = (n + 3) / 4;
   dl_tensor *cx = nn_prep(x, kd), *o = NULL, *m = NULL;
@@ -261,7 +285,14 @@ DL_API dl_tensor *dl_dropout_backward(const dl_tensor *grad_out,
     return dl_errp(EM_NN_SHAPE, op, "mask", fmt_tshape(mask), fmt_tshape(grad_out));
   int dev = nn_device(op, grad_out, mask, NULL, NULL, NULL);
   if (dev < -1) return NULL;
-  if (dev >= 0) return cuda_dropout_backward(op, grad_out, mask, p);
+  const dl_device *dv = device_get(op, dev);
+  return dv ? dv->dropout_backward(op, grad_out, mask, p) : NULL;
+}
+
+/* The CPU's kernel (core/device.h). */
+DL_HIDDEN dl_tensor *cpu_dropout_backward(const char *op, const dl_tensor *grad_out,
+                                          const dl_tensor *mask, double p) {
+  (void)op;
   int kd = nn_kdtype(grad_out->dtype);
   dl_tensor *cg = nn_prep(grad_out, kd), *cm = cg ? nn_prep(mask, DL_UINT8) : NULL;
   dl_tensor *o = cm ? tensor_new(kd, grad_out->shape, grad_out->ndim) : NULL;

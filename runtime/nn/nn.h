@@ -127,4 +127,55 @@ DL_HIDDEN void nn_sort_by_index(const int64_t *idx, int64_t n, int64_t rows, int
 static inline int64_t nn_max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t nn_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* -- The CPU's kernels (core/device.h), defined in this layer ----------------- */
+
+DL_HIDDEN dl_tensor *cpu_cls_forward(const char *op, int logits, const dl_tensor *input,
+                                     const dl_tensor *target, const dl_tensor *weight,
+                                     int64_t ignore, double ls, int reduction, int64_t N,
+                                     int64_t C, int64_t S, const int64_t *tshape, int tnd);
+DL_HIDDEN dl_tensor *cpu_cls_backward(const char *op, int logits, const dl_tensor *grad_out,
+                                      const dl_tensor *input, const dl_tensor *target,
+                                      const dl_tensor *weight, int64_t ignore, double ls,
+                                      int reduction, int64_t N, int64_t C, int64_t S,
+                                      int checked);
+DL_HIDDEN dl_tensor *cpu_mse(const char *op, const dl_tensor *input, const dl_tensor *target,
+                             int reduction);
+DL_HIDDEN dl_tensor *cpu_mse_backward(const char *op, const dl_tensor *grad_out,
+                                      const dl_tensor *input, const dl_tensor *target,
+                                      int reduction);
+DL_HIDDEN dl_tensor *cpu_embedding(const char *op, const dl_tensor *weight,
+                                   const dl_tensor *indices, const int64_t *shape, int ndim);
+DL_HIDDEN dl_tensor *cpu_embedding_backward(const char *op, const dl_tensor *grad_out,
+                                            const dl_tensor *indices, int64_t num_weights,
+                                            int64_t padding_idx, int scale);
+DL_HIDDEN int cpu_dropout(const char *op, const dl_tensor *x, double p, dl_tensor **out,
+                          dl_tensor **mask);
+DL_HIDDEN dl_tensor *cpu_dropout_backward(const char *op, const dl_tensor *grad_out,
+                                          const dl_tensor *mask, double p);
+DL_HIDDEN int cpu_layer_norm(const char *op, const dl_tensor *x, int64_t M, int64_t N,
+                             const int64_t *ss, const dl_tensor *w, const dl_tensor *b,
+                             double eps, dl_tensor **out, dl_tensor **mean, dl_tensor **rstd);
+DL_HIDDEN int cpu_layer_norm_backward(const char *op, const dl_tensor *grad_out,
+                                      const dl_tensor *x, const int64_t *ns, int nnorm, int64_t M,
+                                      int64_t N, const dl_tensor *mean, const dl_tensor *rstd,
+                                      const dl_tensor *w, int need_x, int need_w, int need_b,
+                                      dl_tensor **gx, dl_tensor **gw, dl_tensor **gb);
+DL_HIDDEN int cpu_batch_norm(const char *op, const dl_tensor *x, const dl_tensor *w,
+                             const dl_tensor *b, dl_tensor *rm, dl_tensor *rv, int training,
+                             double momentum, double eps, int64_t N, int64_t C, int64_t S,
+                             dl_tensor **out, dl_tensor **save_mean, dl_tensor **save_invstd);
+DL_HIDDEN int cpu_batch_norm_backward(const char *op, const dl_tensor *grad_out,
+                                      const dl_tensor *x, const dl_tensor *w,
+                                      const dl_tensor *save_mean, const dl_tensor *save_invstd,
+                                      int training, int need_x, int need_w, int need_b, int64_t N,
+                                      int64_t C, int64_t S, dl_tensor **gx, dl_tensor **gw,
+                                      dl_tensor **gb);
+DL_HIDDEN int cpu_sgd(const char *op, dl_tensor *p, const dl_tensor *g, dl_tensor *buf,
+                      double lr, double momentum, double dampening, double wd, int nesterov,
+                      int first, int maximize);
+DL_HIDDEN int cpu_adam(const char *op, dl_tensor *p, const dl_tensor *g, dl_tensor *m,
+                       dl_tensor *v, dl_tensor *vmax, double lr, double b1, double b2,
+                       double eps, double wd, double bc1, double bc2_sqrt, int decoupled,
+                       int maximize);
+
 #endif

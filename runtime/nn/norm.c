@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "cuda/nn.h"
+#include "nn/nn.h"
 
 /* -- Row sums ---------------------------------------------------------------- */
 
@@ -159,12 +159,22 @@ DL_API int dl_layer_norm(const dl_tensor *x, const int64_t *normalized_shape,
   *out = *mean = *rstd = NULL;
   int64_t M = 0, N = 0;
   if (ln_setup(op, x, normalized_shape, nnorm, w, b, &M, &N)) return -1;
-  int kd = nn_kdtype(x->dtype), axis = x->ndim - nnorm;
+  int axis = x->ndim - nnorm;
   int dev = nn_device(op, x, w, b, NULL, NULL);
   if (dev < -1) return -1;
   int64_t ss[DL_MAX_DIMS];  /* mean and rstd: x's shape, 1 in the normalized dims */
   for (int i = 0; i < x->ndim; i++) ss[i] = i < axis ? x->shape[i] : 1;
-  if (dev >= 0) return cuda_layer_norm(op, x, M, N, ss, w, b, eps, out, mean, rstd);
+  const dl_device *dv = device_get(op, dev);
+  return dv ? dv->layer_norm(op, x, M, N, ss, w, b, eps, out, mean, rstd) : -1;
+}
+
+/* The CPU's kernel (core/device.h): x as M rows of N, mean and rstd of
+** shape ss. */
+DL_HIDDEN int cpu_layer_norm(const char *op, const dl_tensor *x, int64_t M, int64_t N,
+                             const int64_t *ss, const dl_tensor *w, const dl_tensor *b,
+                             double eps, dl_tensor **out, dl_tensor **mean, dl_tensor **rstd) {
+  (void)op;
+  int kd = nn_kdtype(x->dtype);
   dl_tensor *cx = nn_prep(x, kd), *cw = NULL, *cb = NULL, *o = NULL,
             *mu = NULL, *rs = NULL;
   if (!cx || (w && !(cw = nn_prep(w, kd))) || (b && !(cb = nn_prep(b, kd))) ||
@@ -222,9 +232,20 @@ DL_API int dl_layer_norm_backward(const dl_tensor *grad_out,
   }
   int dev = nn_device(op, x, grad_out, mean, rstd, w);
   if (dev < -1) return -1;
-  if (dev >= 0)
-    return cuda_layer_norm_backward(op, grad_out, x, normalized_shape, nnorm, M, N, mean, rstd,
-                                    w, need_x, need_w, need_b, grad_x, grad_w, grad_b);
+  const dl_device *dv = device_get(op, dev);
+  return dv ? dv->layer_norm_backward(op, grad_out, x, normalized_shape, nnorm, M, N, mean,
+                                      rstd, w, need_x, need_w, need_b, grad_x, grad_w, grad_b)
+            : -1;
+}
+
+/* The CPU's kernel (core/device.h): the gradients asked for (need_*). */
+DL_HIDDEN int cpu_layer_norm_backward(const char *op, const dl_tensor *grad_out,
+                                      const dl_tensor *x, const int64_t *normalized_shape,
+                                      int nnorm, int64_t M, int64_t N, const dl_tensor *mean,
+                                      const dl_tensor *rstd, const dl_tensor *w, int need_x,
+                                      int need_w, int need_b, dl_tensor **grad_x,
+                                      dl_tensor **grad_w, dl_tensor **grad_b) {
+  (void)op;
   int kd = nn_kdtype(x->dtype), rc = -1;
   dl_tensor *cx = NULL, *cg = NULL, *cm = NULL, *cr = NULL, *cw = NULL,
             *gx = NULL, *gw = NULL, *gb = NULL;
@@ -411,9 +432,20 @@ DL_API int dl_batch_norm(const dl_tensor *x, const dl_tensor *w,
   const dl_tensor *ts[5] = {x, w, b, running_mean, running_var};
   int dev = op_device_opt(op, 5, ts);
   if (dev < -1) return -1;
-  if (dev >= 0)
-    return cuda_batch_norm(op, x, w, b, running_mean, running_var, training, momentum, eps, N,
-                           C, S, out, save_mean, save_invstd);
+  const dl_device *dv = device_get(op, dev);
+  return dv ? dv->batch_norm(op, x, w, b, running_mean, running_var, training, momentum, eps,
+                             N, C, S, out, save_mean, save_invstd)
+            : -1;
+}
+
+/* The CPU's kernel (core/device.h): x as [N, C, S]. */
+DL_HIDDEN int cpu_batch_norm(const char *op, const dl_tensor *x, const dl_tensor *w,
+                             const dl_tensor *b, dl_tensor *running_mean,
+                             dl_tensor *running_var, int training, double momentum,
+                             double eps, int64_t N, int64_t C, int64_t S, dl_tensor **out,
+                             dl_tensor **save_mean, dl_tensor **save_invstd) {
+  (void)op;
+  int64_t count = N * S;
   int kd = nn_kdtype(x->dtype), f64 = kd == DL_FLOAT64, rc = -1;
   int64_t n6 = 6 * C > 0 ? 6 * C : 1;
   dl_tensor *buf = tensor_new(DL_FLOAT64, &n6, 1), *cx = NULL, *o = NULL,
@@ -511,9 +543,20 @@ DL_API int dl_batch_norm_backward(const dl_tensor *grad_out,
     return dl_err(EM_NN_SHAPE, op, "grad_out", fmt_tshape(grad_out), fmt_tshape(x));
   int dev = nn_device(op, x, grad_out, w, save_mean, save_invstd);
   if (dev < -1) return -1;
-  if (dev >= 0)
-    return cuda_batch_norm_backward(op, grad_out, x, w, save_mean, save_invstd, training, need_x,
-                                    need_w, need_b, N, C, S, grad_x, grad_w, grad_b);
+  const dl_device *dv = device_get(op, dev);
+  return dv ? dv->batch_norm_backward(op, grad_out, x, w, save_mean, save_invstd, training,
+                                      need_x, need_w, need_b, N, C, S, grad_x, grad_w, grad_b)
+            : -1;
+}
+
+/* The CPU's kernel (core/device.h): x as [N, C, S]. */
+DL_HIDDEN int cpu_batch_norm_backward(const char *op, const dl_tensor *grad_out,
+                                      const dl_tensor *x, const dl_tensor *w,
+                                      const dl_tensor *save_mean, const dl_tensor *save_invstd,
+                                      int training, int need_x, int need_w, int need_b,
+                                      int64_t N, int64_t C, int64_t S, dl_tensor **grad_x,
+                                      dl_tensor **grad_w, dl_tensor **grad_b) {
+  (void)op;
   int kd = nn_kdtype(x->dtype), f64 = kd == DL_FLOAT64, rc = -1;
   int64_t n8 = 8 * C > 0 ? 8 * C : 1, count = N * S;
   dl_tensor *buf = tensor_new(DL_FLOAT64, &n8, 1), *cx = NULL, *cg = NULL,

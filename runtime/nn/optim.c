@@ -7,7 +7,7 @@
 #include <math.h>
 
 #include "autograd/autograd.h"
-#include "core/device.h"
+#include "nn/nn.h"
 #include "core/simd.h"
 
 /* Every state tensor must be a contiguous float tensor of p's shape. */

@@ -9,6 +9,7 @@
 
 #include "autograd/autograd.h"
 #include "core/device.h"
+#include "ops/forward.h"
 
 /* The integer templates also serve uint8, where "< 0" is always false. */
 #pragma GCC diagnostic ignored "-Wtype-limits"

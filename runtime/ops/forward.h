@@ -7,25 +7,6 @@
 
 #include "core/internal.h"
 
-DL_HIDDEN dl_tensor *fw_view(const dl_tensor *t, const int64_t *shape, int
-    ndim);
-DL_HIDDEN dl_tensor *fw_reshape(const dl_tensor *t, const int64_t *shape, int
-    ndim);
-DL_HIDDEN dl_tensor *fw_transpose(const dl_tensor *t, int d0, int d1);
-DL_HIDDEN dl_tensor *fw_permute(const dl_tensor *t, const int *perm, int
-    ndim);
-DL_HIDDEN dl_tensor *fw_narrow(const dl_tensor *t, int dim, int64_t start,
-    int64_t length);
-DL_HIDDEN dl_tensor *fw_select(const dl_tensor *t, int dim, int64_t index);
-DL_HIDDEN dl_tensor *fw_squeeze(const dl_tensor *t, int dim);
-DL_HIDDEN dl_tensor *fw_squeeze_all(const dl_tensor *t);
-DL_HIDDEN dl_tensor *fw_unsqueeze(const dl_tensor *t, int dim);
-DL_HIDDEN dl_tensor *fw_expand(const dl_tensor *t, const int64_t *shape, int
-    ndim);
-DL_HIDDEN dl_tensor *fw_flatten(const dl_tensor *t, int start_dim, int
-    end_dim);
-DL_HIDDEN dl_tensor *fw_as_strided(const dl_tensor *t, const int64_t *shape,
-    const int64_t *strides, int ndim, int64_t offset);
 DL_HIDDEN dl_tensor *fw_reduce(int op, const dl_tensor *t, const int *dims,
     int ndims, int keepdim, double param);
 DL_HIDDEN int fw_max_dim(const dl_tensor *t, int dim, int keepdim, dl_tensor
@@ -69,5 +50,27 @@ DL_HIDDEN dl_tensor *fw_masked_select(const dl_tensor *t, const dl_tensor
 DL_HIDDEN dl_tensor *fw_cat(dl_tensor *const *ts, int n, int dim);
 DL_HIDDEN dl_tensor *fw_stack(dl_tensor *const *ts, int n, int dim);
 DL_HIDDEN dl_tensor *fw_one_hot(const dl_tensor *t, int64_t num_classes);
+
+/* -- The CPU's kernels (core/device.h), defined in this layer ----------------- */
+
+DL_HIDDEN int cpu_binary(const char *op, int binop, int dtype, dl_tensor *const *ops);
+DL_HIDDEN int cpu_unary(const char *op, int unop, int dtype, dl_tensor *const *ops);
+DL_HIDDEN int cpu_clamp(const char *op, int dtype, double lo, double hi, dl_tensor *const *ops);
+DL_HIDDEN int cpu_where(const char *op, dl_tensor *const *ops);
+DL_HIDDEN int cpu_reduce(const char *op, const dl_tensor *x, const int *red, int kop, int redop,
+                         double param, int64_t N, dl_tensor *out);
+DL_HIDDEN int cpu_argreduce(const char *op, const dl_tensor *x, int d, int mx, dl_tensor *values,
+                            dl_tensor *indices);
+DL_HIDDEN int cpu_dimop(const char *op, int kind, const dl_tensor *x, dl_tensor *y, int64_t outer,
+                        int64_t n, int64_t inner);
+DL_HIDDEN int cpu_index_check(const char *op, const dl_tensor *index, int dim, int64_t size);
+DL_HIDDEN int cpu_index_minmax(const char *op, const dl_tensor *index, int64_t *lo, int64_t *hi);
+DL_HIDDEN int cpu_take(const char *op, dl_tensor *const *ops, int64_t step, int es);
+DL_HIDDEN int cpu_put(const char *op, dl_tensor *const *ops, int64_t step, int dtype, int reduce);
+DL_HIDDEN int cpu_masked_fill(const char *op, dl_tensor *const *ops, uint64_t bytes);
+DL_HIDDEN dl_tensor *cpu_compact(const char *op, const dl_tensor *src, const dl_tensor *mask);
+DL_HIDDEN int cpu_tri(const char *op, dl_tensor *t, int64_t diag, int upper);
+DL_HIDDEN int cpu_sort(const char *op, const dl_tensor *x, int d, int desc, int64_t k,
+                       dl_tensor *values, dl_tensor *indices);
 
 #endif

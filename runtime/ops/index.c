@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/device.h"
+#include "ops/forward.h"
 
 /* -- Helpers --------------------------------------------------------------- */
 
@@ -224,8 +225,13 @@ static dl_tensor *index_select_on(int dev, const dl_tensor *t, int dim,
   int es = dl_dtype_sizes[t->dtype], ies = dl_dtype_sizes[index->dtype];
   int64_t inner = 1;
   for (int i = d + 1; i < t->ndim; i++) inner *= t->shape[i];
-  if (dev < 0 && dl_tensor_is_contiguous(t) && inner * es >= 16) {
-    /* the DataLoader's batch gather: whole rows */
+  const dl_device *dv = device_get(op, dev);
+  if (!dv) {
+    dl_tensor_release(out);
+    return NULL;
+  }
+  if (dv->host_memory && dl_tensor_is_contiguous(t) && inner * es >= 16) {
+    /* the DataLoader's batch gather: whole rows, memcpy'd in host memory */
     rows_ctx c = {tensor_first(t), tensor_first(index), tensor_first(out),
                   index->ndim ? index->stride[0] * ies : 0, nidx, t->shape[d],
                   inner * es, index->dtype == DL_INT64};

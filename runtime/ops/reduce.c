@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ops/reduce_passes.h"
+#include "ops/forward.h"
 
 #include "core/simd.h"
 
@@ -403,7 +404,7 @@ static int plan_for(plan_t *pl, const dl_tensor *x, const int *red,
     if (!red[i]) perm[n++] = i;
   for (int i = 0; i < x->ndim; i++)
     if (red[i]) red2[n] = 1, perm[n++] = i;
-  dl_tensor *p = dl_permute(x, perm, x->ndim);
+  dl_tensor *p = fw_permute(x, perm, x->ndim);
   *copy = p ? dl_contiguous(p) : NULL;
   dl_tensor_release(p);
   if (!*copy) return -1;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/device.h"
+#include "ops/forward.h"
 #include "core/simd.h"
 
 /* The dtype a kernel reads, and a running value of either kind. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/device.h"
+#include "ops/forward.h"
 #include "core/internal.h"
 
 /* -- Keys ---------------------------------------------------------------- */
