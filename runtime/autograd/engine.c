@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
-#include "cuda/cuda.h"
+#include "core/device.h"
 
 /* Per-tensor state, allocated on first use. */
 typedef struct {

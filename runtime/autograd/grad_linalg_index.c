@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
-#include "cuda/cuda.h"
+#include "core/device.h"
 #include "ops/forward.h"
 
 static dl_tensor *record(dl_tensor *out, const char *name, ag_backward_fn fn,
@@ -68,18 +68,38 @@ static int matmul_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   return ag_scope_end(&s);
 }
 
-#define MATMUL_OP(NAME, FW, LABEL)                                            \
-  DL_API dl_tensor *NAME(const dl_tensor *a, const dl_tensor *b) {           \
-    dl_tensor *out;                                                          \
-    NOGRAD(out = FW(a, b));                                                        \
-    dl_tensor *ins[2] = {(dl_tensor *)a, (dl_tensor *)b};                    \
-    const dl_tensor *save[2] = {a, b};                                       \
-    return record(out, LABEL, matmul_backward, ins, 2, 0, save, 2);          \
-  }
-MATMUL_OP(dl_matmul, fw_matmul, "MatmulBackward")
-MATMUL_OP(dl_mm, fw_mm, "MmBackward")
-MATMUL_OP(dl_bmm, fw_bmm, "BmmBackward")
-MATMUL_OP(dl_dot, fw_dot, "DotBackward")
+DL_API dl_tensor *dl_matmul(const dl_tensor *a, const dl_tensor *b) {
+  dl_tensor *out;
+  NOGRAD(out = fw_matmul(a, b));
+  dl_tensor *ins[2] = {(dl_tensor *)a, (dl_tensor *)b};
+  const dl_tensor *save[2] = {a, b};
+  return record(out, "MatmulBackward", matmul_backward, ins, 2, 0, save, 2);
+}
+
+DL_API dl_tensor *dl_mm(const dl_tensor *a, const dl_tensor *b) {
+  dl_tensor *out;
+  NOGRAD(out = fw_mm(a, b));
+  dl_tensor *ins[2] = {(dl_tensor *)a, (dl_tensor *)b};
+  const dl_tensor *save[2] = {a, b};
+  return record(out, "MmBackward", matmul_backward, ins, 2, 0, save, 2);
+}
+
+DL_API dl_tensor *dl_bmm(const dl_tensor *a, const dl_tensor *b) {
+  dl_tensor *out;
+  NOGRAD(out = fw_bmm(a, b));
+  dl_tensor *ins[2] = {(dl_tensor *)a, (dl_tensor *)b};
+  const dl_tensor *save[2] = {a, b};
+  return record(out, "BmmBackward", matmul_backward, ins, 2, 0, save, 2);
+}
+
+DL_API dl_tensor *dl_dot(const dl_tensor *a, const dl_tensor *b) {
+  dl_tensor *out;
+  NOGRAD(out = fw_dot(a, b));
+  dl_tensor *ins[2] = {(dl_tensor *)a, (dl_tensor *)b};
+  const dl_tensor *save[2] = {a, b};
+  return record(out, "DotBackward", matmul_backward, ins, 2, 0, save, 2);
+}
+
 
 DL_API dl_tensor *dl_outer(const dl_tensor *a, const dl_tensor *b) {
   dl_tensor *out;

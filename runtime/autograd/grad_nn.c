@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
-#include "cuda/cuda.h"
-#include "cuda/nn.h"
+#include "core/device.h"
+#include "nn/nn.h"
 
 static void pair_store(int64_t *dst, const int64_t *p, int64_t dflt0, int64_t dflt1) {
   dst[0] = p ? p[0] : dflt0;

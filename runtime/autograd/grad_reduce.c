@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
-#include "cuda/cuda.h"
+#include "core/device.h"
 #include "ops/forward.h"
 
 /* g of a reduction, with the reduced dims put back (size 1). */
@@ -158,42 +158,76 @@ static int record_indexed(const char *name, const dl_tensor *t, int dim, int kee
   return 0;
 }
 
-#define INDEXED_OP(NAME, FW, LABEL, KEEP, ARGS, CALLARGS)                    \
-  DL_API int NAME ARGS {                                                    \
-    int was = dl_set_grad_enabled(0);                                       \
-    int rc = FW CALLARGS;                                                   \
-    dl_set_grad_enabled(was);                                               \
-    if (rc || record_indexed(LABEL, t, dim, KEEP, 0, values, *indices) == 0) \
-      return rc;                                                            \
-    dl_tensor_release(*values);                                             \
-    dl_tensor_release(*indices);                                            \
-    *values = *indices = NULL;                                              \
-    return -1;                                                              \
-  }
-INDEXED_OP(dl_max_dim, fw_max_dim, "MaxBackward", keepdim,
-           (const dl_tensor *t, int dim, int keepdim, dl_tensor **values, dl_tensor **indices),
-           (t, dim, keepdim, values, indices))
-INDEXED_OP(dl_min_dim, fw_min_dim, "MinBackward", keepdim,
-           (const dl_tensor *t, int dim, int keepdim, dl_tensor **values, dl_tensor **indices),
-           (t, dim, keepdim, values, indices))
-INDEXED_OP(dl_sort, fw_sort, "SortBackward", 1,
-           (const dl_tensor *t, int dim, int descending, dl_tensor **values, dl_tensor **indices),
-           (t, dim, descending, values, indices))
-INDEXED_OP(dl_topk, fw_topk, "TopkBackward", 1,
-           (const dl_tensor *t, int64_t k, int dim, int largest, int sorted, dl_tensor **values, dl_tensor **indices),
-           (t, k, dim, largest, sorted, values, indices))
+DL_API int dl_max_dim(const dl_tensor *t, int dim, int keepdim, dl_tensor **values, dl_tensor **indices) {
+  int was = dl_set_grad_enabled(0);
+  int rc = fw_max_dim(t, dim, keepdim, values, indices);
+  dl_set_grad_enabled(was);
+  if (rc || record_indexed("MaxBackward", t, dim, keepdim, 0, values, *indices) == 0) return rc;
+  dl_tensor_release(*values);
+  dl_tensor_release(*indices);
+  *values = *indices = NULL;
+  return -1;
+}
+
+DL_API int dl_min_dim(const dl_tensor *t, int dim, int keepdim, dl_tensor **values, dl_tensor **indices) {
+  int was = dl_set_grad_enabled(0);
+  int rc = fw_min_dim(t, dim, keepdim, values, indices);
+  dl_set_grad_enabled(was);
+  if (rc || record_indexed("MinBackward", t, dim, keepdim, 0, values, *indices) == 0) return rc;
+  dl_tensor_release(*values);
+  dl_tensor_release(*indices);
+  *values = *indices = NULL;
+  return -1;
+}
+
+DL_API int dl_sort(const dl_tensor *t, int dim, int descending, dl_tensor **values, dl_tensor **indices) {
+  int was = dl_set_grad_enabled(0);
+  int rc = fw_sort(t, dim, descending, values, indices);
+  dl_set_grad_enabled(was);
+  if (rc || record_indexed("SortBackward", t, dim, 1, 0, values, *indices) == 0) return rc;
+  dl_tensor_release(*values);
+  dl_tensor_release(*indices);
+  *values = *indices = NULL;
+  return -1;
+}
+
+DL_API int dl_topk(const dl_tensor *t, int64_t k, int dim, int largest, int sorted, dl_tensor **values, dl_tensor **indices) {
+  int was = dl_set_grad_enabled(0);
+  int rc = fw_topk(t, k, dim, largest, sorted, values, indices);
+  dl_set_grad_enabled(was);
+  if (rc || record_indexed("TopkBackward", t, dim, 1, 0, values, *indices) == 0) return rc;
+  dl_tensor_release(*values);
+  dl_tensor_release(*indices);
+  *values = *indices = NULL;
+  return -1;
+}
+
 
 /* Integer results: no gradient, only grad mode off while computing. */
-#define PLAIN_OP(DECL, CALL)                                                 \
-  DL_API dl_tensor *DECL {                                                  \
-    dl_tensor *out;                                                         \
-    NOGRAD(out = CALL);                                                           \
-    return out;                                                             \
-  }
-PLAIN_OP(dl_argmax(const dl_tensor *t, int dim, int keepdim), fw_argmax(t, dim, keepdim))
-PLAIN_OP(dl_argmin(const dl_tensor *t, int dim, int keepdim), fw_argmin(t, dim, keepdim))
-PLAIN_OP(dl_nonzero(const dl_tensor *t), fw_nonzero(t))
-PLAIN_OP(dl_one_hot(const dl_tensor *t, int64_t num_classes), fw_one_hot(t, num_classes))
+DL_API dl_tensor *dl_argmax(const dl_tensor *t, int dim, int keepdim) {
+  dl_tensor *out;
+  NOGRAD(out = fw_argmax(t, dim, keepdim));
+  return out;
+}
+
+DL_API dl_tensor *dl_argmin(const dl_tensor *t, int dim, int keepdim) {
+  dl_tensor *out;
+  NOGRAD(out = fw_argmin(t, dim, keepdim));
+  return out;
+}
+
+DL_API dl_tensor *dl_nonzero(const dl_tensor *t) {
+  dl_tensor *out;
+  NOGRAD(out = fw_nonzero(t));
+  return out;
+}
+
+DL_API dl_tensor *dl_one_hot(const dl_tensor *t, int64_t num_classes) {
+  dl_tensor *out;
+  NOGRAD(out = fw_one_hot(t, num_classes));
+  return out;
+}
+
 
 /* -- Along one dim: scans and softmax ------------------------------------------ */
 

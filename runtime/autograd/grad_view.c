@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
-#include "cuda/cuda.h"
+#include "core/device.h"
 #include "ops/forward.h"
 
 /* A view of a: the node has a as its one input and saves nothing. */
@@ -22,24 +22,42 @@ static int reshape_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   return gin[0] ? 0 : -1;
 }
 
-#define RESHAPE_OP(DECL, CALL, NAME)                                         \
-  DL_API dl_tensor *DECL {                                                  \
-    dl_tensor *out;                                                         \
-    NOGRAD(out = CALL);                                                           \
-    return view_record(out, t, NAME, reshape_backward, NULL);               \
-  }
-RESHAPE_OP(dl_view(const dl_tensor *t, const int64_t *shape, int ndim),
-           fw_view(t, shape, ndim), "ViewBackward")
-RESHAPE_OP(dl_reshape(const dl_tensor *t, const int64_t *shape, int ndim),
-           fw_reshape(t, shape, ndim), "ReshapeBackward")
-RESHAPE_OP(dl_squeeze(const dl_tensor *t, int dim), fw_squeeze(t, dim),
-           "SqueezeBackward")
-RESHAPE_OP(dl_squeeze_all(const dl_tensor *t), fw_squeeze_all(t),
-           "SqueezeBackward")
-RESHAPE_OP(dl_unsqueeze(const dl_tensor *t, int dim), fw_unsqueeze(t, dim),
-           "UnsqueezeBackward")
-RESHAPE_OP(dl_flatten(const dl_tensor *t, int start_dim, int end_dim),
-           fw_flatten(t, start_dim, end_dim), "FlattenBackward")
+DL_API dl_tensor *dl_view(const dl_tensor *t, const int64_t *shape, int ndim) {
+  dl_tensor *out;
+  NOGRAD(out = fw_view(t, shape, ndim));
+  return view_record(out, t, "ViewBackward", reshape_backward, NULL);
+}
+
+DL_API dl_tensor *dl_reshape(const dl_tensor *t, const int64_t *shape, int ndim) {
+  dl_tensor *out;
+  NOGRAD(out = fw_reshape(t, shape, ndim));
+  return view_record(out, t, "ReshapeBackward", reshape_backward, NULL);
+}
+
+DL_API dl_tensor *dl_squeeze(const dl_tensor *t, int dim) {
+  dl_tensor *out;
+  NOGRAD(out = fw_squeeze(t, dim));
+  return view_record(out, t, "SqueezeBackward", reshape_backward, NULL);
+}
+
+DL_API dl_tensor *dl_squeeze_all(const dl_tensor *t) {
+  dl_tensor *out;
+  NOGRAD(out = fw_squeeze_all(t));
+  return view_record(out, t, "SqueezeBackward", reshape_backward, NULL);
+}
+
+DL_API dl_tensor *dl_unsqueeze(const dl_tensor *t, int dim) {
+  dl_tensor *out;
+  NOGRAD(out = fw_unsqueeze(t, dim));
+  return view_record(out, t, "UnsqueezeBackward", reshape_backward, NULL);
+}
+
+DL_API dl_tensor *dl_flatten(const dl_tensor *t, int start_dim, int end_dim) {
+  dl_tensor *out;
+  NOGRAD(out = fw_flatten(t, start_dim, end_dim));
+  return view_record(out, t, "FlattenBackward", reshape_backward, NULL);
+}
+
 
 /* expand: the engine sums the gradient back over the expanded dims */
 static int expand_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {

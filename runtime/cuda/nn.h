@@ -22,14 +22,6 @@ DL_HIDDEN dl_tensor *cuda_cls_backward(const char *op, int logits, const dl_tens
                                        const dl_tensor *weight, int64_t ignore, double ls,
                                        int reduction, int64_t N, int64_t C, int64_t S,
                                        int checked);
-/* The class losses' backward for their autograd node (grad_nn.c): the
-** forward checked the targets already, so a device skips the check and
-** its sync (a target changed since then gives NaN gradients, never a
-** read out of bounds). */
-DL_HIDDEN dl_tensor *nn_class_loss_backward(int nll, const dl_tensor *grad_out,
-                                            const dl_tensor *input, const dl_tensor *target,
-                                            const dl_tensor *weight, int64_t ignore_index,
-                                            double label_smoothing, int reduction);
 DL_HIDDEN dl_tensor *cuda_mse(const char *op, const dl_tensor *input, const dl_tensor *target,
                               int reduction);
 DL_HIDDEN dl_tensor *cuda_mse_backward(const char *op, const dl_tensor *grad_out,

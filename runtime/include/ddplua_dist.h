@@ -69,8 +69,9 @@ DL_API int dl_store_barrier(dl_store *s, const char *name, int world_size, doubl
 
 /* Collectives among the ranks of a job, as PyTorch's ProcessGroup: blocking,
 ** in place where PyTorch's are, every rank making the same calls in the same
-** order.  Tensors must be CPU tensors (a non-contiguous one is reduced
-** through a contiguous copy).  Each wait is bounded by the group's timeout;
+** order.  Tensors may lie on the CPU or a CUDA device: a backend takes
+** contiguous tensors on its own device (the CPU, or the rank's GPU for
+** "nccl"), and any other is staged through a contiguous copy there.  Each wait is bounded by the group's timeout;
 ** a timeout is a DL_ESTATE error naming the collective, its call number and
 ** the ranks that had not arrived, and leaves the group unusable, as does a
 ** rank that exits (noticed within a second).  Within a node every call

@@ -115,8 +115,7 @@ DL_API dl_tensor *dl_from_blob(void *data, dl_dtype dtype, const int64_t *shape,
 DL_API dl_tensor *dl_clone(const dl_tensor *t);
 DL_API dl_tensor *dl_to_dtype(const dl_tensor *t, dl_dtype dtype); /* new ref */
 /* t on device (-1: the CPU): t itself (a new reference) when it is there
-** already, else a contiguous copy.  A CUDA source must be contiguous
-** until the CUDA kernels come. */
+** already, else a contiguous copy there. */
 DL_API dl_tensor *dl_to_device(const dl_tensor *t, int device);
 /* t:to(device, {non_blocking = true}): from a pinned CPU tensor the copy
 ** runs on the device's stream while the host goes on (ops on the result
