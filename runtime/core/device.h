@@ -19,7 +19,9 @@
 
 #include "core/internal.h"
 
-struct mm_plan;  /* ops/linalg.h: a batched product as ops/linalg.c plans it */
+struct mm_plan;    /* ops/linalg.h: a batched product as ops/linalg.c plans it */
+struct conv_geom;  /* nn/conv.h: a conv2d as nn/conv.c works it out */
+struct pool_geom;  /* nn/pool.h: a pooling as nn/pool.c works it out */
 
 typedef enum dl_device_kind { DL_DEVICE_CPU = 0, DL_DEVICE_CUDA = 1, DL_DEVICE_KINDS } dl_device_kind;
 
@@ -137,6 +139,23 @@ typedef struct dl_device {
                              const dl_tensor *save_invstd, int training, int need_x, int need_w,
                              int need_b, int64_t N, int64_t C, int64_t S, dl_tensor **gx,
                              dl_tensor **gw, dl_tensor **gb);
+
+  /* conv2d over the geometry g: out, or the gradients asked for (need_*) */
+  dl_tensor *(*conv2d)(const char *op, int dev, const struct conv_geom *g, const dl_tensor *x,
+                       const dl_tensor *w, const dl_tensor *b);
+  int (*conv2d_backward)(const char *op, int dev, const struct conv_geom *g,
+                         const dl_tensor *grad_out, const dl_tensor *x, const dl_tensor *w,
+                         int need_x, int need_w, int need_b, dl_tensor **grad_x,
+                         dl_tensor **grad_w, dl_tensor **grad_b);
+  /* pooling over the geometry g: max (values and int64 indices) and average,
+  ** and their backwards (max's from the indices) */
+  int (*max_pool)(const char *op, int dev, const struct pool_geom *g, const dl_tensor *x,
+                  dl_tensor **out, dl_tensor **indices);
+  dl_tensor *(*max_pool_backward)(const char *op, int dev, const dl_tensor *grad_out,
+                                  const dl_tensor *x, const dl_tensor *indices);
+  dl_tensor *(*avg_pool)(const char *op, int dev, const struct pool_geom *g, const dl_tensor *x);
+  dl_tensor *(*avg_pool_backward)(const char *op, int dev, const struct pool_geom *g,
+                                  const dl_tensor *grad_out, const dl_tensor *x);
 
   /* -- Random numbers -------------------------------------------------------- */
   /* contiguous t from the Philox stream (seed, block base): kind and its

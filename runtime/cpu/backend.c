@@ -4,7 +4,8 @@
 */
 #include "autograd/autograd.h"
 #include "core/device.h"
-#include "nn/nn.h"
+#include "nn/conv.h"
+#include "nn/pool.h"
 #include "ops/forward.h"
 #include "ops/linalg.h"
 
@@ -55,6 +56,12 @@ static const dl_device cpu_device = {
   .layer_norm_backward = cpu_layer_norm_backward,
   .batch_norm = cpu_batch_norm,
   .batch_norm_backward = cpu_batch_norm_backward,
+  .conv2d = cpu_conv2d,
+  .conv2d_backward = cpu_conv2d_backward,
+  .max_pool = cpu_max_pool,
+  .max_pool_backward = cpu_max_pool_backward,
+  .avg_pool = cpu_avg_pool,
+  .avg_pool_backward = cpu_avg_pool_backward,
   .philox_fill = cpu_philox_fill,
   .sgd = cpu_sgd,
   .adam = cpu_adam,

@@ -9,6 +9,8 @@
 
 #include "cuda/linalg.h"
 #include "ops/linalg.h"
+#include "nn/conv.h"
+#include "nn/pool.h"
 
 /* -- TF32 ---------------------------------------------------------------------- */
 
@@ -275,4 +277,141 @@ DL_HIDDEN int cuda_matmul(const char *op, int dev, mm_plan *p, int blas) {
 
 DL_HIDDEN dl_tensor *cuda_dot(const char *op, const dl_tensor *a, const dl_tensor *b) {
   return dot_by_matmul(op, a, b);
+}
+
+/* -- On a device --------------------------------------------------------------- */
+
+static void to_dlc(const conv_geom *g, dlc_conv *d) {
+  *d = (dlc_conv){g->N, g->C, g->H, g->W, g->O, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw,
+                  g->dh, g->dw, g->Ho, g->Wo, g->groups, g->Cg, g->Og, g->K, g->HW};
+}
+
+/* dl_conv2d's compute on dev: the same compute dtype and result rounding. */
+DL_HIDDEN dl_tensor *cuda_conv2d(const char *op, int dev, const conv_geom *g, const dl_tensor *x,
+                                 const dl_tensor *w, const dl_tensor *b) {
+  int kd = nn_kdtype(x->dtype), bt = x->ndim == 4;
+  dlc_conv d;
+  to_dlc(g, &d);
+  int64_t oshape[4] = {g->N, g->O, g->Ho, g->Wo};
+  dl_tensor *cx = cuda_prep(x, kd, dev), *cw = cx ? cuda_prep(w, kd, dev) : NULL, *cb = NULL,
+            *out = NULL;
+  if (cw && (!b || (cb = cuda_prep(b, kd, dev))) &&
+      (out = tensor_new_on(dev, kd, oshape + !bt, x->ndim)) &&
+      cuda_conv2d_forward(op, dev, kd, &d, tensor_first(cx), tensor_first(cw),
+                          cb ? tensor_first(cb) : NULL, tensor_first(out))) {
+    dl_tensor_release(out);
+    out = NULL;
+  }
+  dl_tensor_release(cx);
+  dl_tensor_release(cw);
+  dl_tensor_release(cb);
+  return cuda_finish(out, x->dtype);
+}
+
+DL_HIDDEN int cuda_conv2d_grads(const char *op, int dev, const conv_geom *g,
+                                  const dl_tensor *grad_out, const dl_tensor *x,
+                                  const dl_tensor *w, int need_x, int need_w, int need_b,
+                                  dl_tensor **grad_x, dl_tensor **grad_w, dl_tensor **grad_b) {
+  int kd = nn_kdtype(x->dtype), rc = -1;
+  dlc_conv d;
+  to_dlc(g, &d);
+  dl_tensor *cx = NULL, *cw = NULL, *cg = cuda_prep(grad_out, kd, dev), *gx = NULL, *gw = NULL,
+            *gb = NULL;
+  if (!cg) goto done;
+  if ((need_x || need_w) && (!(cx = cuda_prep(x, kd, dev)) || !(cw = cuda_prep(w, kd, dev))))
+    goto done;
+  if ((need_x && !(gx = tensor_new_on(dev, kd, x->shape, x->ndim))) ||
+      (need_w && !(gw = tensor_new_on(dev, kd, w->shape, 4))) ||
+      (need_b && !(gb = tensor_new_on(dev, kd, &g->O, 1))))
+    goto done;
+  if (cuda_conv2d_backward(op, dev, kd, &d, cx ? tensor_first(cx) : NULL,
+                           cw ? tensor_first(cw) : NULL, tensor_first(cg),
+                           gx ? tensor_first(gx) : NULL, gw ? tensor_first(gw) : NULL,
+                           gb ? tensor_first(gb) : NULL))
+    goto done;
+  /* cuda_finish consumes its argument, result or not */
+  if (need_x && (*grad_x = cuda_finish(gx, x->dtype), gx = NULL, !*grad_x)) goto done;
+  if (need_w && (*grad_w = cuda_finish(gw, x->dtype), gw = NULL, !*grad_w)) goto done;
+  if (need_b && (*grad_b = cuda_finish(gb, x->dtype), gb = NULL, !*grad_b)) goto done;
+  rc = 0;
+done:
+  return conv_backward_done(rc, grad_x, grad_w, grad_b, (dl_tensor *[]){cx, cw, cg, gx, gw, gb}, 6);
+}
+
+/* -- Pooling: the CUDA device's kernels (core/device.h) for nn/pool.c ------------- */
+
+static dlc_pool pool_to_dlc(const pool_geom *g) {
+  return (dlc_pool){g->NC, g->H, g->W, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw,
+                    g->Ho, g->Wo, g->count_include_pad, g->divisor};
+}
+
+/* The result of a device pooling in the caller's dtype; NULL (work
+** released) when rc says the launch failed. */
+static dl_tensor *pool_done(int rc, dl_tensor *work, int dtype) {
+  if (rc) {
+    dl_tensor_release(work);
+    return NULL;
+  }
+  return cuda_finish(work, dtype);
+}
+
+DL_HIDDEN int cuda_max_pool_k(const char *op, int dev, const pool_geom *g, const dl_tensor *x,
+                              dl_tensor **out, dl_tensor **indices) {
+  int kd = nn_kdtype(x->dtype);
+  int64_t s[4];
+  pool_shape(x, g, s);
+  dlc_pool d = pool_to_dlc(g);
+  dl_tensor *cx = cuda_prep(x, kd, dev), *o = cx ? tensor_new_on(dev, kd, s, x->ndim) : NULL;
+  dl_tensor *ix = o ? tensor_new_on(dev, DL_INT64, s, x->ndim) : NULL;
+  int rc = ix ? cuda_max_pool(op, dev, kd, &d, tensor_first(cx), tensor_first(o),
+                              (int64_t *)tensor_first(ix))
+              : -1;
+  dl_tensor_release(cx);
+  if (!(*out = pool_done(rc, o, x->dtype))) {
+    dl_tensor_release(ix);
+    return -1;
+  }
+  *indices = ix;
+  return 0;
+}
+
+DL_HIDDEN dl_tensor *cuda_max_pool_backward_k(const char *op, int dev, const dl_tensor *grad_out,
+                                              const dl_tensor *x, const dl_tensor *indices) {
+  int nd = x->ndim, kd = nn_kdtype(x->dtype);
+  int64_t in_plane = x->shape[nd - 2] * x->shape[nd - 1];
+  int64_t out_plane = grad_out->shape[nd - 2] * grad_out->shape[nd - 1];
+  int64_t planes = dl_tensor_numel(x) / nn_max64(1, in_plane);
+  dl_tensor *cg = cuda_prep(grad_out, kd, dev),
+            *ci = cg ? cuda_prep(indices, DL_INT64, dev) : NULL;
+  dl_tensor *gx = ci ? tensor_new_on(dev, kd, x->shape, nd) : NULL;
+  int rc = gx ? cuda_max_pool_backward(op, dev, kd, planes, in_plane, out_plane,
+                                       tensor_first(cg), (const int64_t *)tensor_first(ci),
+                                       tensor_first(gx))
+              : -1;
+  dl_tensor_release(cg);
+  dl_tensor_release(ci);
+  return pool_done(rc, gx, x->dtype);
+}
+
+DL_HIDDEN dl_tensor *cuda_avg_pool_k(const char *op, int dev, const pool_geom *g,
+                                     const dl_tensor *x) {
+  int kd = nn_kdtype(x->dtype);
+  int64_t s[4];
+  pool_shape(x, g, s);
+  dlc_pool d = pool_to_dlc(g);
+  dl_tensor *cx = cuda_prep(x, kd, dev), *o = cx ? tensor_new_on(dev, kd, s, x->ndim) : NULL;
+  int rc = o ? cuda_avg_pool(op, dev, kd, &d, tensor_first(cx), tensor_first(o)) : -1;
+  dl_tensor_release(cx);
+  return pool_done(rc, o, x->dtype);
+}
+
+DL_HIDDEN dl_tensor *cuda_avg_pool_backward_k(const char *op, int dev, const pool_geom *g,
+                                              const dl_tensor *grad_out, const dl_tensor *x) {
+  int kd = nn_kdtype(x->dtype);
+  dlc_pool d = pool_to_dlc(g);
+  dl_tensor *cg = cuda_prep(grad_out, kd, dev),
+            *gx = cg ? tensor_new_on(dev, kd, x->shape, x->ndim) : NULL;
+  int rc = gx ? cuda_avg_pool_backward(op, dev, kd, &d, tensor_first(cg), tensor_first(gx)) : -1;
+  dl_tensor_release(cg);
+  return pool_done(rc, gx, x->dtype);
 }

@@ -19,6 +19,26 @@ DL_HIDDEN int cuda_mm(const char *op, int device, const dlc_mm *p, int ta, int64
 DL_HIDDEN int cuda_matmul(const char *op, int dev, struct mm_plan *p, int blas);
 DL_HIDDEN dl_tensor *cuda_dot(const char *op, const dl_tensor *a, const dl_tensor *b);
 
+/* The CUDA device's conv2d kernels (core/device.h), over nn/conv.h's plan. */
+struct conv_geom;
+DL_HIDDEN dl_tensor *cuda_conv2d(const char *op, int dev, const struct conv_geom *g,
+                                 const dl_tensor *x, const dl_tensor *w, const dl_tensor *b);
+DL_HIDDEN int cuda_conv2d_grads(const char *op, int dev, const struct conv_geom *g,
+                               const dl_tensor *grad_out, const dl_tensor *x, const dl_tensor *w,
+                               int need_x, int need_w, int need_b, dl_tensor **grad_x,
+                               dl_tensor **grad_w, dl_tensor **grad_b);
+
+/* The CUDA device's pooling kernels (core/device.h), over nn/pool.h's plan. */
+struct pool_geom;
+DL_HIDDEN int cuda_max_pool_k(const char *op, int dev, const struct pool_geom *g,
+                              const dl_tensor *x, dl_tensor **out, dl_tensor **indices);
+DL_HIDDEN dl_tensor *cuda_max_pool_backward_k(const char *op, int dev, const dl_tensor *grad_out,
+                                              const dl_tensor *x, const dl_tensor *indices);
+DL_HIDDEN dl_tensor *cuda_avg_pool_k(const char *op, int dev, const struct pool_geom *g,
+                                     const dl_tensor *x);
+DL_HIDDEN dl_tensor *cuda_avg_pool_backward_k(const char *op, int dev, const struct pool_geom *g,
+                                              const dl_tensor *grad_out, const dl_tensor *x);
+
 /* Whether float32 products may use TF32 (dl_cuda_set_allow_tf32). */
 DL_HIDDEN int cuda_tf32(void);
 

@@ -14,8 +14,7 @@
 #include <limits.h>
 #include <string.h>
 
-#include "cuda/linalg.h"
-#include "nn/nn.h"
+#include "nn/conv.h"
 #include "core/simd.h"
 
 /* OpenBLAS (interface/gemm.c: SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD)
@@ -23,14 +22,6 @@
 #define BLAS_SERIAL_MNK (4 * 65536)
 #define BLAS_INT_MAX ((int64_t)(sizeof(blasint) >= 8 ? INT64_MAX : INT_MAX))
 
-typedef struct {
-  int f64;                      /* double, else float */
-  int64_t es;                   /* element size */
-  int64_t N, C, H, W, O, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, groups;
-  int64_t Cg, Og, K, HW;        /* K = Cg * kh * kw rows of a column matrix */
-  int64_t padn;                 /* elements of the padded input, 0 if none */
-  int pointwise;                /* 1x1, stride 1, no padding: x is its own */
-} conv_geom;
 
 static void fmt_int(char *buf, size_t n, int64_t v) {
   snprintf(buf, n, "%lld", (long long)v);
@@ -361,38 +352,9 @@ static int scratch(int dtype, int64_t n, dl_tensor **t) {
   return *t ? 0 : -1;
 }
 
-/* -- On a device --------------------------------------------------------------- */
-
-static void to_dlc(const conv_geom *g, dlc_conv *d) {
-  *d = (dlc_conv){g->N, g->C, g->H, g->W, g->O, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw,
-                  g->dh, g->dw, g->Ho, g->Wo, g->groups, g->Cg, g->Og, g->K, g->HW};
-}
-
-/* dl_conv2d's compute on dev: the same compute dtype and result rounding. */
-static dl_tensor *conv2d_device(const char *op, int dev, const conv_geom *g, const dl_tensor *x,
-                                const dl_tensor *w, const dl_tensor *b) {
-  int kd = nn_kdtype(x->dtype), bt = x->ndim == 4;
-  dlc_conv d;
-  to_dlc(g, &d);
-  int64_t oshape[4] = {g->N, g->O, g->Ho, g->Wo};
-  dl_tensor *cx = cuda_prep(x, kd, dev), *cw = cx ? cuda_prep(w, kd, dev) : NULL, *cb = NULL,
-            *out = NULL;
-  if (cw && (!b || (cb = cuda_prep(b, kd, dev))) &&
-      (out = tensor_new_on(dev, kd, oshape + !bt, x->ndim)) &&
-      cuda_conv2d_forward(op, dev, kd, &d, tensor_first(cx), tensor_first(cw),
-                          cb ? tensor_first(cb) : NULL, tensor_first(out))) {
-    dl_tensor_release(out);
-    out = NULL;
-  }
-  dl_tensor_release(cx);
-  dl_tensor_release(cw);
-  dl_tensor_release(cb);
-  return cuda_finish(out, x->dtype);
-}
-
 /* Where both backwards end: on failure the grads already handed out go;
 ** the n temporaries go either way.  Returns rc. */
-static int backward_done(int rc, dl_tensor **grad_x, dl_tensor **grad_w, dl_tensor **grad_b,
+DL_HIDDEN int conv_backward_done(int rc, dl_tensor **grad_x, dl_tensor **grad_w, dl_tensor **grad_b,
                          dl_tensor *const *tmp, int n) {
   if (rc) {
     dl_tensor **grads[] = {grad_x, grad_w, grad_b};
@@ -401,36 +363,6 @@ static int backward_done(int rc, dl_tensor **grad_x, dl_tensor **grad_w, dl_tens
   }
   for (int i = 0; i < n; i++) dl_tensor_release(tmp[i]);
   return rc;
-}
-
-static int conv2d_backward_device(const char *op, int dev, const conv_geom *g,
-                                  const dl_tensor *grad_out, const dl_tensor *x,
-                                  const dl_tensor *w, int need_x, int need_w, int need_b,
-                                  dl_tensor **grad_x, dl_tensor **grad_w, dl_tensor **grad_b) {
-  int kd = nn_kdtype(x->dtype), rc = -1;
-  dlc_conv d;
-  to_dlc(g, &d);
-  dl_tensor *cx = NULL, *cw = NULL, *cg = cuda_prep(grad_out, kd, dev), *gx = NULL, *gw = NULL,
-            *gb = NULL;
-  if (!cg) goto done;
-  if ((need_x || need_w) && (!(cx = cuda_prep(x, kd, dev)) || !(cw = cuda_prep(w, kd, dev))))
-    goto done;
-  if ((need_x && !(gx = tensor_new_on(dev, kd, x->shape, x->ndim))) ||
-      (need_w && !(gw = tensor_new_on(dev, kd, w->shape, 4))) ||
-      (need_b && !(gb = tensor_new_on(dev, kd, &g->O, 1))))
-    goto done;
-  if (cuda_conv2d_backward(op, dev, kd, &d, cx ? tensor_first(cx) : NULL,
-                           cw ? tensor_first(cw) : NULL, tensor_first(cg),
-                           gx ? tensor_first(gx) : NULL, gw ? tensor_first(gw) : NULL,
-                           gb ? tensor_first(gb) : NULL))
-    goto done;
-  /* cuda_finish consumes its argument, result or not */
-  if (need_x && (*grad_x = cuda_finish(gx, x->dtype), gx = NULL, !*grad_x)) goto done;
-  if (need_w && (*grad_w = cuda_finish(gw, x->dtype), gw = NULL, !*grad_w)) goto done;
-  if (need_b && (*grad_b = cuda_finish(gb, x->dtype), gb = NULL, !*grad_b)) goto done;
-  rc = 0;
-done:
-  return backward_done(rc, grad_x, grad_w, grad_b, (dl_tensor *[]){cx, cw, cg, gx, gw, gb}, 6);
 }
 
 /* -- Public ------------------------------------------------------------------------ */
@@ -444,7 +376,16 @@ DL_API dl_tensor *dl_conv2d(const dl_tensor *x, const dl_tensor *w,
   int dev = op_device_opt(op, 3, (const dl_tensor *[]){x, w, b});
   if (dev < -1 || conv_setup(op, x, w, b, stride, padding, dilation, groups, &g))
     return NULL;
-  if (dev >= 0) return conv2d_device(op, dev, &g, x, w, b);
+  const dl_device *dv = device_get(op, dev);
+  return dv ? dv->conv2d(op, dev, &g, x, w, b) : NULL;
+}
+
+/* The CPU's kernel (core/device.h): im2col (or the 1x1 fast path) and
+** BLAS, by samples or by parts of them across the threads. */
+DL_HIDDEN dl_tensor *cpu_conv2d(const char *op, int dev, const conv_geom *gp,
+                                const dl_tensor *x, const dl_tensor *w, const dl_tensor *b) {
+  (void)op, (void)dev;
+  conv_geom g = *gp;
   int kd = nn_kdtype(x->dtype), bt = x->ndim == 4;
   dl_tensor *cx = nn_prep(x, kd), *cw = NULL, *cb = NULL, *out = NULL,
             *cols = NULL;
@@ -589,14 +530,25 @@ DL_API int dl_conv2d_backward(const dl_tensor *grad_out, const dl_tensor *x,
   if (dev < -1 || conv_setup(op, x, w, NULL, stride, padding, dilation, groups, &g) ||
       nn_check_float(op, "grad_out", grad_out, x->dtype))
     return -1;
-  int kd = nn_kdtype(x->dtype), bt = x->ndim == 4;
+  int bt = x->ndim == 4;
   int64_t oshape[4] = {g.N, g.O, g.Ho, g.Wo};
   if (!nn_same_shape(grad_out, oshape + !bt, x->ndim))
     return dl_err(EM_NN_SHAPE, op, "grad_out", fmt_tshape(grad_out),
                   fmt_shape(oshape + !bt, x->ndim));
-  if (dev >= 0)
-    return conv2d_backward_device(op, dev, &g, grad_out, x, w, need_x, need_w, need_b, grad_x,
-                                  grad_w, grad_b);
+  const dl_device *dv = device_get(op, dev);
+  if (!dv) return -1;
+  return dv->conv2d_backward(op, dev, &g, grad_out, x, w, need_x, need_w, need_b, grad_x,
+                             grad_w, grad_b);
+}
+
+/* The CPU's kernel (core/device.h): the gradients asked for (need_*). */
+DL_HIDDEN int cpu_conv2d_backward(const char *op, int dev, const conv_geom *gp,
+                                  const dl_tensor *grad_out, const dl_tensor *x,
+                                  const dl_tensor *w, int need_x, int need_w, int need_b,
+                                  dl_tensor **grad_x, dl_tensor **grad_w, dl_tensor **grad_b) {
+  (void)op, (void)dev;
+  conv_geom g = *gp;
+  int kd = nn_kdtype(x->dtype);
   dl_tensor *cx = NULL, *cw = NULL, *cg = NULL, *gx = NULL, *gw = NULL,
             *gb = NULL, *cols = NULL, *gcols = NULL, *gwp = NULL, *gbp = NULL;
   int rc = -1;
@@ -655,6 +607,6 @@ DL_API int dl_conv2d_backward(const dl_tensor *grad_out, const dl_tensor *x,
   if (need_b && (*grad_b = nn_finish(gb, x->dtype), gb = NULL, !*grad_b)) goto done;
   rc = 0;
 done:
-  return backward_done(rc, grad_x, grad_w, grad_b,
+  return conv_backward_done(rc, grad_x, grad_w, grad_b,
                        (dl_tensor *[]){cx, cw, cg, gx, gw, gb, cols, gcols, gwp, gbp}, 10);
 }

@@ -6,15 +6,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "cuda/linalg.h"
-#include "nn/nn.h"
+#include "nn/pool.h"
 
-typedef struct {
-  int f64;
-  int64_t NC, H, W, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo;
-  int ceil_mode, count_include_pad;
-  int64_t divisor;  /* 0: none */
-} pool_geom;
 
 static int64_t div_floor(int64_t a, int64_t b) {
   int64_t q = a / b;
@@ -71,24 +64,9 @@ static int pool_setup(const char *op, const dl_tensor *x, const int64_t *kernel,
 }
 
 /* The output shape: x's with H, W replaced. */
-static void pool_shape(const dl_tensor *x, const pool_geom *g, int64_t *s) {
+DL_HIDDEN void pool_shape(const dl_tensor *x, const pool_geom *g, int64_t *s) {
   for (int i = 0; i < x->ndim; i++) s[i] = x->shape[i];
   s[x->ndim - 2] = g->Ho, s[x->ndim - 1] = g->Wo;
-}
-
-static dlc_pool to_dlc(const pool_geom *g) {
-  return (dlc_pool){g->NC, g->H, g->W, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw,
-                    g->Ho, g->Wo, g->count_include_pad, g->divisor};
-}
-
-/* The result of a device pooling in the caller's dtype; NULL (work
-** released) when rc says the launch failed. */
-static dl_tensor *device_done(int rc, dl_tensor *work, int dtype) {
-  if (rc) {
-    dl_tensor_release(work);
-    return NULL;
-  }
-  return cuda_finish(work, dtype);
 }
 
 static int64_t plane_grain(const pool_geom *g) {
@@ -149,24 +127,18 @@ DL_API int dl_max_pool2d(const dl_tensor *x, const int64_t *kernel,
   int dev = op_device(op, 1, &x);
   if (dev < -1 || pool_setup(op, x, kernel, stride, padding, dilation, ceil_mode, &g))
     return -1;
+  const dl_device *dv = device_get(op, dev);
+  return dv ? dv->max_pool(op, dev, &g, x, out, indices) : -1;
+}
+
+/* The CPU's kernel (core/device.h): planes of x across the threads. */
+DL_HIDDEN int cpu_max_pool(const char *op, int dev, const pool_geom *gp, const dl_tensor *x,
+                           dl_tensor **out, dl_tensor **indices) {
+  (void)op, (void)dev;
+  pool_geom g = *gp;
   int kd = nn_kdtype(x->dtype);
   int64_t s[4];
   pool_shape(x, &g, s);
-  if (dev >= 0) {
-    dlc_pool d = to_dlc(&g);
-    dl_tensor *cx = cuda_prep(x, kd, dev), *o = cx ? tensor_new_on(dev, kd, s, x->ndim) : NULL;
-    dl_tensor *ix = o ? tensor_new_on(dev, DL_INT64, s, x->ndim) : NULL;
-    int rc = ix ? cuda_max_pool(op, dev, kd, &d, tensor_first(cx), tensor_first(o),
-                                (int64_t *)tensor_first(ix))
-                : -1;
-    dl_tensor_release(cx);
-    if (!(*out = device_done(rc, o, x->dtype))) {
-      dl_tensor_release(ix);
-      return -1;
-    }
-    *indices = ix;
-    return 0;
-  }
   dl_tensor *cx = nn_prep(x, kd);
   dl_tensor *o = cx ? tensor_new(kd, s, x->ndim) : NULL;
   dl_tensor *ix = o ? tensor_new(DL_INT64, s, x->ndim) : NULL;
@@ -240,21 +212,17 @@ DL_API dl_tensor *dl_max_pool2d_backward(const dl_tensor *grad_out,
   if (!nn_same_shape(indices, grad_out->shape, nd))
     return dl_errp(EM_NN_SHAPE, op, "indices", fmt_tshape(indices),
                    fmt_tshape(grad_out));
-  int kd = nn_kdtype(x->dtype);
-  if (dev >= 0) {
-    int64_t in_plane = x->shape[nd - 2] * x->shape[nd - 1], out_plane = s[nd - 2] * s[nd - 1];
-    int64_t planes = dl_tensor_numel(x) / nn_max64(1, in_plane);
-    dl_tensor *cg = cuda_prep(grad_out, kd, dev),
-              *ci = cg ? cuda_prep(indices, DL_INT64, dev) : NULL;
-    dl_tensor *gx = ci ? tensor_new_on(dev, kd, x->shape, nd) : NULL;
-    int rc = gx ? cuda_max_pool_backward(op, dev, kd, planes, in_plane, out_plane,
-                                         tensor_first(cg), (const int64_t *)tensor_first(ci),
-                                         tensor_first(gx))
-                : -1;
-    dl_tensor_release(cg);
-    dl_tensor_release(ci);
-    return device_done(rc, gx, x->dtype);
-  }
+  const dl_device *dv = device_get(op, dev);
+  return dv ? dv->max_pool_backward(op, dev, grad_out, x, indices) : NULL;
+}
+
+/* The CPU's kernel (core/device.h): each plane's gradient scattered to the
+** positions indices name, which are checked as they are read. */
+DL_HIDDEN dl_tensor *cpu_max_pool_backward(const char *op, int dev, const dl_tensor *grad_out,
+                                           const dl_tensor *x, const dl_tensor *indices) {
+  (void)dev;
+  int nd = x->ndim, kd = nn_kdtype(x->dtype);
+  const int64_t *s = grad_out->shape;
   pool_geom g = {.f64 = kd == DL_FLOAT64};
   dl_tensor *cg = nn_prep(grad_out, kd), *ci = cg ? nn_prep_index(indices) : NULL;
   dl_tensor *gx = ci ? tensor_new(kd, x->shape, nd) : NULL;
@@ -374,16 +342,18 @@ DL_API dl_tensor *dl_avg_pool2d(const dl_tensor *x, const int64_t *kernel,
   if (dev < -1 || avg_setup(op, x, kernel, stride, padding, ceil_mode, count_include_pad,
                             divisor_override, &g))
     return NULL;
+  const dl_device *dv = device_get(op, dev);
+  return dv ? dv->avg_pool(op, dev, &g, x) : NULL;
+}
+
+/* The CPU's kernel (core/device.h). */
+DL_HIDDEN dl_tensor *cpu_avg_pool(const char *op, int dev, const pool_geom *gp,
+                                  const dl_tensor *x) {
+  (void)op, (void)dev;
+  pool_geom g = *gp;
   int kd = nn_kdtype(x->dtype);
   int64_t s[4];
   pool_shape(x, &g, s);
-  if (dev >= 0) {
-    dlc_pool d = to_dlc(&g);
-    dl_tensor *cx = cuda_prep(x, kd, dev), *o = cx ? tensor_new_on(dev, kd, s, x->ndim) : NULL;
-    int rc = o ? cuda_avg_pool(op, dev, kd, &d, tensor_first(cx), tensor_first(o)) : -1;
-    dl_tensor_release(cx);
-    return device_done(rc, o, x->dtype);
-  }
   dl_tensor *cx = nn_prep(x, kd), *o = cx ? tensor_new(kd, s, x->ndim) : NULL;
   if (o) {
     avg_ctx c = {&g, tensor_first(cx), tensor_first(o)};
@@ -408,20 +378,21 @@ DL_API dl_tensor *dl_avg_pool2d_backward(const dl_tensor *grad_out,
                 divisor_override, &g) ||
       nn_check_float(op, "grad_out", grad_out, x->dtype))
     return NULL;
-  int kd = nn_kdtype(x->dtype);
   int64_t s[4];
   pool_shape(x, &g, s);
   if (!nn_same_shape(grad_out, s, x->ndim))
     return dl_errp(EM_NN_SHAPE, op, "grad_out", fmt_tshape(grad_out),
                    fmt_shape(s, x->ndim));
-  if (dev >= 0) {
-    dlc_pool d = to_dlc(&g);
-    dl_tensor *cg = cuda_prep(grad_out, kd, dev),
-              *gx = cg ? tensor_new_on(dev, kd, x->shape, x->ndim) : NULL;
-    int rc = gx ? cuda_avg_pool_backward(op, dev, kd, &d, tensor_first(cg), tensor_first(gx)) : -1;
-    dl_tensor_release(cg);
-    return device_done(rc, gx, x->dtype);
-  }
+  const dl_device *dv = device_get(op, dev);
+  return dv ? dv->avg_pool_backward(op, dev, &g, grad_out, x) : NULL;
+}
+
+/* The CPU's kernel (core/device.h). */
+DL_HIDDEN dl_tensor *cpu_avg_pool_backward(const char *op, int dev, const pool_geom *gp,
+                                           const dl_tensor *grad_out, const dl_tensor *x) {
+  (void)op, (void)dev;
+  pool_geom g = *gp;
+  int kd = nn_kdtype(x->dtype);
   dl_tensor *cg = nn_prep(grad_out, kd);
   dl_tensor *gx = cg ? tensor_new(kd, x->shape, x->ndim) : NULL;
   if (gx) {
