@@ -76,7 +76,7 @@ CTEST_SRC := $(wildcard tests/c/test_*.c)
 CTESTS   := $(CTEST_SRC:tests/c/%.c=$(BUILD)/%)
 # Test hooks the Lua specs reach through the FFI (tests/c/hooks.c): a
 # library of their own, never part of libddplua.so.
-HOOKS    := $(BUILD)/tests/libddplua_testhooks.so
+HOOKS    := $(BUILD)/tests/libddplua_testhooks.so $(BUILD)/tests/libdlc_badabi.so
 
 .PHONY: emu all deps run test ctests test-c bench clean install gpu-check fuzz fuzz-build gpu-bundle
 all: $(LIB) $(LIB_A) $(CLI) $(CDEF) $(CUDA_LIB) $(EMU_LIB) $(CTESTS) $(HOOKS)
@@ -133,7 +133,12 @@ $(BUILD)/test_%: tests/c/test_%.c $(LIB_A) Makefile
 	  $(if $(filter launcher,$*),cli/nodelist.c) -Wl,--whole-archive $(LIB_A) -Wl,--no-whole-archive \
 	  $(GLOO_LIBS) $(LDLIBS) -o $@
 
-$(HOOKS): tests/c/hooks.c Makefile
+$(BUILD)/tests/libddplua_testhooks.so: tests/c/hooks.c Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -shared -o $@ $<
+
+# A CUDA library of another build, for the launcher-table check.
+$(BUILD)/tests/libdlc_badabi.so: tests/c/badabi.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -shared -o $@ $<
 

@@ -9,12 +9,13 @@
 #include "core/device.h"
 #include "cuda/dlc.h"
 
-/* dlsym of the loaded libddplua_cuda.so (probing CUDA first if needed).
-** NULL when the library is not loaded (*why: the probe's status line, as
-** "no CUDA driver (libcuda.so.1 not found)") or lacks name (*why says so
-** and to rebuild).  *why is set only on failure and may be NULL; it stays
-** valid until this thread's next call. */
-DL_HIDDEN void *cuda_sym(const char *name, const char **why);
+/* The launchers of the loaded libddplua_cuda.so (dlc.h's table, checked
+** once at load; probing CUDA first if needed).  NULL with DL_EDEVICE naming
+** op and the probe's status line ("no CUDA driver (libcuda.so.1 not
+** found)") when there is no library. */
+DL_HIDDEN const dlc_api *cuda_api(const char *op);
+/* One launcher of the table, or NULL with the error set. */
+#define DLC(op, name) (cuda_api(op) ? cuda_api(op)->name : NULL)
 
 /* cuda/memory.c: device memory from the device's caching allocator, for use
 ** on stream (0: the default stream); NULL with DL_ENOMEM naming the
@@ -33,9 +34,6 @@ DL_HIDDEN int cuda_copy_bytes(const char *op, void *dst, const void *src, size_t
 
 /* -- cuda/ops.c ------------------------------------------------------------ */
 
-/* nn.h's nn_check_float for an op that runs where its operands are: any
-** device.  want < 0: any float dtype, else that one. */
-DL_HIDDEN int cuda_check_float(const char *op, const char *what, const dl_tensor *t, int want);
 /* nn.h's nn_prep on device dev: t itself (retained) or a contiguous copy in
 ** kd there (a CPU 0-dim operand, which goes with any device, moves over);
 ** NULL for NULL. */
@@ -43,8 +41,6 @@ DL_HIDDEN dl_tensor *cuda_prep(const dl_tensor *t, int kd, int dev);
 /* nn.h's nn_finish on work's device: work itself or a copy in dtype;
 ** consumes work either way. */
 DL_HIDDEN dl_tensor *cuda_finish(dl_tensor *work, int dtype);
-/* The launcher sym, looked up once into *slot; NULL with the error set. */
-DL_HIDDEN void *cuda_fn(void **slot, const char *op, const char *sym);
 /* rc of a launcher into the runtime's error (0 stays 0). */
 DL_HIDDEN int cuda_err(const char *op, int device, int rc);
 /* An iter_t (iter.c) of ops as a launcher takes it. */

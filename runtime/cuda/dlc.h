@@ -287,6 +287,169 @@ typedef size_t (*dlc_sort_ws_fn)(const dlc_reduce *r);
 typedef int (*dlc_sort_fn)(int device, int desc, int64_t k, int64_t inner, const dlc_reduce *r,
                            void *values, int64_t *indices, void *ws);
 
+/* -- The library's one entry point ---------------------------------------------
+** libddplua_cuda.so (and the emulator) export dlc_api_get(): a table of
+** every launcher, with the ABI version and the table's own size, which
+** cuda/probe.c checks once when it loads the library, so a library of
+** another build is refused with a message instead of calling a launcher
+** whose arguments changed.  A new launcher: its field at the end of its
+** file's group here, its entry in kernels/api.cu, and DLC_ABI_VERSION + 1.
+** The emulator has no NCCL: its nccl_* fields are NULL. */
+enum { DLC_ABI_VERSION = 1 };
+typedef struct dlc_nccl dlc_nccl;
+typedef struct dlc_api {
+  uint32_t abi_version, size;
+  /* blas.cu */
+  int (*gemm)(int device, int dtype, int ta, int tb, int m, int n, int k, double alpha,
+              const void *a, int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb,
+              double beta, void *c, int64_t ldc, int64_t sc, int64_t batch, int tf32);
+  int (*matmul_naive)(int device, const dlc_mm *p);
+  /* common.cu */
+  const char *(*last_error)(void);
+  /* conv.cu */
+  int (*im2col)(int device, int dtype, const dlc_conv *g, const void *x, void *col, int64_t n0,
+                int64_t nchunk);
+  int (*col2im)(int device, int dtype, const dlc_conv *g, const void *col, void *x, int64_t n0,
+                int64_t nchunk);
+  int (*bias_add)(int device, int dtype, void *out, const void *b, int64_t N, int64_t O,
+                  int64_t HW);
+  int (*bias_grad)(int device, int dtype, const void *g, void *gb, int64_t N, int64_t O,
+                   int64_t HW);
+  int (*swap01)(int device, int dtype, const void *src, void *dst, int64_t A, int64_t B,
+                int64_t R);
+  /* elementwise.cu */
+  int (*binary)(int device, int op, int dtype, const dlc_iter *it);
+  int (*unary)(int device, int op, int dtype, const dlc_iter *it);
+  int (*cast)(int device, const dlc_iter *it);
+  int (*fill)(int device, const dlc_iter *it, uint64_t bytes);
+  int (*clamp)(int device, int dtype, double lo, double hi, const dlc_iter *it);
+  int (*where)(int device, const dlc_iter *it);
+  int (*act_backward)(int device, int op, int dtype, const dlc_iter *it);
+  /* index.cu */
+  int (*index_check)(int device, const dlc_iter *it, int64_t size, int64_t *words, int64_t *bad);
+  int (*index_minmax)(int device, const dlc_iter *it, int64_t *words, int64_t *lo, int64_t *hi);
+  int (*take)(int device, const dlc_iter *it, int64_t step, int es);
+  int (*put)(int device, const dlc_iter *it, int64_t step, int dtype, int reduce);
+  int (*masked_fill)(int device, const dlc_iter *it, uint64_t bytes, int es);
+  int (*compact_count)(int device, const uint8_t *mask, int64_t n, int64_t *scratch_nb1,
+                       int64_t *total);
+  int (*compact_write)(int device, const uint8_t *mask, int64_t n, const int64_t *offsets,
+                       const char *src, int es, int nd, const int64_t *shape, char *out);
+  int (*tri)(int device, char *p, int64_t B, int64_t R, int64_t C, int64_t diag, int upper,
+             int es);
+  int (*ramp)(int device, char *out, int dtype, int64_t n, double start, double step, double end,
+              int64_t split);
+  /* memory.cu */
+  int (*mem_alloc)(int device, size_t size, void **ptr, char *err, size_t errlen);
+  int (*mem_free)(int device, void *ptr, char *err, size_t errlen);
+  int (*device_sync)(int device, char *err, size_t errlen);
+  int (*mem_info)(int device, size_t *free_b, size_t *total_b, char *err, size_t errlen);
+  int (*memcpy)(void *dst, const void *src, size_t n, int device, char *err, size_t errlen);
+  int (*host_alloc)(size_t size, void **ptr, char *err, size_t errlen);
+  int (*host_free)(void *ptr, char *err, size_t errlen);
+  int (*memcpy_async)(void *dst, const void *src, size_t n, int device, void **event, char *err,
+                      size_t errlen);
+  int (*event_done)(void *event, int wait);
+  /* nccl.cu */
+  int (*nccl_get_id)(void *id, size_t idlen, char *err, size_t errlen);
+  int (*nccl_version)(int *version, char *err, size_t errlen);
+  int (*nccl_init)(dlc_nccl **out, int device, int rank, int world, const void *id, size_t idlen,
+                   char *err, size_t errlen);
+  void (*nccl_destroy)(dlc_nccl *c);
+  int (*nccl_all_reduce)(dlc_nccl *c, void *out, const void *in, int64_t n, int dtype, int op,
+                         void *stream, char *err, size_t errlen);
+  int (*nccl_broadcast)(dlc_nccl *c, void *out, const void *in, int64_t nbytes, int root,
+                        void *stream, char *err, size_t errlen);
+  int (*nccl_all_gather)(dlc_nccl *c, void *out, const void *in, int64_t nbytes, void *stream,
+                         char *err, size_t errlen);
+  int (*nccl_reduce_scatter)(dlc_nccl *c, void *out, const void *in, int64_t n, int dtype, int op,
+                             void *stream, char *err, size_t errlen);
+  int (*nccl_send)(dlc_nccl *c, const void *buf, int64_t nbytes, int peer, void *stream,
+                   char *err, size_t errlen);
+  int (*nccl_recv)(dlc_nccl *c, void *buf, int64_t nbytes, int peer, void *stream, char *err,
+                   size_t errlen);
+  int (*nccl_group_start)(dlc_nccl *c, char *err, size_t errlen);
+  int (*nccl_group_end)(dlc_nccl *c, char *err, size_t errlen);
+  int (*nccl_stream_wait)(dlc_nccl *c, void *stream, char *err, size_t errlen);
+  int (*nccl_wait)(dlc_nccl *c, double timeout_s, char *err, size_t errlen);
+  int (*nccl_alloc)(int device, int64_t nbytes, void **out, char *err, size_t errlen);
+  int (*nccl_free)(int device, void *p, char *err, size_t errlen);
+  int (*nccl_copy)(int device, void *dst, const void *src, int64_t nbytes, char *err,
+                   size_t errlen);
+  /* nn.cu */
+  int (*bad_index)(int device, const int64_t *idx, int64_t n, int64_t rows, int64_t ignore,
+                   int use_ignore, int64_t *pos, int64_t *val);
+  int (*cls_forward)(int device, int kd, int logits, int64_t N, int64_t C, int64_t S,
+                     const void *z, const int64_t *t, const double *w, int64_t ignore, double ls,
+                     int reduction, double *buf, void *out, int out_dtype, int64_t *bad_pos,
+                     int64_t *bad_val);
+  int (*cls_backward)(int device, int kd, int logits, int64_t N, int64_t C, int64_t S,
+                      const void *z, const int64_t *t, const double *w, int64_t ignore, double ls,
+                      int reduction, const void *g, double *scratch, void *gi);
+  int64_t (*mse_parts)(int64_t n);
+  int (*mse)(int device, int kd, int reduction, int64_t n, const void *a, const void *b,
+             double *part, void *out, int out_dtype);
+  int (*mse_backward)(int device, int kd, int64_t n, const void *a, const void *b, const void *g,
+                      int g_each, double norm, void *out);
+  int (*embedding)(int device, int64_t n, int64_t row_bytes, const void *w, const int64_t *idx,
+                   void *out);
+  int (*embedding_backward)(int device, int kd, int64_t V, int64_t D, int64_t padding_idx,
+                            int scale, const int64_t *start, const int64_t *order,
+                            const void *gout, void *gw);
+  /* norm.cu */
+  int (*layer_norm)(int device, int kd, int64_t M, int64_t N, double eps, const void *x,
+                    const void *w, const void *b, void *y, void *mean, void *rstd);
+  int (*layer_norm_backward)(int device, int kd, int64_t M, int64_t N, const void *x,
+                             const void *go, const void *w, const void *mean, const void *rstd,
+                             void *gx, double *gw, double *gb);
+  int (*batch_norm)(int device, int kd, int64_t N, int64_t C, int64_t S, int training,
+                    double momentum, double eps, const void *x, const double *w, const double *b,
+                    double *rm, double *rv, double *stats, void *y);
+  int (*batch_norm_backward)(int device, int kd, int64_t N, int64_t C, int64_t S, int training,
+                             const void *go, const void *x, const double *mean, const double *inv,
+                             const double *w, double *out, void *gx);
+  /* optim.cu */
+  int (*sgd)(int device, int dtype, int64_t n, void *p, const void *g, void *buf, double lr,
+             double momentum, double dampening, double wd, int nesterov, int first, int maximize);
+  int (*adam)(int device, int dtype, int64_t n, void *p, const void *g, void *m, void *v,
+              void *vmax, double lr, double beta1, double beta2, double eps, double wd,
+              double bc1, double bc2_sqrt, int decoupled, int maximize);
+  /* pool.cu */
+  int (*max_pool)(int device, int dtype, const dlc_pool *g, const void *x, void *out,
+                  int64_t *idx);
+  int (*max_pool_backward)(int device, int dtype, int64_t planes, int64_t in_plane,
+                           int64_t out_plane, const void *gout, const int64_t *idx, void *gx);
+  int (*avg_pool)(int device, int dtype, const dlc_pool *g, const void *x, void *out);
+  int (*avg_pool_backward)(int device, int dtype, const dlc_pool *g, const void *gout, void *gx);
+  /* random.cu */
+  int (*philox_fill)(int device, int kind, int dtype, int64_t n, void *out, uint64_t seed,
+                     uint64_t base, double a, double b, int64_t low, uint64_t range);
+  int (*dropout)(int device, int kd, int64_t n, const void *x, void *out, uint8_t *mask,
+                 uint64_t seed, uint64_t base, double keep, double scale);
+  int (*dropout_backward)(int device, int kd, int64_t n, const void *g, const uint8_t *mask,
+                          double scale, void *out);
+  /* reduce.cu */
+  size_t (*reduce_ws)(const dlc_reduce *r);
+  int (*reduce_run)(int device, const dlc_reduce *r, void *ws);
+  size_t (*argreduce_ws)(const dlc_reduce *r);
+  int (*argreduce)(int device, int max, const dlc_reduce *r, void *values, int64_t *indices,
+                   void *ws);
+  /* scan.cu */
+  int (*dimop)(int device, int op, int dtype, int64_t O, int64_t N, int64_t I, const void *x,
+               void *y);
+  /* selftest.cu */
+  int (*device_count)(int *count, char *err, size_t errlen);
+  int (*device_info)(int device, char *name, size_t namelen, int *major, int *minor, char *err,
+                     size_t errlen);
+  int (*versions)(int *driver, int *runtime, char *err, size_t errlen);
+  int (*iota)(int device, float *out, int n, float scale, char *err, size_t errlen);
+  /* sort.cu */
+  size_t (*sort_ws)(const dlc_reduce *r);
+  int (*sort)(int device, int desc, int64_t k, int64_t inner, const dlc_reduce *r, void *values,
+              int64_t *indices, void *ws);
+} dlc_api;
+typedef const dlc_api *(*dlc_api_get_fn)(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -25,8 +25,7 @@ DL_HIDDEN int cuda_tf32(void) { return atomic_load(&allow_tf32); }
 /* -- Products ------------------------------------------------------------------- */
 
 static int naive(const char *op, int device, const dlc_mm *p) {
-  static void *slot;
-  dlc_matmul_naive_fn f = cuda_fn(&slot, op, "dlc_matmul_naive");
+  dlc_matmul_naive_fn f = DLC(op, matmul_naive);
   return f ? cuda_err(op, device, f(device, p)) : -1;
 }
 
@@ -57,8 +56,7 @@ DL_HIDDEN int cuda_mm(const char *op, int device, const dlc_mm *p, int ta, int64
   int64_t big = p->m > p->n ? p->m : p->n;
   if (p->k > big) big = p->k;
   if (big > INT_MAX) return dl_err(EM_MM_BLAS_SIZE, op, (long long)big, (long long)INT_MAX);
-  static void *slot;
-  dlc_gemm_fn gemm = cuda_fn(&slot, op, "dlc_gemm");
+  dlc_gemm_fn gemm = DLC(op, gemm);
   if (!gemm) return -1;
   int64_t shape[DLC_MAX_DIMS], as[DLC_MAX_DIMS], bs[DLC_MAX_DIMS];
   for (int d = 0; d < p->nb; d++) shape[d] = p->bshape[d], as[d] = p->ast[d], bs[d] = p->bst[d];
@@ -92,10 +90,6 @@ DL_HIDDEN int cuda_mm(const char *op, int device, const dlc_mm *p, int ta, int64
 ** float32): the samples go through in chunks that fit. */
 #define COL_BUDGET ((int64_t)1 << 26)
 
-#define CONV_FN(var, type, sym)        \
-  static void *var##_slot;             \
-  type var = cuda_fn(&var##_slot, op, sym); \
-  if (!var) return -1
 
 /* 1x1, stride 1, no padding: each sample's group is its own K x HW column
 ** matrix (leading dim HW, C * HW apart), so no unfolding / folding. */
@@ -119,8 +113,8 @@ static int64_t es_of(int dtype) { return dl_dtype_sizes[dtype]; }
 DL_HIDDEN int cuda_conv2d_forward(const char *op, int dev, int kd, const dlc_conv *g,
                                   const void *x, const void *w, const void *b, void *out) {
   if (g->N * g->O * g->HW == 0) return 0;
-  CONV_FN(gemm, dlc_gemm_fn, "dlc_gemm");
-  CONV_FN(im2col, dlc_im2col_fn, "dlc_im2col");
+  dlc_gemm_fn gemm = DLC(op, gemm);
+  dlc_im2col_fn im2col = DLC(op, im2col);
   int64_t nc = conv_chunk(g), es = es_of(kd);
   int rc = 0;
   dl_tensor *col = NULL;
@@ -148,7 +142,7 @@ DL_HIDDEN int cuda_conv2d_forward(const char *op, int dev, int kd, const dlc_con
                 cuda_tf32());
   }
   if (!rc && b) {
-    CONV_FN(bias, dlc_bias_add_fn, "dlc_bias_add");
+    dlc_bias_add_fn bias = DLC(op, bias_add);
     rc = bias(dev, kd, out, b, g->N, g->O, g->HW);
   }
   dl_tensor_release(col);
@@ -161,10 +155,10 @@ DL_HIDDEN int cuda_conv2d_forward(const char *op, int dev, int kd, const dlc_con
 DL_HIDDEN int cuda_conv2d_backward(const char *op, int dev, int kd, const dlc_conv *g,
                                    const void *x, const void *w, const void *gout, void *gx,
                                    void *gw, void *gb) {
-  CONV_FN(gemm, dlc_gemm_fn, "dlc_gemm");
+  dlc_gemm_fn gemm = DLC(op, gemm);
   int rc = 0;
   if (gb) {
-    CONV_FN(bgrad, dlc_bias_grad_fn, "dlc_bias_grad");
+    dlc_bias_grad_fn bgrad = DLC(op, bias_grad);
     if (LAUNCH(bgrad(dev, kd, gout, gb, g->N, g->O, g->HW))) return rc;
   }
   if (!gx && !gw) return 0;
@@ -185,9 +179,9 @@ DL_HIDDEN int cuda_conv2d_backward(const char *op, int dev, int kd, const dlc_co
     gx = NULL;
     if (!gw) return 0;
   }
-  CONV_FN(im2col, dlc_im2col_fn, "dlc_im2col");
-  CONV_FN(col2im, dlc_col2im_fn, "dlc_col2im");
-  CONV_FN(swap, dlc_swap01_fn, "dlc_swap01");
+  dlc_im2col_fn im2col = DLC(op, im2col);
+  dlc_col2im_fn col2im = DLC(op, col2im);
+  dlc_swap01_fn swap = DLC(op, swap01);
   int64_t nc = conv_chunk(g), coln = g->groups * g->K * nc * g->HW;
   dl_tensor *col = gw ? scratch(dev, kd, coln) : NULL;
   dl_tensor *gcol = gx ? scratch(dev, kd, coln) : NULL;
@@ -233,26 +227,26 @@ DL_HIDDEN int cuda_conv2d_backward(const char *op, int dev, int kd, const dlc_co
 
 DL_HIDDEN int cuda_max_pool(const char *op, int dev, int kd, const dlc_pool *g, const void *x,
                             void *out, int64_t *idx) {
-  CONV_FN(f, dlc_max_pool_fn, "dlc_max_pool");
+  dlc_max_pool_fn f = DLC(op, max_pool);
   return cuda_err(op, dev, f(dev, kd, g, x, out, idx));
 }
 
 DL_HIDDEN int cuda_max_pool_backward(const char *op, int dev, int kd, int64_t planes,
                                      int64_t in_plane, int64_t out_plane, const void *gout,
                                      const int64_t *idx, void *gx) {
-  CONV_FN(f, dlc_max_pool_backward_fn, "dlc_max_pool_backward");
+  dlc_max_pool_backward_fn f = DLC(op, max_pool_backward);
   return cuda_err(op, dev, f(dev, kd, planes, in_plane, out_plane, gout, idx, gx));
 }
 
 DL_HIDDEN int cuda_avg_pool(const char *op, int dev, int kd, const dlc_pool *g, const void *x,
                             void *out) {
-  CONV_FN(f, dlc_avg_pool_fn, "dlc_avg_pool");
+  dlc_avg_pool_fn f = DLC(op, avg_pool);
   return cuda_err(op, dev, f(dev, kd, g, x, out));
 }
 
 DL_HIDDEN int cuda_avg_pool_backward(const char *op, int dev, int kd, const dlc_pool *g,
                                      const void *gout, void *gx) {
-  CONV_FN(f, dlc_avg_pool_backward_fn, "dlc_avg_pool_backward");
+  dlc_avg_pool_backward_fn f = DLC(op, avg_pool_backward);
   return cuda_err(op, dev, f(dev, kd, g, gout, gx));
 }
 

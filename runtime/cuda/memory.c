@@ -53,16 +53,15 @@ static devalloc *allocator(const char *op, int device) {
   if (device < 0 || device >= n || device >= MAX_DEV) return dl_errp(EM_CUDA_DEVICE, op, device, n);
   pthread_mutex_lock(&mem.mu);
   if (!mem.alloc) {
-    const char *why = NULL;
-    mem.alloc = (mem_alloc_fn)cuda_sym("dlc_mem_alloc", &why);
-    mem.free = (mem_free_fn)cuda_sym("dlc_mem_free", &why);
-    mem.sync = (dev_sync_fn)cuda_sym("dlc_device_sync", &why);
-    mem.copy = (memcpy_fn)cuda_sym("dlc_memcpy", &why);
-    if (!mem.alloc || !mem.free || !mem.sync || !mem.copy) {
-      mem.alloc = NULL;
+    const dlc_api *api = cuda_api(op);
+    if (!api) {
       pthread_mutex_unlock(&mem.mu);
-      return dl_errp(EM_CUDA_UNAVAIL, op, why ? why : "libddplua_cuda.so lacks its memory calls");
+      return NULL;
     }
+    mem.free = api->mem_free;
+    mem.sync = api->device_sync;
+    mem.copy = api->memcpy;
+    mem.alloc = api->mem_alloc;
   }
   if (!mem.a[device]) {
     dev_backend be = { be_alloc, be_free, be_sync, NULL };
@@ -203,14 +202,12 @@ static struct {
 static int pin_syms(const char *op) {
   if (pin.done) return 0;
   if (dl_cuda_device_count() <= 0) return dl_err(EM_CUDA_UNAVAIL, op, dl_cuda_status());
-  const char *why = NULL;
-  pin.alloc = (host_alloc_fn)cuda_sym("dlc_host_alloc", &why);
-  pin.free = (host_free_fn)cuda_sym("dlc_host_free", &why);
-  pin.copy = (memcpy_async_fn)cuda_sym("dlc_memcpy_async", &why);
-  event_done_fn done = (event_done_fn)cuda_sym("dlc_event_done", &why);
-  if (!pin.alloc || !pin.free || !pin.copy || !done)
-    return dl_err(EM_CUDA_UNAVAIL, op, why ? why : "libddplua_cuda.so lacks its pinned-memory calls");
-  pin.done = done;
+  const dlc_api *api = cuda_api(op);
+  if (!api) return -1;
+  pin.alloc = api->host_alloc;
+  pin.free = api->host_free;
+  pin.copy = api->memcpy_async;
+  pin.done = api->event_done;
   return 0;
 }
 

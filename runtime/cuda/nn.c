@@ -21,14 +21,11 @@ static void release(int n, dl_tensor **ts) {
     release((int)(sizeof rel_ / sizeof rel_[0]), rel_);         \
   } while (0)
 
-#define LAUNCHER(type, var, op, sym) \
-  static void *slot_##var;           \
-  type var = (type)cuda_fn(&slot_##var, op, sym)
 
 /* The first index out of range as the CPU reports it; -1 when any is. */
 static int check_indices(const char *op, int dev, const dl_tensor *ci, int64_t rows,
                          int64_t ignore, int use_ignore, int target) {
-  LAUNCHER(dlc_bad_index_fn, f, op, "dlc_bad_index");
+  dlc_bad_index_fn f = DLC(op, bad_index);
   if (!f) return -1;
   int64_t pos = -1, val = 0;
   if (cuda_err(op, dev, f(dev, (const int64_t *)dp(ci), dl_tensor_numel(ci), rows, ignore,
@@ -45,7 +42,7 @@ DL_HIDDEN dl_tensor *cuda_cls_forward(const char *op, int logits, const dl_tenso
                                       const dl_tensor *target, const dl_tensor *weight,
                                       int64_t ignore, double ls, int reduction, int64_t N,
                                       int64_t C, int64_t S, const int64_t *tshape, int tnd) {
-  LAUNCHER(dlc_cls_forward_fn, f, op, "dlc_cls_forward");
+  dlc_cls_forward_fn f = DLC(op, cls_forward);
   if (!f) return NULL;
   int dev = input->storage->device, kd = nn_kdtype(input->dtype);
   int64_t P = N * S, nbuf = nn_max64(3 * P, 1), one = 1;
@@ -77,7 +74,7 @@ DL_HIDDEN dl_tensor *cuda_cls_backward(const char *op, int logits, const dl_tens
                                        const dl_tensor *weight, int64_t ignore, double ls,
                                        int reduction, int64_t N, int64_t C, int64_t S,
                                        int checked) {
-  LAUNCHER(dlc_cls_backward_fn, f, op, "dlc_cls_backward");
+  dlc_cls_backward_fn f = DLC(op, cls_backward);
   if (!f) return NULL;
   int dev = input->storage->device, kd = nn_kdtype(input->dtype);
   int64_t two = 2;
@@ -101,8 +98,8 @@ fail:
 
 DL_HIDDEN dl_tensor *cuda_mse(const char *op, const dl_tensor *input, const dl_tensor *target,
                               int reduction) {
-  LAUNCHER(dlc_mse_fn, f, op, "dlc_mse");
-  LAUNCHER(dlc_mse_parts_fn, parts, op, "dlc_mse_parts");
+  dlc_mse_fn f = DLC(op, mse);
+  dlc_mse_parts_fn parts = DLC(op, mse_parts);
   if (!f || !parts) return NULL;
   int dev = input->storage->device, kd = nn_kdtype(input->dtype);
   int64_t n = dl_tensor_numel(input), np = nn_max64(parts(n), 1);
@@ -125,7 +122,7 @@ fail:
 DL_HIDDEN dl_tensor *cuda_mse_backward(const char *op, const dl_tensor *grad_out,
                                        const dl_tensor *input, const dl_tensor *target,
                                        int reduction) {
-  LAUNCHER(dlc_mse_backward_fn, f, op, "dlc_mse_backward");
+  dlc_mse_backward_fn f = DLC(op, mse_backward);
   if (!f) return NULL;
   int dev = input->storage->device, kd = nn_kdtype(input->dtype);
   int64_t n = dl_tensor_numel(input);
@@ -146,7 +143,7 @@ DL_HIDDEN dl_tensor *cuda_mse_backward(const char *op, const dl_tensor *grad_out
 
 DL_HIDDEN dl_tensor *cuda_embedding(const char *op, const dl_tensor *weight,
                                     const dl_tensor *indices, const int64_t *shape, int ndim) {
-  LAUNCHER(dlc_embedding_fn, f, op, "dlc_embedding");
+  dlc_embedding_fn f = DLC(op, embedding);
   if (!f) return NULL;
   int dev = weight->storage->device;
   int64_t V = weight->shape[0], D = weight->shape[1];
@@ -170,7 +167,7 @@ fail:
 DL_HIDDEN dl_tensor *cuda_embedding_backward(const char *op, const dl_tensor *grad_out,
                                              const dl_tensor *indices, int64_t num_weights,
                                              int64_t padding_idx, int scale) {
-  LAUNCHER(dlc_embedding_backward_fn, f, op, "dlc_embedding_backward");
+  dlc_embedding_backward_fn f = DLC(op, embedding_backward);
   if (!f) return NULL;
   int dev = grad_out->storage->device, kd = nn_kdtype(grad_out->dtype);
   int nd = indices->ndim;
@@ -198,7 +195,7 @@ fail:
 
 DL_HIDDEN int cuda_dropout(const char *op, const dl_tensor *x, double p, dl_tensor **out,
                            dl_tensor **mask) {
-  LAUNCHER(dlc_dropout_fn, f, op, "dlc_dropout");
+  dlc_dropout_fn f = DLC(op, dropout);
   if (!f) return -1;
   int dev = x->storage->device, kd = nn_kdtype(x->dtype);
   int64_t n = dl_tensor_numel(x), blocks = (n + 3) / 4;
@@ -224,7 +221,7 @@ fail:
 
 DL_HIDDEN dl_tensor *cuda_dropout_backward(const char *op, const dl_tensor *grad_out,
                                            const dl_tensor *mask, double p) {
-  LAUNCHER(dlc_dropout_backward_fn, f, op, "dlc_dropout_backward");
+  dlc_dropout_backward_fn f = DLC(op, dropout_backward);
   if (!f) return NULL;
   int dev = grad_out->storage->device, kd = nn_kdtype(grad_out->dtype);
   dl_tensor *cg = cuda_prep(grad_out, kd, dev), *cm = cg ? cuda_prep(mask, DL_UINT8, dev) : NULL;
@@ -243,7 +240,7 @@ DL_HIDDEN dl_tensor *cuda_dropout_backward(const char *op, const dl_tensor *grad
 DL_HIDDEN int cuda_layer_norm(const char *op, const dl_tensor *x, int64_t M, int64_t N,
                               const int64_t *ss, const dl_tensor *w, const dl_tensor *b,
                               double eps, dl_tensor **out, dl_tensor **mean, dl_tensor **rstd) {
-  LAUNCHER(dlc_layer_norm_fn, f, op, "dlc_layer_norm");
+  dlc_layer_norm_fn f = DLC(op, layer_norm);
   if (!f) return -1;
   int dev = x->storage->device, kd = nn_kdtype(x->dtype);
   dl_tensor *cx = cuda_prep(x, kd, dev), *cw = NULL, *cb = NULL, *o = NULL, *mu = NULL, *rs = NULL;
@@ -271,7 +268,7 @@ DL_HIDDEN int cuda_layer_norm_backward(const char *op, const dl_tensor *grad_out
                                        const dl_tensor *rstd, const dl_tensor *w, int need_x,
                                        int need_w, int need_b, dl_tensor **grad_x,
                                        dl_tensor **grad_w, dl_tensor **grad_b) {
-  LAUNCHER(dlc_layer_norm_backward_fn, f, op, "dlc_layer_norm_backward");
+  dlc_layer_norm_backward_fn f = DLC(op, layer_norm_backward);
   if (!f) return -1;
   int dev = x->storage->device, kd = nn_kdtype(x->dtype), rc = -1;
   (void)N;
@@ -302,7 +299,7 @@ DL_HIDDEN int cuda_batch_norm(const char *op, const dl_tensor *x, const dl_tenso
                               const dl_tensor *b, dl_tensor *rm, dl_tensor *rv, int training,
                               double momentum, double eps, int64_t N, int64_t C, int64_t S,
                               dl_tensor **out, dl_tensor **save_mean, dl_tensor **save_invstd) {
-  LAUNCHER(dlc_batch_norm_fn, f, op, "dlc_batch_norm");
+  dlc_batch_norm_fn f = DLC(op, batch_norm);
   if (!f) return -1;
   int dev = x->storage->device, kd = nn_kdtype(x->dtype), rc = -1;
   int64_t n4 = nn_max64(4 * C, 1);
@@ -351,7 +348,7 @@ DL_HIDDEN int cuda_batch_norm_backward(const char *op, const dl_tensor *grad_out
                                        int training, int need_x, int need_w, int need_b,
                                        int64_t N, int64_t C, int64_t S, dl_tensor **grad_x,
                                        dl_tensor **grad_w, dl_tensor **grad_b) {
-  LAUNCHER(dlc_batch_norm_backward_fn, f, op, "dlc_batch_norm_backward");
+  dlc_batch_norm_backward_fn f = DLC(op, batch_norm_backward);
   if (!f) return -1;
   int dev = x->storage->device, kd = nn_kdtype(x->dtype), rc = -1;
   int64_t n5 = nn_max64(5 * C, 1), one = 1;
@@ -384,7 +381,7 @@ done:
 
 DL_HIDDEN int cuda_philox_fill(const char *op, dl_tensor *t, int kind, uint64_t seed,
                                uint64_t base, double a, double b, int64_t low, uint64_t range) {
-  LAUNCHER(dlc_philox_fill_fn, f, op, "dlc_philox_fill");
+  dlc_philox_fill_fn f = DLC(op, philox_fill);
   if (!f) return -1;
   int dev = t->storage->device;
   return cuda_err(op, dev, f(dev, kind, t->dtype, dl_tensor_numel(t), dp(t), seed, base, a, b,
@@ -394,7 +391,7 @@ DL_HIDDEN int cuda_philox_fill(const char *op, dl_tensor *t, int kind, uint64_t 
 DL_HIDDEN int cuda_sgd(const char *op, dl_tensor *p, const dl_tensor *g, dl_tensor *buf,
                        double lr, double momentum, double dampening, double wd, int nesterov,
                        int first, int maximize) {
-  LAUNCHER(dlc_sgd_fn, f, op, "dlc_sgd");
+  dlc_sgd_fn f = DLC(op, sgd);
   if (!f) return -1;
   int dev = p->storage->device;
   return cuda_err(op, dev, f(dev, p->dtype, dl_tensor_numel(p), dp(p), dp(g), dp(buf), lr,
@@ -405,7 +402,7 @@ DL_HIDDEN int cuda_adam(const char *op, dl_tensor *p, const dl_tensor *g, dl_ten
                         dl_tensor *v, dl_tensor *vmax, double lr, double b1, double b2,
                         double eps, double wd, double bc1, double bc2_sqrt, int decoupled,
                         int maximize) {
-  LAUNCHER(dlc_adam_fn, f, op, "dlc_adam");
+  dlc_adam_fn f = DLC(op, adam);
   if (!f) return -1;
   int dev = p->storage->device;
   return cuda_err(op, dev, f(dev, p->dtype, dl_tensor_numel(p), dp(p), dp(g), dp(m), dp(v),

@@ -8,14 +8,6 @@
 
 #include "cuda/cuda.h"
 
-DL_HIDDEN int cuda_check_float(const char *op, const char *what, const dl_tensor *t, int want) {
-  if (!t) return dl_err(EM_NULLARG, op, what);
-  if (check_tensor_any(op, t)) return -1;
-  if (!dl_dtype_is_float(t->dtype)) return dl_err(EM_DTYPE_NEED_FLOAT, op, fmt_dtype(t->dtype));
-  if (want >= 0 && t->dtype != want)
-    return dl_err(EM_DTYPE_MISMATCH, op, fmt_dtype(want), fmt_dtype(t->dtype));
-  return 0;
-}
 
 DL_HIDDEN dl_tensor *cuda_prep(const dl_tensor *t, int kd, int dev) {
   if (!t) return NULL;
@@ -43,20 +35,10 @@ DL_HIDDEN dl_tensor *cuda_finish(dl_tensor *work, int dtype) {
   return r;
 }
 
-DL_HIDDEN void *cuda_fn(void **slot, const char *op, const char *sym) {
-  void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-  if (f) return f;
-  const char *why = NULL;
-  f = cuda_sym(sym, &why);
-  if (!f) return dl_errp(EM_CUDA_UNAVAIL, op, why ? why : "no CUDA library");
-  __atomic_store_n(slot, f, __ATOMIC_RELEASE);
-  return f;
-}
 
 DL_HIDDEN int cuda_err(const char *op, int device, int rc) {
   if (rc == 0) return 0;
-  static void *slot;
-  dlc_last_error_fn last = cuda_fn(&slot, op, "dlc_last_error");
+  dlc_last_error_fn last = DLC(op, last_error);
   const char *msg = last ? last() : "unknown CUDA error";
   if (rc == DL_ENOMEM) return dl_err(EM_CUDA_OOM, op, device, msg);
   if (rc == DL_EINVAL && strstr(msg, "division by zero")) return dl_err(EM_INT_DIV_ZERO, op, "integer");
@@ -94,63 +76,56 @@ static int iter_call(const char *op, dl_tensor *const *ops, int nops, dlc_iter *
 }
 
 DL_HIDDEN int cuda_cast(const char *op, dl_tensor *dst, const dl_tensor *src) {
-  static void *slot;
   dl_tensor *ops[2] = {dst, (dl_tensor *)src};
   dlc_iter d;
-  dlc_cast_fn f = cuda_fn(&slot, op, "dlc_cast");
+  dlc_cast_fn f = DLC(op, cast);
   if (!f || iter_call(op, ops, 2, &d)) return -1;
   return cuda_err(op, dst->storage->device, f(dst->storage->device, &d));
 }
 
 DL_HIDDEN int cuda_fill(const char *op, dl_tensor *t, uint64_t bytes) {
-  static void *slot;
   dlc_iter d;
-  dlc_fill_fn f = cuda_fn(&slot, op, "dlc_fill");
+  dlc_fill_fn f = DLC(op, fill);
   if (!f || iter_call(op, &t, 1, &d)) return -1;
   return cuda_err(op, t->storage->device, f(t->storage->device, &d, bytes));
 }
 
 DL_HIDDEN int cuda_binary(const char *op, int binop, int dtype, dl_tensor *const *ops) {
-  static void *slot;
   int dev = ops[0]->storage->device;
   dlc_iter d;
-  dlc_binary_fn f = cuda_fn(&slot, op, "dlc_binary");
+  dlc_binary_fn f = DLC(op, binary);
   if (!f || iter_call(op, ops, 3, &d)) return -1;
   return cuda_err(op, dev, f(dev, binop, dtype, &d));
 }
 
 DL_HIDDEN int cuda_unary(const char *op, int unop, int dtype, dl_tensor *const *ops) {
-  static void *slot;
   int dev = ops[0]->storage->device;
   dlc_iter d;
-  dlc_unary_fn f = cuda_fn(&slot, op, "dlc_unary");
+  dlc_unary_fn f = DLC(op, unary);
   if (!f || iter_call(op, ops, 2, &d)) return -1;
   return cuda_err(op, dev, f(dev, unop, dtype, &d));
 }
 
 DL_HIDDEN int cuda_clamp(const char *op, int dtype, double lo, double hi, dl_tensor *const *ops) {
-  static void *slot;
   int dev = ops[0]->storage->device;
   dlc_iter d;
-  dlc_clamp_fn f = cuda_fn(&slot, op, "dlc_clamp");
+  dlc_clamp_fn f = DLC(op, clamp);
   if (!f || iter_call(op, ops, 2, &d)) return -1;
   return cuda_err(op, dev, f(dev, dtype, lo, hi, &d));
 }
 
 DL_HIDDEN int cuda_where(const char *op, dl_tensor *const *ops) {
-  static void *slot;
   int dev = ops[0]->storage->device;
   dlc_iter d;
-  dlc_where_fn f = cuda_fn(&slot, op, "dlc_where");
+  dlc_where_fn f = DLC(op, where);
   if (!f || iter_call(op, ops, 4, &d)) return -1;
   return cuda_err(op, dev, f(dev, &d));
 }
 
 DL_HIDDEN int cuda_act_backward(const char *op, int act, int dtype, dl_tensor *const *ops) {
-  static void *slot;
   int dev = ops[0]->storage->device;
   dlc_iter d;
-  dlc_act_backward_fn f = cuda_fn(&slot, op, "dlc_act_backward");
+  dlc_act_backward_fn f = DLC(op, act_backward);
   if (!f || iter_call(op, ops, 3, &d)) return -1;
   return cuda_err(op, dev, f(dev, act, dtype, &d));
 }

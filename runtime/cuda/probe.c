@@ -19,27 +19,13 @@
 #include "cuda/cuda.h"
 #include "core/internal.h"
 
-/* The launchers of runtime/cuda/selftest.cu: 0 or a negative DL_E* code,
-** with CUDA's error text in (err, errlen). */
-typedef int (*dlc_device_count_fn)(int *count, char *err, size_t errlen);
-typedef int (*dlc_device_info_fn)(int device, char *name, size_t namelen,
-                                  int *major, int *minor, char *err,
-                                  size_t errlen);
-typedef int (*dlc_versions_fn)(int *driver, int *runtime, char *err,
-                               size_t errlen);
-typedef int (*dlc_iota_fn)(int device, float *out, int n, float scale,
-                           char *err, size_t errlen);
-
 static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
 
 /* Written once under cuda_once, read-only afterwards: no lock needed. */
 static struct {
   int ndev;
   void *libcuda, *lib;  /* kept open for the life of the process */
-  dlc_device_count_fn device_count;
-  dlc_device_info_fn device_info;
-  dlc_versions_fn versions;
-  dlc_iota_fn iota;
+  const dlc_api *api;   /* the library's launchers (dlc.h), checked at load */
   char status[768];
 } cuda;
 
@@ -69,7 +55,7 @@ static void cuda_versions(char *out, size_t cap) {
   int drv = 0, rt = 0;
   char err[256];
   out[0] = 0;
-  if (!cuda.versions || cuda.versions(&drv, &rt, err, sizeof err) != 0)
+  if (!cuda.api || cuda.api->versions(&drv, &rt, err, sizeof err) != 0)
     return;
   if (drv > 0)  /* 0: the driver could not say (a stub, a broken install) */
     snprintf(out, cap, " (driver %d.%d, runtime %d.%d)", drv / 1000,
@@ -108,21 +94,23 @@ static int cuda_load_lib(const char *file) {
     status_set("cannot load %s: %s", path, e ? e : "unknown dlopen error");
     return -1;
   }
-  /* A library from an older build may lack a launcher: say which. */
-  static const char *const names[] = {"dlc_device_count", "dlc_device_info",
-                                      "dlc_versions", "dlc_iota"};
-  void *syms[4];
-  for (int i = 0; i < 4; i++) {
-    syms[i] = dlsym(cuda.lib, names[i]);
-    if (!syms[i]) {
-      status_set("%s lacks %s (rebuild it with make)", path, names[i]);
-      return -1;
-    }
+  /* One symbol, a versioned table: a library of another build is refused
+  ** here, not when a launcher with other arguments is called. */
+  dlc_api_get_fn get;
+  void *sym = dlsym(cuda.lib, "dlc_api_get");
+  memcpy(&get, &sym, sizeof get);  /* POSIX's dlsym idiom, without a cast warning */
+  const dlc_api *api = get ? get() : NULL;
+  if (!api) {
+    status_set("%s lacks dlc_api_get (a library of an older build: rebuild it with make)", path);
+    return -1;
   }
-  cuda.device_count = (dlc_device_count_fn)syms[0];
-  cuda.device_info = (dlc_device_info_fn)syms[1];
-  cuda.versions = (dlc_versions_fn)syms[2];
-  cuda.iota = (dlc_iota_fn)syms[3];
+  if (api->abi_version != DLC_ABI_VERSION || api->size != sizeof(dlc_api)) {
+    status_set("%s is of another build (launcher ABI %u, %u bytes; this runtime wants %d, %zu):"
+               " rebuild it with make", path, (unsigned)api->abi_version, (unsigned)api->size,
+               (int)DLC_ABI_VERSION, sizeof(dlc_api));
+    return -1;
+  }
+  cuda.api = api;
   return 0;
 }
 
@@ -135,7 +123,7 @@ static void cuda_probe(void) {
   const char *emu = getenv("DDPLUA_CUDA_EMU");
   if (emu && *emu && strcmp(emu, "0") != 0) {
     if (cuda_load_lib("libddplua_cudaemu.so") != 0) return;
-    if (cuda.device_count(&n, err, sizeof err) != 0 || n <= 0) {
+    if (cuda.api->device_count(&n, err, sizeof err) != 0 || n <= 0) {
       status_set("CUDA emulator found no device: %s", err);
       return;
     }
@@ -154,7 +142,7 @@ static void cuda_probe(void) {
   if (cuda_load_lib("libddplua_cuda.so") != 0) return;
   /* Also covers a driver too old for our cudart (cudaErrorInsufficientDriver):
   ** the versions tell the user which side to upgrade. */
-  if (cuda.device_count(&n, err, sizeof err) != 0 || n <= 0) {
+  if (cuda.api->device_count(&n, err, sizeof err) != 0 || n <= 0) {
     cuda_versions(vers, sizeof vers);
     status_set("CUDA driver found but no device: %s%s",
                err[0] ? err : "cudaGetDeviceCount returned 0", vers);
@@ -162,7 +150,7 @@ static void cuda_probe(void) {
   }
   char name[256] = "?";
   int major = 0, minor = 0;
-  if (cuda.device_info(0, name, sizeof name, &major, &minor, err,
+  if (cuda.api->device_info(0, name, sizeof name, &major, &minor, err,
                        sizeof err) != 0) {
     status_set("%d CUDA device(s), but cuda:0 cannot be queried: %s", n,
                err);
@@ -177,23 +165,14 @@ static void cuda_probe(void) {
 
 static void cuda_init(void) { pthread_once(&cuda_once, cuda_probe); }
 
-/* Any launcher by name, for the parts of the runtime (nccl.c) that bring
-** their own.  The library is found even when no device is (then cuda.lib
-** is set and cuda.ndev is 0): callers that need a device check for one. */
-DL_HIDDEN void *cuda_sym(const char *name, const char **why) {
-  static _Thread_local char msg[256];
+/* The loaded library's launchers (dlc.h), loading it first if needed; NULL
+** with DL_EDEVICE naming op and the probe's status when there is none.  The
+** library is there even when no device is (then dl_cuda_device_count() is
+** 0): callers that need a device check for one. */
+DL_HIDDEN const dlc_api *cuda_api(const char *op) {
   cuda_init();
-  if (!cuda.lib) {
-    if (why) *why = cuda.status;
-    return NULL;
-  }
-  void *p = dlsym(cuda.lib, name);
-  if (!p && why) {
-    snprintf(msg, sizeof msg, "libddplua_cuda.so lacks %s (rebuild it with "
-             "make)", name);
-    *why = msg;
-  }
-  return p;
+  if (cuda.api) return cuda.api;
+  return dl_errp(EM_CUDA_UNAVAIL, op, cuda.status);
 }
 
 /* -- API ----------------------------------------------------------------- */
@@ -220,7 +199,7 @@ DL_API int dl_cuda_selftest(int device, float *out, int n, float scale) {
   if (device < 0 || device >= cuda.ndev)
     return dl_err(EM_CUDA_DEVICE, op, device, cuda.ndev);
   char err[256] = "";
-  int rc = cuda.iota(device, out, n, scale, err, sizeof err);
+  int rc = cuda.api->iota(device, out, n, scale, err, sizeof err);
   if (rc == DL_ENOMEM) return dl_err(EM_CUDA_OOM, op, device, err);
   if (rc != 0) return dl_err(EM_CUDA_CALL, op, device, err);
   return 0;

@@ -49,9 +49,8 @@ static void layout(dlc_reduce *r, const dl_tensor *x, const int *red) {
 
 /* One pass into out (a tensor, or the float64 centres). */
 static int reduce_pass(const char *op, int dev, dlc_reduce *r) {
-  static void *s_ws, *s_run;
-  dlc_reduce_ws_fn ws = cuda_fn(&s_ws, op, "dlc_reduce_ws");
-  dlc_reduce_fn run = ws ? cuda_fn(&s_run, op, "dlc_reduce_run") : NULL;
+  dlc_reduce_ws_fn ws = DLC(op, reduce_ws);
+  dlc_reduce_fn run = ws ? DLC(op, reduce_run) : NULL;
   if (!run) return -1;
   size_t bytes = ws(r);
   int64_t nb = (int64_t)bytes;
@@ -101,10 +100,9 @@ static void along_dim(dlc_reduce *r, const dl_tensor *x, int d) {
 
 DL_HIDDEN int cuda_argreduce(const char *op, const dl_tensor *x, int d, int mx,
                              dl_tensor *values, dl_tensor *indices) {
-  static void *s_ws, *s_run;
   int dev = x->storage->device;
-  dlc_argreduce_ws_fn ws = cuda_fn(&s_ws, op, "dlc_argreduce_ws");
-  dlc_argreduce_fn f = ws ? cuda_fn(&s_run, op, "dlc_argreduce") : NULL;
+  dlc_argreduce_ws_fn ws = DLC(op, argreduce_ws);
+  dlc_argreduce_fn f = ws ? DLC(op, argreduce) : NULL;
   if (!f) return -1;
   dlc_reduce r;
   along_dim(&r, x, d);
@@ -121,19 +119,17 @@ DL_HIDDEN int cuda_argreduce(const char *op, const dl_tensor *x, int d, int mx,
 
 DL_HIDDEN int cuda_dimop(const char *op, int kind, const dl_tensor *x, dl_tensor *y,
                          int64_t outer, int64_t n, int64_t inner) {
-  static void *slot;
   int dev = x->storage->device;
-  dlc_dimop_fn f = cuda_fn(&slot, op, "dlc_dimop");
+  dlc_dimop_fn f = DLC(op, dimop);
   if (!f) return -1;
   return cuda_err(op, dev, f(dev, kind, x->dtype, outer, n, inner, tensor_first(x), tensor_first(y)));
 }
 
 DL_HIDDEN int cuda_sort(const char *op, const dl_tensor *x, int d, int desc, int64_t k,
                         dl_tensor *values, dl_tensor *indices) {
-  static void *s_ws, *s_run;
   int dev = x->storage->device;
-  dlc_sort_ws_fn ws = cuda_fn(&s_ws, op, "dlc_sort_ws");
-  dlc_sort_fn run = ws ? cuda_fn(&s_run, op, "dlc_sort") : NULL;
+  dlc_sort_ws_fn ws = DLC(op, sort_ws);
+  dlc_sort_fn run = ws ? DLC(op, sort) : NULL;
   if (!run) return -1;
   dlc_reduce r;
   along_dim(&r, x, d);

@@ -1,7 +1,7 @@
 /* nccl.c -- the NCCL transport from C: the unique id through the store, calls into libddplua_cuda.so. */
 /*
 ** libddplua.so links neither CUDA nor NCCL: the dlc_nccl_* launchers of
-** runtime/cuda/kernels/nccl.cu are found through device.c's cuda_sym on first use,
+** runtime/cuda/kernels/nccl.cu are found in the library's launcher table on first use,
 ** and nccl.cu itself dlopens libnccl.so.2.  So without a driver, without
 ** libddplua_cuda.so or without NCCL, everything here still loads and
 ** nccl_new fails with a message that says which is missing.
@@ -64,13 +64,11 @@ static char dlc_why[256];
 
 static void dlc_load(void) {
   const char *why = NULL;
-  void *p;
-  /* Through a void * (POSIX's dlsym idiom) so -Wpedantic stays quiet. */
+  const dlc_api *api = cuda_api("nccl");
+  if (!api) why = dl_last_error();
 #define X(name, ret, args)                                                    \
-  if (!why) {                                                                 \
-    p = cuda_sym("dlc_nccl_" #name, &why);                                    \
-    memcpy(&dlc.name, &p, sizeof p);                                          \
-  }
+  if (!why && !(dlc.name = api->nccl_##name))                                 \
+    why = "this CUDA library has no NCCL (the CPU emulator)";
   DLC_FNS(X)
 #undef X
   if (why) {

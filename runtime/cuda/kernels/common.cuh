@@ -18,7 +18,9 @@
 #include "ddplua.h"
 #include "cuda/dlc.h"
 
-#define DLC_API extern "C" __attribute__((visibility("default")))
+/* Launchers: C linkage, hidden; the library exports one symbol, the table
+** of them all (api.cu's dlc_api_get). */
+#define DLC_API extern "C" __attribute__((visibility("hidden")))
 
 /* kernel<<<grid, block, smem, stream>>>(args) -- spelled so g++ can
 ** build the emulator from the same line; `k` must be one name (take a

@@ -31,7 +31,7 @@
 
 #include "ddplua.h"
 
-#define DLC_API extern "C" __attribute__((visibility("default")))
+#define DLC_API extern "C" __attribute__((visibility("hidden")))  /* in api.cu's table only */
 
 /* -- Loading NCCL -------------------------------------------------------- */
 
