@@ -62,7 +62,6 @@ DL_HIDDEN ag_node *ag_grad_fn(const dl_tensor *t);
 /* For in-place ops: refuses to modify a tensor that is part of a graph
 ** (grad mode on), and bumps the storage version seen by saved tensors. */
 DL_HIDDEN int ag_check_inplace(const char *op, dl_tensor *t);
-DL_HIDDEN void tensor_bump_version(dl_tensor *t);
 DL_HIDDEN void autograd_free(dl_tensor *t);
 
 /* Runs stmt with grad mode off: the forward of an op that records itself. */

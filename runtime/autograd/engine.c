@@ -30,8 +30,15 @@ static atomic_uint next_pass;
 
 static ag_meta *meta_of(const dl_tensor *t) { return (ag_meta *)t->autograd; }
 
+DL_HIDDEN void autograd_free(dl_tensor *t);
+
+/* The record of t, made on first use; the core frees it through the hook
+** set here (it calls no autograd function itself). */
 static ag_meta *meta_get(dl_tensor *t) {
-  if (!t->autograd) t->autograd = calloc(1, sizeof(ag_meta));
+  if (!t->autograd) {
+    tensor_set_autograd_free(autograd_free);
+    t->autograd = calloc(1, sizeof(ag_meta));
+  }
   return meta_of(t);
 }
 
@@ -345,10 +352,6 @@ DL_HIDDEN dl_tensor *ag_record2(dl_tensor *out, const char *name,
 }
 
 /* -- In-place writes ------------------------------------------------------ */
-
-DL_HIDDEN void tensor_bump_version(dl_tensor *t) {
-  atomic_fetch_add(&t->storage->version, 1);
-}
 
 DL_HIDDEN int ag_check_inplace(const char *op, dl_tensor *t) {
   if (!grad_disabled && tensor_requires_grad(t)) {

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "autograd/autograd.h"
+#include "ops/forward.h"
 #include "core/device.h"
 
 /* -- Binary ---------------------------------------------------------------- */
@@ -308,4 +309,35 @@ static int copy_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
 DL_HIDDEN dl_tensor *ag_copy(dl_tensor *out, const dl_tensor *a, const char *name) {
   if (out == a) return out;
   return ag_record1(out, name, copy_backward, a, 0, 0);
+}
+
+/* -- The public elementwise ops: the forward (ops/elementwise.c), then the
+** node; the in-place forms hand the forward autograd's in-place check. */
+
+DL_API dl_tensor *dl_binary(dl_binop op, const dl_tensor *a, const dl_tensor *b) {
+  return ag_binary(op, fw_binary(op, a, b), a, b);
+}
+
+DL_API int dl_binary_(dl_binop op, dl_tensor *a, const dl_tensor *b) {
+  return fw_binary_(op, a, b, ag_check_inplace);
+}
+
+DL_API dl_tensor *dl_unary(dl_unop op, const dl_tensor *a) {
+  return ag_unary(op, fw_unary(op, a), a);
+}
+
+DL_API int dl_unary_(dl_unop op, dl_tensor *a) {
+  return fw_unary_(op, a, ag_check_inplace);
+}
+
+DL_API dl_tensor *dl_clamp(const dl_tensor *a, double lo, double hi) {
+  return ag_clamp(fw_clamp(a, lo, hi), a, lo, hi);
+}
+
+DL_API int dl_clamp_(dl_tensor *a, double lo, double hi) {
+  return fw_clamp_(a, lo, hi, ag_check_inplace);
+}
+
+DL_API dl_tensor *dl_where(const dl_tensor *cond, const dl_tensor *a, const dl_tensor *b) {
+  return ag_where(fw_where(cond, a, b), cond, a, b);
 }

@@ -75,7 +75,7 @@ DL_HIDDEN dl_tensor *tensor_new_on(int dev, int dtype, const int64_t *shape, int
 
 DL_HIDDEN dl_tensor *full_on(int dev, const int64_t *shape, int ndim, int dtype, double v) {
   dl_tensor *t = tensor_new_on(dev, dtype, shape, ndim);
-  if (t && dl_fill_(t, v)) {
+  if (t && fw_fill_(t, v)) {
     dl_tensor_release(t);
     return NULL;
   }

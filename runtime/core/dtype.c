@@ -327,5 +327,5 @@ DL_HIDDEN dl_tensor *as_dtype(const dl_tensor *t, int dtype) {
     dl_tensor_retain((dl_tensor *)t);
     return (dl_tensor *)t;
   }
-  return dl_to_dtype(t, dtype);
+  return fw_to_dtype(t, dtype);
 }

@@ -102,6 +102,29 @@ DL_HIDDEN const char *fmt_dtype(int dtype);
 DL_HIDDEN int norm_dim(const char *op, int dim, int ndim, int *out);
 /* For unsqueeze-like ops where dim may equal ndim. */
 DL_HIDDEN int norm_dim_incl(const char *op, int dim, int ndim, int *out);
+/* The check an in-place write makes first (autograd's: refuse a tensor the
+** graph needs, else bump its version), handed down by the public op so the
+** layers below never call autograd; NULL for the runtime's own writes into
+** tensors it made. */
+typedef int (*inplace_check_fn)(const char *op, dl_tensor *t);
+/* An in-place write happened: saved copies of t are stale. */
+DL_HIDDEN void tensor_bump_version(dl_tensor *t);
+/* What frees a tensor's autograd record (set by autograd when it makes the
+** first one): releasing a tensor calls it, the core knows no more. */
+DL_HIDDEN void tensor_set_autograd_free(void (*fn)(dl_tensor *t));
+/* The element index check of get/set (DL_EINDEX out of range). */
+DL_HIDDEN int tensor_check_linear(const char *op, const dl_tensor *t, int64_t linear);
+/* The copies and fills without autograd; the public dl_* versions
+** (autograd/grad_copy.c) check in-place writes and record casts. */
+DL_HIDDEN int fw_copy_(dl_tensor *dst, const dl_tensor *src);
+DL_HIDDEN int fw_fill_(dl_tensor *t, double value);
+DL_HIDDEN int fw_set_double(dl_tensor *t, int64_t linear, double value);
+DL_HIDDEN dl_tensor *fw_to_dtype(const dl_tensor *t, int dtype);
+DL_HIDDEN dl_tensor *fw_clone(const dl_tensor *t);
+DL_HIDDEN dl_tensor *fw_contiguous(const dl_tensor *t);
+DL_HIDDEN int fw_uniform_(dl_tensor *t, double low, double high, inplace_check_fn check);
+DL_HIDDEN int fw_normal_(dl_tensor *t, double mean, double std, inplace_check_fn check);
+
 /* Not NULL and not freed (a tensor on any device). */
 DL_HIDDEN int check_tensor_any(const char *op, const dl_tensor *t);
 

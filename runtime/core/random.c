@@ -7,7 +7,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "autograd/autograd.h"
 #include "core/device.h"
 #include "core/philox.h"
 
@@ -130,8 +129,8 @@ DL_HIDDEN int cpu_philox_fill(const char *op, dl_tensor *t, int kind, uint64_t s
 
 /* Generates into a contiguous tensor of the generator's dtype, then copies
 ** into t (any layout, any float dtype). */
-static int fill_dist(const char *op, dl_tensor *t, gen_ctx *g) {
-  if (check_tensor_any(op, t) || ag_check_inplace(op, t)) return -1;
+static int fill_dist(const char *op, dl_tensor *t, gen_ctx *g, inplace_check_fn check) {
+  if (check_tensor_any(op, t) || (check && check(op, t))) return -1;
   int gd;
   if (g->kind == D_INT) {
     gd = DL_INT64;
@@ -144,7 +143,7 @@ static int fill_dist(const char *op, dl_tensor *t, gen_ctx *g) {
   dl_tensor *tmp = tensor_new_on(t->storage->device, gd, t->shape, t->ndim);
   if (!tmp) return -1;
   int rc = generate(g, tmp);
-  if (!rc) rc = dl_copy_(t, tmp);
+  if (!rc) rc = fw_copy_(t, tmp);
   dl_tensor_release(tmp);
   return rc;
 }
@@ -156,7 +155,7 @@ static dl_tensor *create(const char *op, const int64_t *shape, int ndim,
     return dl_errp(EM_DTYPE_NEED_FLOAT, op, fmt_dtype(dtype));
   if (check_shape(op, shape, ndim)) return NULL;
   dl_tensor *t = tensor_new(dtype, shape, ndim);
-  if (t && fill_dist(op, t, g)) {
+  if (t && fill_dist(op, t, g, NULL)) {
     dl_tensor_release(t);
     return NULL;
   }
@@ -173,17 +172,17 @@ DL_API dl_tensor *dl_randn(const int64_t *shape, int ndim, dl_dtype dtype) {
   return create("randn", shape, ndim, dtype, &g);
 }
 
-DL_API int dl_uniform_(dl_tensor *t, double low, double high) {
+DL_HIDDEN int fw_uniform_(dl_tensor *t, double low, double high, inplace_check_fn check) {
   if (!(low <= high))
     return dl_err(EM_BADVALUE, "uniform_", "expected low <= high");
   gen_ctx g = {.kind = D_UNIFORM, .a = low, .b = high};
-  return fill_dist("uniform_", t, &g);
+  return fill_dist("uniform_", t, &g, check);
 }
 
-DL_API int dl_normal_(dl_tensor *t, double mean, double std) {
+DL_HIDDEN int fw_normal_(dl_tensor *t, double mean, double std, inplace_check_fn check) {
   if (!(std >= 0)) return dl_err(EM_BADVALUE, "normal_", "expected std >= 0");
   gen_ctx g = {.kind = D_NORMAL, .a = mean, .b = std};
-  return fill_dist("normal_", t, &g);
+  return fill_dist("normal_", t, &g, check);
 }
 
 DL_API dl_tensor *dl_randint(int64_t low, int64_t high, const int64_t *shape,
@@ -195,7 +194,7 @@ DL_API dl_tensor *dl_randint(int64_t low, int64_t high, const int64_t *shape,
   gen_ctx g = {.kind = D_INT, .low = low, .range = (uint64_t)high - (uint64_t)low};
   if (check_shape("randint", shape, ndim)) return NULL;
   dl_tensor *t = tensor_new(dtype, shape, ndim);
-  if (t && fill_dist("randint", t, &g)) {
+  if (t && fill_dist("randint", t, &g, NULL)) {
     dl_tensor_release(t);
     return NULL;
   }
@@ -227,7 +226,7 @@ static dl_tensor *randperm(int64_t n, int dtype, gen_ctx *g) {
   }
   dl_tensor_release(r);
   if (dtype == DL_INT64) return p;
-  dl_tensor *c = dl_to_dtype(p, dtype);
+  dl_tensor *c = fw_to_dtype(p, dtype);
   dl_tensor_release(p);
   return c;
 }

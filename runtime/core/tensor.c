@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd/autograd.h"
 #include "core/device.h"
 
 /* -- Storage -------------------------------------------------------------- */
@@ -115,9 +114,19 @@ DL_API void dl_tensor_retain(dl_tensor *t) {
 }
 
 
+static void (*_Atomic autograd_free_fn)(dl_tensor *t);
+
+DL_HIDDEN void tensor_set_autograd_free(void (*fn)(dl_tensor *t)) {
+  atomic_store(&autograd_free_fn, fn);
+}
+
+DL_HIDDEN void tensor_bump_version(dl_tensor *t) {
+  atomic_fetch_add(&t->storage->version, 1);
+}
+
 DL_API void dl_tensor_release(dl_tensor *t) {
   if (!t || atomic_fetch_sub(&t->refcount, 1) != 1) return;
-  if (t->autograd) autograd_free(t);
+  if (t->autograd) atomic_load(&autograd_free_fn)(t);
   storage_release(t->storage);
   free(t);
 }
@@ -281,7 +290,7 @@ DL_API dl_tensor *dl_eye_on(int64_t n, int64_t m, dl_dtype dtype, int device) {
   /* ones on the diagonal: a strided view filled */
   int64_t k = shape[0] < shape[1] ? shape[0] : shape[1], st = shape[1] + 1;
   dl_tensor *diag = fw_as_strided(t, &k, &st, 1, 0);
-  int rc = diag ? dl_fill_(diag, 1) : -1;
+  int rc = diag ? fw_fill_(diag, 1) : -1;
   dl_tensor_release(diag);
   if (rc) {
     dl_tensor_release(t);
@@ -310,7 +319,7 @@ static dl_tensor *from_values(const void *values, int src_dtype,
     return dl_errp(EM_NULLARG, "tensor", "values");
   dl_tensor *src = dl_from_blob((void *)values, src_dtype, shape, NULL, ndim,
                                 NULL, NULL);
-  dl_tensor *t = src ? dl_to_dtype(src, dtype) : NULL;
+  dl_tensor *t = src ? fw_to_dtype(src, dtype) : NULL;
   dl_tensor_release(src);
   return t;
 }
@@ -404,20 +413,20 @@ DL_API int dl_released_anchors(int64_t *out, int max) {
   return n;
 }
 
-DL_API dl_tensor *dl_to_dtype(const dl_tensor *t, dl_dtype dtype) {
+DL_HIDDEN dl_tensor *fw_to_dtype(const dl_tensor *t, int dtype) {
   if (check_tensor_any("to", t)) return NULL;
   if (dtype < 0 || dtype >= DL_NDTYPES) return dl_errp(EM_BADDTYPE, "to", dtype);
   dl_tensor *r = tensor_new_on(t->storage->device, dtype, t->shape, t->ndim);
-  if (r && dl_copy_(r, t)) {
+  if (r && fw_copy_(r, t)) {
     dl_tensor_release(r);
     return NULL;
   }
-  return ag_copy(r, t, "ToCopyBackward");
+  return r;
 }
 
-DL_API dl_tensor *dl_clone(const dl_tensor *t) {
+DL_HIDDEN dl_tensor *fw_clone(const dl_tensor *t) {
   if (check_tensor_any("clone", t)) return NULL;
-  return dl_to_dtype(t, t->dtype);
+  return fw_to_dtype(t, t->dtype);
 }
 
 /* copy_ across devices: src is brought to dst's device (contiguous, in
@@ -426,14 +435,13 @@ static int copy_across(dl_tensor *dst, const dl_tensor *src) {
   int to = dst->storage->device;
   dl_tensor *moved = dl_to_device(src, to);
   if (!moved) return -1;
-  int rc = dl_copy_(dst, moved);
+  int rc = fw_copy_(dst, moved);
   dl_tensor_release(moved);
   return rc;
 }
 
-DL_API int dl_copy_(dl_tensor *dst, const dl_tensor *src) {
+DL_HIDDEN int fw_copy_(dl_tensor *dst, const dl_tensor *src) {
   if (check_tensor_any("copy_", dst) || check_tensor_any("copy_", src)) return -1;
-  if (ag_check_inplace("copy_", dst)) return -1;
   int dev = dst->storage->device;
   if (src->storage->device != dev) {
     /* a CPU scalar into a device tensor: broadcast by the kernel */
@@ -442,7 +450,7 @@ DL_API int dl_copy_(dl_tensor *dst, const dl_tensor *src) {
   dl_tensor *tmp = NULL;
   if (dst->storage == src->storage && dst != src) {
     /* overlapping views would read what they just wrote */
-    tmp = dl_clone(src);
+    tmp = fw_clone(src);
     if (!tmp) return -1;
     src = tmp;
   }
@@ -452,9 +460,8 @@ DL_API int dl_copy_(dl_tensor *dst, const dl_tensor *src) {
   return rc;
 }
 
-DL_API int dl_fill_(dl_tensor *t, double value) {
+DL_HIDDEN int fw_fill_(dl_tensor *t, double value) {
   if (check_tensor_any("fill_", t)) return -1;
-  if (ag_check_inplace("fill_", t)) return -1;
   uint64_t bytes = 0;
   store_double((char *)&bytes, t->dtype, value);
   const dl_device *d = device_of("fill_", t);
@@ -473,7 +480,7 @@ static const char *elem_ptr(const dl_tensor *t, int64_t linear) {
   return (const char *)t->storage->data + off * dl_dtype_sizes[t->dtype];
 }
 
-static int check_linear(const char *op, const dl_tensor *t, int64_t linear) {
+DL_HIDDEN int tensor_check_linear(const char *op, const dl_tensor *t, int64_t linear) {
   if (check_tensor_any(op, t)) return -1;
   int64_t n = dl_tensor_numel(t);
   if (linear < 0 || linear >= n)
@@ -492,20 +499,20 @@ static int elem_get(const char *op, const dl_tensor *t, int64_t linear, char *bu
 
 DL_API int dl_get_double(const dl_tensor *t, int64_t linear, double *out) {
   char buf[8];
-  if (check_linear("get", t, linear) || elem_get("get", t, linear, buf)) return -1;
+  if (tensor_check_linear("get", t, linear) || elem_get("get", t, linear, buf)) return -1;
   *out = load_double(buf, t->dtype);
   return 0;
 }
 
 DL_API int dl_get_int64(const dl_tensor *t, int64_t linear, int64_t *out) {
   char buf[8];
-  if (check_linear("get", t, linear) || elem_get("get", t, linear, buf)) return -1;
+  if (tensor_check_linear("get", t, linear) || elem_get("get", t, linear, buf)) return -1;
   *out = load_int64(buf, t->dtype);
   return 0;
 }
 
-DL_API int dl_set_double(dl_tensor *t, int64_t linear, double value) {
-  if (check_linear("set", t, linear) || ag_check_inplace("set", t)) return -1;
+DL_HIDDEN int fw_set_double(dl_tensor *t, int64_t linear, double value) {
+  if (tensor_check_linear("set", t, linear)) return -1;
   const dl_device *d = device_of("set", t);
   char buf[8];
   store_double(buf, t->dtype, value);
@@ -518,7 +525,7 @@ DL_API int dl_to_doubles(const dl_tensor *t, double *out) {
   if (check_tensor_any("totable", t)) return -1;
   dl_tensor *o = dl_from_blob(out, DL_FLOAT64, t->shape, NULL, t->ndim, NULL, NULL);
   if (!o) return -1;
-  int rc = dl_copy_(o, t);
+  int rc = fw_copy_(o, t);
   dl_tensor_release(o);
   return rc;
 }

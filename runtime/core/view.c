@@ -91,19 +91,19 @@ DL_HIDDEN dl_tensor *fw_reshape(const dl_tensor *t, const int64_t *shape,
     return NULL;
   if (!view_strides(t, s, ndim, st))
     return tensor_alias(t, s, st, ndim, t->offset);
-  dl_tensor *c = dl_contiguous(t);
-  dl_tensor *r = c ? dl_view(c, s, ndim) : NULL;
+  dl_tensor *c = fw_contiguous(t);
+  dl_tensor *r = c ? fw_view(c, s, ndim) : NULL;
   dl_tensor_release(c);
   return r;
 }
 
-DL_API dl_tensor *dl_contiguous(const dl_tensor *t) {
+DL_HIDDEN dl_tensor *fw_contiguous(const dl_tensor *t) {
   if (check_tensor_any("contiguous", t)) return NULL;
   if (dl_tensor_is_contiguous(t)) {
     dl_tensor_retain((dl_tensor *)t);
     return (dl_tensor *)t;
   }
-  return dl_clone(t);
+  return fw_clone(t);
 }
 
 DL_HIDDEN dl_tensor *fw_transpose(const dl_tensor *t, int d0, int d1) {
@@ -253,7 +253,7 @@ DL_HIDDEN dl_tensor *fw_flatten(const dl_tensor *t, int start_dim, int end_dim) 
   if (check_tensor_any("flatten", t)) return NULL;
   if (t->ndim == 0) {
     int64_t one = 1;
-    return dl_reshape(t, &one, 1);
+    return fw_reshape(t, &one, 1);
   }
   if (norm_dim("flatten", start_dim, t->ndim, &a) ||
       norm_dim("flatten", end_dim, t->ndim, &b))
@@ -268,7 +268,7 @@ DL_HIDDEN dl_tensor *fw_flatten(const dl_tensor *t, int start_dim, int end_dim) 
     else
       s[n - 1] *= t->shape[i];
   }
-  return dl_reshape(t, s, n);
+  return fw_reshape(t, s, n);
 }
 
 DL_HIDDEN dl_tensor *fw_as_strided(const dl_tensor *t, const int64_t *shape,

@@ -51,7 +51,7 @@ static inline int nn_device(const char *op, const dl_tensor *a, const dl_tensor 
 ** autograd node is recorded (the kernels know nothing of autograd). */
 static inline dl_tensor *nn_copy(const dl_tensor *t, int kd) {
   dl_tensor *c = tensor_new_on(t->storage->device, kd, t->shape, t->ndim);
-  if (c && dl_copy_(c, t)) {
+  if (c && fw_copy_(c, t)) {
     dl_tensor_release(c);
     return NULL;
   }

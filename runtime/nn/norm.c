@@ -469,7 +469,7 @@ DL_HIDDEN int cpu_batch_norm(const char *op, const dl_tensor *x, const dl_tensor
         for (int64_t c = 0; c < C; c++)
           shift[c] = (1 - momentum) * shift[c] + momentum * mean[c];
         dl_tensor *t = dl_from_doubles(shift, &C, 1, running_mean->dtype);
-        int e = !t || dl_copy_(running_mean, t);
+        int e = !t || fw_copy_(running_mean, t);
         dl_tensor_release(t);
         if (e) goto done;
       }
@@ -479,7 +479,7 @@ DL_HIDDEN int cpu_batch_norm(const char *op, const dl_tensor *x, const dl_tensor
         for (int64_t c = 0; c < C; c++)
           shift[c] = (1 - momentum) * shift[c] + momentum * var[c] * unb;
         dl_tensor *t = dl_from_doubles(shift, &C, 1, running_var->dtype);
-        int e = !t || dl_copy_(running_var, t);
+        int e = !t || fw_copy_(running_var, t);
         dl_tensor_release(t);
         if (e) goto done;
       }

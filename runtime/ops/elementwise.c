@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "autograd/autograd.h"
 #include "core/device.h"
 #include "ops/forward.h"
 
@@ -430,7 +429,7 @@ static int binary_into(const char *name, int op, dl_tensor *out,
   }
   dl_tensor *ops[3] = {dst, ca, cb};
   rc = d->binary(name, op, kd, ops);
-  if (!rc && tmp) rc = dl_copy_(out, tmp);
+  if (!rc && tmp) rc = fw_copy_(out, tmp);
 done:
   dl_tensor_release(ca);
   dl_tensor_release(cb);
@@ -438,7 +437,7 @@ done:
   return rc;
 }
 
-DL_API dl_tensor *dl_binary(dl_binop op, const dl_tensor *a, const dl_tensor *b) {
+DL_HIDDEN dl_tensor *fw_binary(int op, const dl_tensor *a, const dl_tensor *b) {
   if (op < 0 || op >= DL_NBINOPS) return dl_errp(EM_BADVALUE, "binary", "unknown op");
   const char *name = binop_names[op];
   const dl_tensor *args[2] = {a, b};
@@ -457,7 +456,7 @@ DL_API dl_tensor *dl_binary(dl_binop op, const dl_tensor *a, const dl_tensor *b)
     dl_tensor_release(out);
     return NULL;
   }
-  return ag_binary(op, out, a, b);
+  return out;
 }
 
 /* b shares storage with the tensor written in place, in another layout:
@@ -468,12 +467,12 @@ static dl_tensor *unalias(const dl_tensor *dst, const dl_tensor *b) {
       !memcmp(b->stride, dst->stride, sizeof(int64_t) * (size_t)b->ndim) &&
       !memcmp(b->shape, dst->shape, sizeof(int64_t) * (size_t)b->ndim))
     same = 0;  /* the very same elements: reading before writing is fine */
-  if (same) return dl_clone(b);
+  if (same) return fw_clone(b);
   dl_tensor_retain((dl_tensor *)b);
   return (dl_tensor *)b;
 }
 
-DL_API int dl_binary_(dl_binop op, dl_tensor *a, const dl_tensor *b) {
+DL_HIDDEN int fw_binary_(int op, dl_tensor *a, const dl_tensor *b, inplace_check_fn check) {
   if (op < 0 || op >= DL_NBINOPS) return dl_err(EM_BADVALUE, "binary_", "unknown op");
   const char *name = inplace_name(binop_names[op]);
   const dl_tensor *args[2] = {a, b};
@@ -489,7 +488,7 @@ DL_API int dl_binary_(dl_binop op, dl_tensor *a, const dl_tensor *b) {
     return dl_err(EM_INPLACE_SHAPE, name, fmt_shape(shape, nd), fmt_tshape(a));
   if (!can_cast(od, a->dtype))
     return dl_err(EM_INPLACE_DTYPE, name, fmt_dtype(od), fmt_dtype(a->dtype));
-  if (ag_check_inplace(name, a)) return -1;
+  if (check && check(name, a)) return -1;
   if (op == DL_SUB && cd == DL_BOOL)
     return dl_err(EM_BADVALUE, name,
                   "subtracting two bool tensors is not supported; use logical_xor or ~");
@@ -501,7 +500,7 @@ DL_API int dl_binary_(dl_binop op, dl_tensor *a, const dl_tensor *b) {
   } else {  /* compute in the op's dtype, then cast into a */
     dl_tensor *r = tensor_new_on(a->storage->device, od, shape, nd);
     rc = r ? binary_into(name, op, r, a, ub, cd) : -1;
-    if (!rc) rc = dl_copy_(a, r);
+    if (!rc) rc = fw_copy_(a, r);
     dl_tensor_release(r);
   }
   dl_tensor_release(ub);
@@ -537,7 +536,7 @@ static int unary_into(const char *name, int op, dl_tensor *out,
   }
   dl_tensor *ops[2] = {dst, ca};
   rc = d->unary(name, op, kd, ops);
-  if (!rc && tmp) rc = dl_copy_(out, tmp);
+  if (!rc && tmp) rc = fw_copy_(out, tmp);
 done:
   dl_tensor_release(ca);
   dl_tensor_release(tmp);
@@ -552,7 +551,7 @@ static int unary_out_dtype(int op, int dtype) {
   return dtype;
 }
 
-DL_API dl_tensor *dl_unary(dl_unop op, const dl_tensor *a) {
+DL_HIDDEN dl_tensor *fw_unary(int op, const dl_tensor *a) {
   if (op < 0 || op >= DL_NUNOPS) return dl_errp(EM_BADVALUE, "unary", "unknown op");
   const char *name = unop_names[op];
   if (check_tensor_any(name, a)) return NULL;
@@ -561,24 +560,24 @@ DL_API dl_tensor *dl_unary(dl_unop op, const dl_tensor *a) {
     dl_tensor_release(out);
     return NULL;
   }
-  return ag_unary(op, out, a);
+  return out;
 }
 
-DL_API int dl_unary_(dl_unop op, dl_tensor *a) {
+DL_HIDDEN int fw_unary_(int op, dl_tensor *a, inplace_check_fn check) {
   if (op < 0 || op >= DL_NUNOPS) return dl_err(EM_BADVALUE, "unary_", "unknown op");
   const char *name = inplace_name(unop_names[op]);
   if (check_tensor_any(name, a)) return -1;
   int od = unary_out_dtype(op, a->dtype);
   if (!can_cast(od, a->dtype))
     return dl_err(EM_INPLACE_DTYPE, name, fmt_dtype(od), fmt_dtype(a->dtype));
-  if (ag_check_inplace(name, a)) return -1;
+  if (check && check(name, a)) return -1;
   if (od == a->dtype && !is_half_dtype(od)) return unary_into(name, op, a, a);
   dl_tensor *r = tensor_new_on(a->storage->device, od, a->shape, a->ndim);
   if (r && unary_into(name, op, r, a)) {
     dl_tensor_release(r);
     r = NULL;
   }
-  int rc = r ? dl_copy_(a, r) : -1;
+  int rc = r ? fw_copy_(a, r) : -1;
   dl_tensor_release(r);
   return rc;
 }
@@ -627,7 +626,7 @@ static int clamp_into(const char *name, dl_tensor *out, const dl_tensor *a,
   if (ca && dst) {
     dl_tensor *ops[2] = {dst, ca};
     rc = d->clamp(name, kd, lo, hi, ops);
-    if (!rc && dst != out) rc = dl_copy_(out, dst);
+    if (!rc && dst != out) rc = fw_copy_(out, dst);
   }
   dl_tensor_release(ca);
   if (dst != out) dl_tensor_release(dst);
@@ -650,7 +649,7 @@ static int clamp_dtype(int dtype, double lo, double hi) {
   return dtype == DL_BOOL && any ? DL_INT64 : dtype;
 }
 
-DL_API dl_tensor *dl_clamp(const dl_tensor *a, double lo, double hi) {
+DL_HIDDEN dl_tensor *fw_clamp(const dl_tensor *a, double lo, double hi) {
   if (check_tensor_any("clamp", a)) return NULL;
   int od = clamp_dtype(a->dtype, lo, hi);
   dl_tensor *ca = as_dtype(a, od);
@@ -660,15 +659,15 @@ DL_API dl_tensor *dl_clamp(const dl_tensor *a, double lo, double hi) {
     out = NULL;
   }
   dl_tensor_release(ca);
-  return ag_clamp(out, a, lo, hi);
+  return out;
 }
 
-DL_API int dl_clamp_(dl_tensor *a, double lo, double hi) {
+DL_HIDDEN int fw_clamp_(dl_tensor *a, double lo, double hi, inplace_check_fn check) {
   if (check_tensor_any("clamp_", a)) return -1;
   int od = clamp_dtype(a->dtype, lo, hi);
   if (od != a->dtype)
     return dl_err(EM_INPLACE_DTYPE, "clamp_", fmt_dtype(od), fmt_dtype(a->dtype));
-  if (ag_check_inplace("clamp_", a)) return -1;
+  if (check && check("clamp_", a)) return -1;
   return clamp_into("clamp_", a, a, lo, hi);
 }
 
@@ -685,7 +684,7 @@ WHERE_FN(where2, uint16_t)
 WHERE_FN(where4, uint32_t)
 WHERE_FN(where8, uint64_t)
 
-DL_API dl_tensor *dl_where(const dl_tensor *cond, const dl_tensor *a,
+DL_HIDDEN dl_tensor *fw_where(const dl_tensor *cond, const dl_tensor *a,
                            const dl_tensor *b) {
   const dl_tensor *args[3] = {cond, a, b};
   int dev = op_device("where", 3, args);
@@ -710,7 +709,7 @@ DL_API dl_tensor *dl_where(const dl_tensor *cond, const dl_tensor *a,
   }
   dl_tensor_release(ca);
   dl_tensor_release(cb);
-  return ag_where(out, cond, a, b);
+  return out;
 }
 
 /* -- The CPU's kernels (core/device.h) ------------------------------------ */

@@ -7,6 +7,15 @@
 
 #include "core/internal.h"
 
+/* Elementwise (ops/elementwise.c); the in-place forms take the check the
+** public op hands down (inplace_check_fn, core/internal.h). */
+DL_HIDDEN dl_tensor *fw_binary(int op, const dl_tensor *a, const dl_tensor *b);
+DL_HIDDEN int fw_binary_(int op, dl_tensor *a, const dl_tensor *b, inplace_check_fn check);
+DL_HIDDEN dl_tensor *fw_unary(int op, const dl_tensor *a);
+DL_HIDDEN int fw_unary_(int op, dl_tensor *a, inplace_check_fn check);
+DL_HIDDEN dl_tensor *fw_clamp(const dl_tensor *a, double lo, double hi);
+DL_HIDDEN int fw_clamp_(dl_tensor *a, double lo, double hi, inplace_check_fn check);
+DL_HIDDEN dl_tensor *fw_where(const dl_tensor *cond, const dl_tensor *a, const dl_tensor *b);
 DL_HIDDEN dl_tensor *fw_reduce(int op, const dl_tensor *t, const int *dims,
     int ndims, int keepdim, double param);
 DL_HIDDEN int fw_max_dim(const dl_tensor *t, int dim, int keepdim, dl_tensor

@@ -214,7 +214,7 @@ static dl_tensor *index_select_on(int dev, const dl_tensor *t, int dim,
   int64_t nidx = dl_tensor_numel(index);
   if (t->ndim == 0) {  /* PyTorch: one index, 0, and a 0-dim result */
     if (nidx != 1) return dl_errp(EM_IDX_SCALAR, op, (long long)nidx);
-    return check_range(op, index, 0, 1) ? NULL : dl_clone(t);
+    return check_range(op, index, 0, 1) ? NULL : fw_clone(t);
   }
   if (check_range(op, index, d, t->shape[d])) return NULL;
   int64_t shape[DL_MAX_DIMS];
@@ -348,8 +348,8 @@ static int scatter_on(const char *op, dl_tensor *t, int dim,
   if (!dl_tensor_numel(index)) return 0;
   /* src or index sharing t's memory would change under the writes */
   dl_tensor *cs = value ? as_dtype(src, t->dtype)
-                        : src->storage == t->storage ? dl_clone(src) : NULL;
-  dl_tensor *ci = index->storage == t->storage ? dl_clone(index) : NULL;
+                        : src->storage == t->storage ? fw_clone(src) : NULL;
+  dl_tensor *ci = index->storage == t->storage ? fw_clone(index) : NULL;
   if ((value || src->storage == t->storage) && !cs) return dl_last_error_code();
   if (index->storage == t->storage && !ci) {
     dl_tensor_release(cs);
@@ -398,7 +398,7 @@ DL_HIDDEN dl_tensor *fw_scatter(const dl_tensor *t, int dim,
                              const dl_tensor *index, const dl_tensor *src,
                              int reduce) {
   if (check_tensor_any("scatter", t)) return NULL;
-  dl_tensor *r = dl_clone(t);
+  dl_tensor *r = fw_clone(t);
   if (r && scatter_impl("scatter", r, dim, index, src, reduce)) {
     dl_tensor_release(r);
     return NULL;
@@ -436,7 +436,7 @@ static int masked_fill_impl(const char *op, dl_tensor *t, const dl_tensor *mask,
     return dl_last_error_code();
   dl_tensor *cm = NULL;
   if (mask->storage == t->storage) {  /* filling t would change the mask */
-    if (!(cm = dl_clone(mask))) return dl_last_error_code();
+    if (!(cm = fw_clone(mask))) return dl_last_error_code();
     mask = cm;
   }
   uint64_t bytes = 0;
@@ -472,7 +472,7 @@ DL_HIDDEN dl_tensor *fw_masked_fill(const dl_tensor *t, const dl_tensor *mask,
       broadcast_shape(op, t->shape, t->ndim, mask->shape, mask->ndim, shape, &nd))
     return NULL;
   dl_tensor *r = tensor_new_on(dev, t->dtype, shape, nd);
-  if (r && (dl_copy_(r, t) || masked_fill_impl(op, r, mask, value))) {
+  if (r && (fw_copy_(r, t) || masked_fill_impl(op, r, mask, value))) {
     dl_tensor_release(r);
     return NULL;
   }
@@ -488,7 +488,7 @@ static dl_tensor *dense_on(int dev, const dl_tensor *t, const dl_tensor *v) {
     return (dl_tensor *)t;
   }
   dl_tensor *c = tensor_new_on(dev, t->dtype, v->shape, v->ndim);
-  if (c && dl_copy_(c, v)) {
+  if (c && fw_copy_(c, v)) {
     dl_tensor_release(c);
     return NULL;
   }
@@ -577,7 +577,7 @@ DL_HIDDEN dl_tensor *fw_cat(dl_tensor *const *ts, int n, int dim) {
     if (legacy_empty(t) || !t->shape[d]) continue;
     dl_tensor part;
     view_of(&part, out, t->shape, out->stride, t->ndim, at * out->stride[d]);
-    if (dl_copy_(&part, t)) {
+    if (fw_copy_(&part, t)) {
       dl_tensor_release(out);
       return NULL;
     }
@@ -609,7 +609,7 @@ DL_HIDDEN dl_tensor *fw_stack(dl_tensor *const *ts, int n, int dim) {
   for (int i = 0; i < n; i++) {
     dl_tensor part;
     view_of(&part, out, t0->shape, st, t0->ndim, i * out->stride[d]);
-    if (dl_copy_(&part, ts[i])) {
+    if (fw_copy_(&part, ts[i])) {
       dl_tensor_release(out);
       return NULL;
     }

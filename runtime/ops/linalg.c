@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "ops/forward.h"
 #include "ops/linalg.h"
 
 /* The largest size, leading dim or increment one BLAS call takes. */
@@ -260,7 +261,7 @@ static dl_tensor *compact(const dl_tensor *t) {
   for (int i = 0; i < t->ndim; i++)
     s[i] = i < t->ndim - 2 && t->stride[i] == 0 ? 1 : t->shape[i];
   dl_tensor *v = tensor_alias(t, s, t->stride, t->ndim, t->offset);
-  dl_tensor *r = v ? dl_clone(v) : NULL;
+  dl_tensor *r = v ? fw_clone(v) : NULL;
   dl_tensor_release(v);
   return r;
 }
@@ -333,7 +334,7 @@ static dl_tensor *matmul_nd(const char *op, const dl_tensor *a,
     goto fail;
   }
   int use_c = c && beta != 0;
-  if (use_c && dl_copy_(work, c)) goto fail;
+  if (use_c && fw_copy_(work, c)) goto fail;
   if (!(ca = as_dtype(a, kd)) || !(cb = as_dtype(b, kd))) goto fail;
   int blas = kd == DL_FLOAT32 || kd == DL_FLOAT64 || is_half_dtype(kd);
   if (blas && k && dl_tensor_numel(out) && (blas_ready(&ca) || blas_ready(&cb)))
@@ -344,7 +345,7 @@ static dl_tensor *matmul_nd(const char *op, const dl_tensor *a,
   plan_fill(&p, ca, cb, tensor_first(work), bshape, nbt);
   p.alpha = alpha, p.beta = use_c ? beta : 0;
   if (p.nbatch && p.m && p.n && d->matmul(op, dev, &p, blas)) goto fail;
-  if (work != out && dl_copy_(out, work)) goto fail;
+  if (work != out && fw_copy_(out, work)) goto fail;
   dl_tensor_release(work);
   dl_tensor_release(ca);
   dl_tensor_release(cb);
@@ -376,7 +377,7 @@ INT_DOT(dot_u8, uint8_t, uint32_t)
 static int blas_vector(dl_tensor **t) {
   int64_t s = (*t)->stride[0];
   if ((*t)->shape[0] <= 1 || (s >= 1 && s <= BLAS_MAX)) return 0;
-  dl_tensor *c = dl_clone(*t);
+  dl_tensor *c = fw_clone(*t);
   if (!c) return -1;
   dl_tensor_release(*t);
   *t = c;
@@ -441,7 +442,7 @@ DL_HIDDEN dl_tensor *cpu_dot(const char *op, const dl_tensor *a, const dl_tensor
   if (kd == dt) {
     out = r;
     r = NULL;
-  } else if ((out = tensor_new(dt, NULL, 0)) && dl_copy_(out, r)) {
+  } else if ((out = tensor_new(dt, NULL, 0)) && fw_copy_(out, r)) {
     dl_tensor_release(out);
     out = NULL;
   }
@@ -523,7 +524,7 @@ DL_HIDDEN dl_tensor *fw_outer(const dl_tensor *a, const dl_tensor *b) {
   if (a->ndim != 1 || b->ndim != 1)
     return dl_errp(EM_MM_NDIM, "outer", "1-D tensors", fmt_tshape(a), fmt_tshape(b));
   dl_tensor *col = as_matrix(a, 1);
-  dl_tensor *r = col ? dl_binary(DL_MUL, col, b) : NULL;
+  dl_tensor *r = col ? fw_binary(DL_MUL, col, b) : NULL;
   dl_tensor_release(col);
   return r;
 }

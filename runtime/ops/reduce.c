@@ -405,7 +405,7 @@ static int plan_for(plan_t *pl, const dl_tensor *x, const int *red,
   for (int i = 0; i < x->ndim; i++)
     if (red[i]) red2[n] = 1, perm[n++] = i;
   dl_tensor *p = fw_permute(x, perm, x->ndim);
-  *copy = p ? dl_contiguous(p) : NULL;
+  *copy = p ? fw_contiguous(p) : NULL;
   dl_tensor_release(p);
   if (!*copy) return -1;
   plan_build(pl, *copy, red2);
@@ -621,7 +621,7 @@ static int arg_reduce(const char *name, const dl_tensor *t, int dim, int keepdim
   dl_tensor *ix = !dv || (values && !v) ? NULL : tensor_new_on(dev, DL_INT64, oshape, ond);
   int rc = ix ? dv->argreduce(name, x, d, mx, v, ix) : -1;
   if (!rc && v && v->dtype != t->dtype) {  /* half types went through float32 */
-    dl_tensor *vh = dl_to_dtype(v, t->dtype);
+    dl_tensor *vh = fw_to_dtype(v, t->dtype);
     dl_tensor_release(v);
     v = vh;
     rc = vh ? 0 : -1;
@@ -668,10 +668,10 @@ static dl_tensor *argmaxmin(const char *name, const dl_tensor *t, int dim,
   }
   int64_t n = dl_tensor_numel(t), ones[DL_MAX_DIMS];
   if (n == 0) return dl_errp(EM_REDUCE_NUMEL0, name, fmt_tshape(t));
-  dl_tensor *flat = dl_reshape(t, &n, 1);
+  dl_tensor *flat = fw_reshape(t, &n, 1);
   if (flat && !arg_reduce(name, flat, 0, 0, mx, NULL, &ix) && keepdim) {
     for (int i = 0; i < t->ndim; i++) ones[i] = 1;
-    dl_tensor *r = dl_reshape(ix, ones, t->ndim);
+    dl_tensor *r = fw_reshape(ix, ones, t->ndim);
     dl_tensor_release(ix);
     ix = r;
   }

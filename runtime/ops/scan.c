@@ -189,7 +189,7 @@ static dl_tensor *dim_op(const char *name, const dl_tensor *t, int dim, int cd, 
   int d;
   if (norm_dim(name, dim, t->ndim, &d)) return NULL;
   const dl_device *dv = device_of(name, t);
-  dl_tensor *x = dv ? as_dtype(t, cd) : NULL, *xc = x ? dl_contiguous(x) : NULL;
+  dl_tensor *x = dv ? as_dtype(t, cd) : NULL, *xc = x ? fw_contiguous(x) : NULL;
   dl_tensor *y = xc ? tensor_new_on(t->storage->device, cd, t->shape, t->ndim) : NULL;
   if (y) {
     int64_t O, N, I;
@@ -202,7 +202,7 @@ static dl_tensor *dim_op(const char *name, const dl_tensor *t, int dim, int cd, 
   dl_tensor_release(x);
   dl_tensor_release(xc);
   if (y && is_half_dtype(t->dtype)) {
-    dl_tensor *r = dl_to_dtype(y, t->dtype);
+    dl_tensor *r = fw_to_dtype(y, t->dtype);
     dl_tensor_release(y);
     y = r;
   }
@@ -229,7 +229,7 @@ static dl_tensor *softmax_op(const char *name, const dl_tensor *t, int dim,
                              int lg) {
   if (check_tensor_any(name, t)) return NULL;
   if (!dl_dtype_is_float(t->dtype) && dl_tensor_numel(t) == 0)
-    return dl_clone(t);  /* as PyTorch, which checks dtypes in the kernel */
+    return fw_clone(t);  /* as PyTorch, which checks dtypes in the kernel */
   if (!dl_dtype_is_float(t->dtype))
     return dl_errp(EM_DTYPE_NEED_FLOAT, name, fmt_dtype(t->dtype));
   int cd = t->dtype == DL_FLOAT64 ? DL_FLOAT64 : DL_FLOAT32;

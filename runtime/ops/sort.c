@@ -259,7 +259,7 @@ DL_HIDDEN int fw_topk(const dl_tensor *t, int64_t k, int dim, int largest,
 
 DL_HIDDEN dl_tensor *fw_nonzero(const dl_tensor *t) {
   if (check_tensor_any("nonzero", t)) return NULL;
-  dl_tensor *b = as_dtype(t, DL_BOOL), *c = b ? dl_contiguous(b) : NULL;
+  dl_tensor *b = as_dtype(t, DL_BOOL), *c = b ? fw_contiguous(b) : NULL;
   dl_tensor_release(b);
   if (!c) return NULL;
   const dl_device *d = device_of("nonzero", c);
@@ -274,7 +274,7 @@ static dl_tensor *tri_op(const char *name, const dl_tensor *t, int64_t diag,
                          int upper) {
   if (check_tensor_any(name, t)) return NULL;
   if (t->ndim < 2) return dl_errp(EM_NDIM_MIN, name, 2, fmt_tshape(t));
-  dl_tensor *out = dl_clone(t);
+  dl_tensor *out = fw_clone(t);
   if (!out) return NULL;
   int64_t R = t->shape[t->ndim - 2], C = t->shape[t->ndim - 1];
   if (diag > C) diag = C + 1;  /* keeps i + diag from overflowing */

@@ -1,0 +1,52 @@
+/*
+** grad_copy.c -- the public copies, casts and fills: each checks an in-place
+** write (a tensor the graph needs is refused, else its version is bumped)
+** or records the cast, around the forwards of core/ (tensor.c, view.c,
+** random.c), which know nothing of autograd.
+*/
+#include "autograd/autograd.h"
+
+DL_API int dl_copy_(dl_tensor *dst, const dl_tensor *src) {
+  if (check_tensor_any("copy_", dst) || check_tensor_any("copy_", src)) return -1;
+  if (ag_check_inplace("copy_", dst)) return -1;
+  return fw_copy_(dst, src);
+}
+
+DL_API int dl_fill_(dl_tensor *t, double value) {
+  if (check_tensor_any("fill_", t)) return -1;
+  if (ag_check_inplace("fill_", t)) return -1;
+  return fw_fill_(t, value);
+}
+
+DL_API int dl_set_double(dl_tensor *t, int64_t linear, double value) {
+  if (tensor_check_linear("set", t, linear) || ag_check_inplace("set", t)) return -1;
+  return fw_set_double(t, linear, value);
+}
+
+DL_API int dl_uniform_(dl_tensor *t, double low, double high) {
+  return fw_uniform_(t, low, high, ag_check_inplace);
+}
+
+DL_API int dl_normal_(dl_tensor *t, double mean, double std) {
+  return fw_normal_(t, mean, std, ag_check_inplace);
+}
+
+/* A cast (or a clone) is differentiable: the gradient is cast back. */
+DL_API dl_tensor *dl_to_dtype(const dl_tensor *t, dl_dtype dtype) {
+  return ag_copy(fw_to_dtype(t, dtype), t, "ToCopyBackward");
+}
+
+DL_API dl_tensor *dl_clone(const dl_tensor *t) {
+  if (check_tensor_any("clone", t)) return NULL;
+  return dl_to_dtype(t, (dl_dtype)t->dtype);
+}
+
+/* t itself (a new reference) when already contiguous, else a clone. */
+DL_API dl_tensor *dl_contiguous(const dl_tensor *t) {
+  if (check_tensor_any("contiguous", t)) return NULL;
+  if (dl_tensor_is_contiguous(t)) {
+    dl_tensor_retain((dl_tensor *)t);
+    return (dl_tensor *)t;
+  }
+  return dl_clone(t);
+}
