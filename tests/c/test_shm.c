@@ -21,6 +21,14 @@ static int child(int port, int rank, int world) {
   if (!pg) return 1;
   int64_t n = 3000001;
   dl_tensor *t = dl_full(&n, 1, DL_FLOAT32, (double)(rank + 1));
+  /* a tensor reduction's or a loss reduction's value is no collective op:
+  ** refused on every rank before anything moves, never computed as another
+  ** op (the enums share no values; the compiler flags it without the cast) */
+  CHECK(dl_pg_all_reduce(pg, t, (dl_pg_op)DL_PROD) < 0 &&
+            strstr(dl_last_error(), "unknown reduce op") != NULL,
+        "%s", dl_last_error());
+  CHECK(dl_pg_all_reduce(pg, t, (dl_pg_op)DL_LOSS_SUM) < 0);
+  CHECK(dl_pg_reduce_scatter(pg, t, (dl_pg_op)DL_MEAN) == NULL);
   CHECK(dl_pg_all_reduce(pg, t, DL_PG_SUM) == 0);
   double want = world * (world + 1) / 2.0;
   float *p = dl_tensor_data(t);
