@@ -1,6 +1,7 @@
 -- ddp.dist: the process group -- who am I, how many are we, the tensor
 -- collectives (all_reduce, broadcast, all_gather, reduce_scatter, and
--- barrier: runtime pg.c/shm.c, one node for now) and the objects through
+-- barrier: runtime/dist/pg.c over its shm, gloo, hier and nccl transports)
+-- and the objects through
 -- the launcher's rendezvous store.  Its functions are also on ddp itself
 -- (ddp.init, ddp.rank, ddp.barrier, ...).
 --
