@@ -68,45 +68,43 @@ static int matmul_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   return ag_scope_end(&s);
 }
 
+/* The node of a product of a and b, both saved; kind goes to the node's
+** iarg (0: matmul family, 2: outer). */
+static dl_tensor *product_record(dl_tensor *out, const dl_tensor *a, const dl_tensor *b,
+                                 const char *label, int kind) {
+  dl_tensor *ins[2] = {(dl_tensor *)a, (dl_tensor *)b};
+  const dl_tensor *save[2] = {a, b};
+  return record(out, label, matmul_backward, ins, 2, kind, save, 2);
+}
+
 DL_API dl_tensor *dl_matmul(const dl_tensor *a, const dl_tensor *b) {
   dl_tensor *out;
   NOGRAD(out = fw_matmul(a, b));
-  dl_tensor *ins[2] = {(dl_tensor *)a, (dl_tensor *)b};
-  const dl_tensor *save[2] = {a, b};
-  return record(out, "MatmulBackward", matmul_backward, ins, 2, 0, save, 2);
+  return product_record(out, a, b, "MatmulBackward", 0);
 }
 
 DL_API dl_tensor *dl_mm(const dl_tensor *a, const dl_tensor *b) {
   dl_tensor *out;
   NOGRAD(out = fw_mm(a, b));
-  dl_tensor *ins[2] = {(dl_tensor *)a, (dl_tensor *)b};
-  const dl_tensor *save[2] = {a, b};
-  return record(out, "MmBackward", matmul_backward, ins, 2, 0, save, 2);
+  return product_record(out, a, b, "MmBackward", 0);
 }
 
 DL_API dl_tensor *dl_bmm(const dl_tensor *a, const dl_tensor *b) {
   dl_tensor *out;
   NOGRAD(out = fw_bmm(a, b));
-  dl_tensor *ins[2] = {(dl_tensor *)a, (dl_tensor *)b};
-  const dl_tensor *save[2] = {a, b};
-  return record(out, "BmmBackward", matmul_backward, ins, 2, 0, save, 2);
+  return product_record(out, a, b, "BmmBackward", 0);
 }
 
 DL_API dl_tensor *dl_dot(const dl_tensor *a, const dl_tensor *b) {
   dl_tensor *out;
   NOGRAD(out = fw_dot(a, b));
-  dl_tensor *ins[2] = {(dl_tensor *)a, (dl_tensor *)b};
-  const dl_tensor *save[2] = {a, b};
-  return record(out, "DotBackward", matmul_backward, ins, 2, 0, save, 2);
+  return product_record(out, a, b, "DotBackward", 0);
 }
-
 
 DL_API dl_tensor *dl_outer(const dl_tensor *a, const dl_tensor *b) {
   dl_tensor *out;
   NOGRAD(out = fw_outer(a, b));
-  dl_tensor *ins[2] = {(dl_tensor *)a, (dl_tensor *)b};
-  const dl_tensor *save[2] = {a, b};
-  return record(out, "OuterBackward", matmul_backward, ins, 2, 2, save, 2);
+  return product_record(out, a, b, "OuterBackward", 2);
 }
 
 DL_API dl_tensor *dl_addmm(const dl_tensor *c, const dl_tensor *a,

@@ -158,48 +158,39 @@ static int record_indexed(const char *name, const dl_tensor *t, int dim, int kee
   return 0;
 }
 
-DL_API int dl_max_dim(const dl_tensor *t, int dim, int keepdim, dl_tensor **values, dl_tensor **indices) {
-  int was = dl_set_grad_enabled(0);
-  int rc = fw_max_dim(t, dim, keepdim, values, indices);
-  dl_set_grad_enabled(was);
-  if (rc || record_indexed("MaxBackward", t, dim, keepdim, 0, values, *indices) == 0) return rc;
+/* Records the node of an op with values and indices (rc its forward's
+** result); on failure both results go and -1 is returned. */
+static int indexed_done(int rc, const char *label, const dl_tensor *t, int dim, int keep,
+                        dl_tensor **values, dl_tensor **indices) {
+  if (rc || record_indexed(label, t, dim, keep, 0, values, *indices) == 0) return rc;
   dl_tensor_release(*values);
   dl_tensor_release(*indices);
   *values = *indices = NULL;
   return -1;
+}
+
+DL_API int dl_max_dim(const dl_tensor *t, int dim, int keepdim, dl_tensor **values, dl_tensor **indices) {
+  int rc;
+  NOGRAD(rc = fw_max_dim(t, dim, keepdim, values, indices));
+  return indexed_done(rc, "MaxBackward", t, dim, keepdim, values, indices);
 }
 
 DL_API int dl_min_dim(const dl_tensor *t, int dim, int keepdim, dl_tensor **values, dl_tensor **indices) {
-  int was = dl_set_grad_enabled(0);
-  int rc = fw_min_dim(t, dim, keepdim, values, indices);
-  dl_set_grad_enabled(was);
-  if (rc || record_indexed("MinBackward", t, dim, keepdim, 0, values, *indices) == 0) return rc;
-  dl_tensor_release(*values);
-  dl_tensor_release(*indices);
-  *values = *indices = NULL;
-  return -1;
+  int rc;
+  NOGRAD(rc = fw_min_dim(t, dim, keepdim, values, indices));
+  return indexed_done(rc, "MinBackward", t, dim, keepdim, values, indices);
 }
 
 DL_API int dl_sort(const dl_tensor *t, int dim, int descending, dl_tensor **values, dl_tensor **indices) {
-  int was = dl_set_grad_enabled(0);
-  int rc = fw_sort(t, dim, descending, values, indices);
-  dl_set_grad_enabled(was);
-  if (rc || record_indexed("SortBackward", t, dim, 1, 0, values, *indices) == 0) return rc;
-  dl_tensor_release(*values);
-  dl_tensor_release(*indices);
-  *values = *indices = NULL;
-  return -1;
+  int rc;
+  NOGRAD(rc = fw_sort(t, dim, descending, values, indices));
+  return indexed_done(rc, "SortBackward", t, dim, 1, values, indices);
 }
 
 DL_API int dl_topk(const dl_tensor *t, int64_t k, int dim, int largest, int sorted, dl_tensor **values, dl_tensor **indices) {
-  int was = dl_set_grad_enabled(0);
-  int rc = fw_topk(t, k, dim, largest, sorted, values, indices);
-  dl_set_grad_enabled(was);
-  if (rc || record_indexed("TopkBackward", t, dim, 1, 0, values, *indices) == 0) return rc;
-  dl_tensor_release(*values);
-  dl_tensor_release(*indices);
-  *values = *indices = NULL;
-  return -1;
+  int rc;
+  NOGRAD(rc = fw_topk(t, k, dim, largest, sorted, values, indices));
+  return indexed_done(rc, "TopkBackward", t, dim, 1, values, indices);
 }
 
 

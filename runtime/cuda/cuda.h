@@ -38,9 +38,6 @@ DL_HIDDEN int cuda_copy_bytes(const char *op, void *dst, const void *src, size_t
 ** kd there (a CPU 0-dim operand, which goes with any device, moves over);
 ** NULL for NULL. */
 DL_HIDDEN dl_tensor *cuda_prep(const dl_tensor *t, int kd, int dev);
-/* nn.h's nn_finish on work's device: work itself or a copy in dtype;
-** consumes work either way. */
-DL_HIDDEN dl_tensor *cuda_finish(dl_tensor *work, int dtype);
 /* rc of a launcher into the runtime's error (0 stays 0). */
 DL_HIDDEN int cuda_err(const char *op, int device, int rc);
 /* An iter_t (iter.c) of ops as a launcher takes it. */

@@ -299,7 +299,7 @@ DL_HIDDEN dl_tensor *cuda_conv2d(const char *op, int dev, const conv_geom *g, co
   dl_tensor_release(cx);
   dl_tensor_release(cw);
   dl_tensor_release(cb);
-  return cuda_finish(out, x->dtype);
+  return nn_finish(out, x->dtype);
 }
 
 DL_HIDDEN int cuda_conv2d_grads(const char *op, int dev, const conv_geom *g,
@@ -323,10 +323,10 @@ DL_HIDDEN int cuda_conv2d_grads(const char *op, int dev, const conv_geom *g,
                            gx ? tensor_first(gx) : NULL, gw ? tensor_first(gw) : NULL,
                            gb ? tensor_first(gb) : NULL))
     goto done;
-  /* cuda_finish consumes its argument, result or not */
-  if (need_x && (*grad_x = cuda_finish(gx, x->dtype), gx = NULL, !*grad_x)) goto done;
-  if (need_w && (*grad_w = cuda_finish(gw, x->dtype), gw = NULL, !*grad_w)) goto done;
-  if (need_b && (*grad_b = cuda_finish(gb, x->dtype), gb = NULL, !*grad_b)) goto done;
+  /* nn_finish consumes its argument, result or not */
+  if (need_x && (*grad_x = nn_finish(gx, x->dtype), gx = NULL, !*grad_x)) goto done;
+  if (need_w && (*grad_w = nn_finish(gw, x->dtype), gw = NULL, !*grad_w)) goto done;
+  if (need_b && (*grad_b = nn_finish(gb, x->dtype), gb = NULL, !*grad_b)) goto done;
   rc = 0;
 done:
   return conv_backward_done(rc, grad_x, grad_w, grad_b, (dl_tensor *[]){cx, cw, cg, gx, gw, gb}, 6);
@@ -346,7 +346,7 @@ static dl_tensor *pool_done(int rc, dl_tensor *work, int dtype) {
     dl_tensor_release(work);
     return NULL;
   }
-  return cuda_finish(work, dtype);
+  return nn_finish(work, dtype);
 }
 
 DL_HIDDEN int cuda_max_pool_k(const char *op, int dev, const pool_geom *g, const dl_tensor *x,

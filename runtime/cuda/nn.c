@@ -90,7 +90,7 @@ DL_HIDDEN dl_tensor *cuda_cls_backward(const char *op, int logits, const dl_tens
                           reduction, dp(cg), dp(buf), dp(gi))))
     goto fail;
   RELEASE(ci, cz, cg, cw, buf);
-  return cuda_finish(gi, input->dtype);
+  return nn_finish(gi, input->dtype);
 fail:
   RELEASE(ci, cz, cg, cw, buf, gi);
   return NULL;
@@ -113,7 +113,7 @@ DL_HIDDEN dl_tensor *cuda_mse(const char *op, const dl_tensor *input, const dl_t
   if (cuda_err(op, dev, f(dev, kd, reduction, n, dp(ca), dp(cb), dp(buf), dp(out), input->dtype)))
     goto fail;
   RELEASE(ca, cb, buf);
-  return none ? cuda_finish(out, input->dtype) : out;
+  return none ? nn_finish(out, input->dtype) : out;
 fail:
   RELEASE(ca, cb, buf, out);
   return NULL;
@@ -136,7 +136,7 @@ DL_HIDDEN dl_tensor *cuda_mse_backward(const char *op, const dl_tensor *grad_out
     out = NULL;
   }
   RELEASE(ca, cb, cg);
-  return cuda_finish(out, input->dtype);
+  return nn_finish(out, input->dtype);
 }
 
 /* -- Embedding and dropout ---------------------------------------------------------- */
@@ -187,7 +187,7 @@ DL_HIDDEN dl_tensor *cuda_embedding_backward(const char *op, const dl_tensor *gr
                           dp(cg), dp(gw))))
     goto fail;
   RELEASE(ci, hi, tab, dtab, cg);
-  return cuda_finish(gw, grad_out->dtype);
+  return nn_finish(gw, grad_out->dtype);
 fail:
   RELEASE(ci, hi, tab, dtab, cg, gw);
   return NULL;
@@ -208,7 +208,7 @@ DL_HIDDEN int cuda_dropout(const char *op, const dl_tensor *x, double p, dl_tens
                           p < 1 ? 1 / (1 - p) : 0)))
     goto fail;
   dl_tensor_release(cx);
-  if (!(*out = cuda_finish(o, x->dtype))) {
+  if (!(*out = nn_finish(o, x->dtype))) {
     dl_tensor_release(m);
     return -1;
   }
@@ -232,7 +232,7 @@ DL_HIDDEN dl_tensor *cuda_dropout_backward(const char *op, const dl_tensor *grad
     o = NULL;
   }
   RELEASE(cg, cm);
-  return cuda_finish(o, grad_out->dtype);
+  return nn_finish(o, grad_out->dtype);
 }
 
 /* -- Normalisation -------------------------------------------------------------------- */
@@ -251,7 +251,7 @@ DL_HIDDEN int cuda_layer_norm(const char *op, const dl_tensor *x, int64_t M, int
   if (cuda_err(op, dev, f(dev, kd, M, N, eps, dp(cx), dp(cw), dp(cb), dp(o), dp(mu), dp(rs))))
     goto fail;
   RELEASE(cx, cw, cb);
-  if (!(*out = cuda_finish(o, x->dtype))) {
+  if (!(*out = nn_finish(o, x->dtype))) {
     RELEASE(mu, rs);
     return -1;
   }
@@ -284,9 +284,9 @@ DL_HIDDEN int cuda_layer_norm_backward(const char *op, const dl_tensor *grad_out
   if (cuda_err(op, dev, f(dev, kd, M, N, dp(cx), dp(cg), dp(cw), dp(cm), dp(cr), dp(gx),
                           dp(gw), dp(gb))))
     goto done;
-  if ((need_x && !(gx = cuda_finish(gx, x->dtype))) ||
-      (need_w && !(gw = cuda_finish(gw, x->dtype))) ||
-      (need_b && !(gb = cuda_finish(gb, x->dtype))))
+  if ((need_x && !(gx = nn_finish(gx, x->dtype))) ||
+      (need_w && !(gw = nn_finish(gw, x->dtype))) ||
+      (need_b && !(gb = nn_finish(gb, x->dtype))))
     goto done;
   nn_give_grads(&gx, &gw, &gb, grad_x, grad_w, grad_b);
   rc = 0;
@@ -329,7 +329,7 @@ DL_HIDDEN int cuda_batch_norm(const char *op, const dl_tensor *x, const dl_tenso
       !(vi = tensor_alias(st, &C, &one, 1, st->offset + off1)) ||
       !(sm = cuda_prep(vm, kd, dev)) || !(si = cuda_prep(vi, kd, dev)))
     goto done;
-  if (!(*out = cuda_finish(o, x->dtype))) {
+  if (!(*out = nn_finish(o, x->dtype))) {
     o = NULL;
     goto done;
   }
@@ -368,7 +368,7 @@ DL_HIDDEN int cuda_batch_norm_backward(const char *op, const dl_tensor *grad_out
                   !(gb = cuda_prep(vb, x->dtype, dev)))) ||
       (need_w && (!(vw = tensor_alias(buf, &C, &one, 1, buf->offset + C)) ||
                   !(gw = cuda_prep(vw, x->dtype, dev)))) ||
-      (need_x && !(gx = cuda_finish(gx, x->dtype))))
+      (need_x && !(gx = nn_finish(gx, x->dtype))))
     goto done;
   nn_give_grads(&gx, &gw, &gb, grad_x, grad_w, grad_b);
   rc = 0;

@@ -7,34 +7,16 @@
 #include <string.h>
 
 #include "cuda/cuda.h"
+#include "nn/nn.h"
 
 
 DL_HIDDEN dl_tensor *cuda_prep(const dl_tensor *t, int kd, int dev) {
   if (!t) return NULL;
-  if (t->storage->device != dev) {
-    dl_tensor *m = dl_to_device(t, dev), *r = m ? cuda_prep(m, kd, dev) : NULL;
-    dl_tensor_release(m);
-    return r;
-  }
-  if (t->dtype == kd && dl_tensor_is_contiguous(t)) {
-    dl_tensor_retain((dl_tensor *)t);
-    return (dl_tensor *)t;
-  }
-  dl_tensor *c = tensor_new_on(dev, kd, t->shape, t->ndim);
-  if (c && dl_copy_(c, t)) {
-    dl_tensor_release(c);
-    return NULL;
-  }
-  return c;
-}
-
-DL_HIDDEN dl_tensor *cuda_finish(dl_tensor *work, int dtype) {
-  if (!work || work->dtype == dtype) return work;
-  dl_tensor *r = cuda_prep(work, dtype, work->storage->device);
-  dl_tensor_release(work);
+  if (t->storage->device == dev) return nn_prep(t, kd);
+  dl_tensor *m = dl_to_device(t, dev), *r = m ? nn_prep(m, kd) : NULL;
+  dl_tensor_release(m);
   return r;
 }
-
 
 DL_HIDDEN int cuda_err(const char *op, int device, int rc) {
   if (rc == 0) return 0;

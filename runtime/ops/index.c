@@ -460,17 +460,25 @@ DL_HIDDEN int fw_masked_fill_(dl_tensor *t, const dl_tensor *mask, double value)
   return masked_fill_impl("masked_fill_", t, mask, value);
 }
 
+/* The checks of an out-of-place mask op: t and a bool mask on one device,
+** their broadcast shape (nd dims) and the device; -1 with the error set. */
+static int mask_setup(const char *op, const dl_tensor *t, const dl_tensor *mask,
+                      int64_t *shape, int *nd, int *dev) {
+  const dl_tensor *ts[2] = {t, mask};
+  if (check_tensor_any(op, t) || check_tensor_any(op, mask) || check_mask(op, mask) ||
+      (*dev = op_device(op, 2, ts)) == -2 ||
+      broadcast_shape(op, t->shape, t->ndim, mask->shape, mask->ndim, shape, nd))
+    return -1;
+  return 0;
+}
+
 /* Out of place, the result takes the broadcast shape of t and mask. */
 DL_HIDDEN dl_tensor *fw_masked_fill(const dl_tensor *t, const dl_tensor *mask,
                                  double value) {
   const char *op = "masked_fill";
   int64_t shape[DL_MAX_DIMS];
   int nd, dev;
-  const dl_tensor *ts[2] = {t, mask};
-  if (check_tensor_any(op, t) || check_tensor_any(op, mask) || check_mask(op, mask) ||
-      (dev = op_device(op, 2, ts)) == -2 ||
-      broadcast_shape(op, t->shape, t->ndim, mask->shape, mask->ndim, shape, &nd))
-    return NULL;
+  if (mask_setup(op, t, mask, shape, &nd, &dev)) return NULL;
   dl_tensor *r = tensor_new_on(dev, t->dtype, shape, nd);
   if (r && (fw_copy_(r, t) || masked_fill_impl(op, r, mask, value))) {
     dl_tensor_release(r);
@@ -499,11 +507,7 @@ DL_HIDDEN dl_tensor *fw_masked_select(const dl_tensor *t, const dl_tensor *mask)
   const char *op = "masked_select";
   int64_t shape[DL_MAX_DIMS];
   int nd, dev;
-  const dl_tensor *ts[2] = {t, mask};
-  if (check_tensor_any(op, t) || check_tensor_any(op, mask) || check_mask(op, mask) ||
-      (dev = op_device(op, 2, ts)) == -2 ||
-      broadcast_shape(op, t->shape, t->ndim, mask->shape, mask->ndim, shape, &nd))
-    return NULL;
+  if (mask_setup(op, t, mask, shape, &nd, &dev)) return NULL;
   dl_tensor tv, mv;
   expand_view(&tv, t, shape, nd);
   expand_view(&mv, mask, shape, nd);
