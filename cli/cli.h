@@ -2,6 +2,9 @@
 #ifndef DDPLUA_CLI_H
 #define DDPLUA_CLI_H
 
+#include <poll.h>
+#include <stddef.h>
+
 #include <lua.h>
 
 /* The name every message of the program starts with ("ddplua: ..."). */
@@ -16,8 +19,59 @@ int cli_report(lua_State *L, int status);
 /* Prints "ddplua: msg" on stderr. */
 void cli_message(const char *msg);
 
+/* -- repl.c: the terminal's prompt. */
+
 /* Runs the interactive prompt until end of input; returns the exit status. */
 int repl_run(lua_State *L);
+/* The prompt of one process over the ddp.console session at stack index
+** session (ddp.breakpoint without a launcher). */
+int repl_run_session(lua_State *L, int session);
+
+/* What reading a line can end in, besides a line (0). */
+enum { REPL_EOF = -1, REPL_INTR = -2 };
+
+/* What the launcher's prompt adds to the terminal: descriptors to watch
+** while waiting for keys (fill writes up to max, returns how many; ready
+** gets them back after poll), and Tab's candidates for the text before the
+** cursor (a NULL-ended malloc'd array of malloc'd strings, or NULL). */
+typedef struct repl_hooks {
+  int (*fill)(void *ud, struct pollfd *fds, int max);
+  int (*ready)(void *ud, const struct pollfd *fds, int n); /* 1: end the input */
+  char **(*complete)(void *ud, const char *upto);
+  void *ud;
+} repl_hooks;
+
+void repl_term_open(const repl_hooks *hooks);
+void repl_term_close(void);
+int repl_term_read(const char *prompt, char **out);
+void repl_term_redisplay(void);
+/* 1 when text is a whole chunk, 0 when it needs more lines. */
+int repl_chunk_complete(lua_State *L, const char *text);
+/* Reads a whole chunk (continuation lines included) into *chunk. */
+int repl_read_chunk(lua_State *L, const char *prompt, const char *prompt2, char **chunk);
+
+/* -- link.c: the control channel between the launcher and its workers. */
+
+/* A frame: "KIND SEQ LEN\n" and LEN bytes. */
+typedef struct frame {
+  char kind[16];
+  long seq;
+  const char *payload;
+  size_t len;
+} frame;
+int frame_write(int fd, const char *kind, long seq, const char *payload, size_t len);
+/* Parses a frame at the start of buf: its size, 0 if incomplete, -1 if bad. */
+int frame_parse(const char *buf, size_t len, frame *f);
+
+/* The worker's end: taken from DDPLUA_CTRL at start; 1 if there is one. */
+int link_open(void);
+int link_active(void);
+/* Loads the script the launcher read from stdin (`ddplua --nproc N -`). */
+int link_load_script(lua_State *L);
+/* -i under a launcher: serves the launcher's prompt until it says quit. */
+int link_serve_repl(lua_State *L);
+/* Adds prompt() to package.loaded["ddp.program"] (ddp.breakpoint). */
+void link_register(lua_State *L);
 
 /* The launcher's options, as typed (launcher.c checks them); NULL or 0 when
 ** not given.  main.c fills it from the options before the script. */
@@ -31,6 +85,8 @@ typedef struct launch_opts {
   const char *grace;        /* seconds between SIGTERM and SIGKILL */
   const char *max_restarts;
   int no_prefix, quiet_ranks, bind_cores;
+  int interactive;  /* the prompt over all ranks (no script, or -i) */
+  int stdin_script; /* the script is the launcher's stdin ("-", or a pipe) */
 } launch_opts;
 
 /* Runs `argv` (argv[0] the program as typed, then the Lua options, the

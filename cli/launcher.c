@@ -23,48 +23,9 @@
 
 extern char **environ;
 
-#define TAIL_LINES 10
-#define LINE_MAX_BYTES 65536 /* a longer line is passed on in pieces */
+#include "job.h"
 
-/* -- Workers --------------------------------------------------------------- */
-
-typedef struct line_buf {
-  int fd; /* read end of the pipe; -1 once at end of file */
-  char *buf;
-  size_t len;
-} line_buf;
-
-typedef struct worker {
-  int rank, local_rank;
-  pid_t pid;      /* 0 once reaped */
-  int status;     /* from waitpid */
-  line_buf out, err;
-  int log;        /* --log-dir file, or -1 */
-  char *tail[TAIL_LINES]; /* the last lines of stderr, a ring */
-  int ntail;
-} worker;
-
-typedef struct job {
-  int nproc, nnodes, node_rank, world;
-  char master_addr[256];
-  int master_port; /* the one asked for; 0: a free one */
-  int port;        /* the one workers get */
-  const char *bind_addr;
-  char token[33], job_id[33];
-  double grace;
-  int max_restarts, restart;
-  int prefix, quiet_ranks, bind_cores;
-  const char *log_dir;
-  char exe[PATH_MAX];
-  char **argv;
-  cpu_set_t cpus;
-  int ncpus;
-  char threads[16]; /* the budget to set, "" when the user set one */
-  dl_store *store;
-  worker *w;
-} job;
-
-static void say(const char *fmt, ...) {
+void job_say(const char *fmt, ...) {
   va_list ap;
   char msg[1024];
   va_start(ap, fmt);
@@ -75,7 +36,7 @@ static void say(const char *fmt, ...) {
   fflush(stderr);
 }
 
-static double now(void) {
+double job_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -173,7 +134,22 @@ static void emit(job *j, worker *w, int is_err, const char *line, size_t len, ch
   if (is_err && end == '\n') tail_add(w, line, len);
   int show = !(j->quiet_ranks && w->rank != 0);
   int log = w->log >= 0 && end == '\n';
+  if (w->capture && end == '\r') return; /* a progress bar's redraw: the last line will do */
+  if (w->capture) { /* a prompt's chunk: shown with the other ranks' at its end */
+    char *grown = realloc(w->cap, w->cap_len + len + 1);
+    if (grown) {
+      w->cap = grown;
+      memcpy(w->cap + w->cap_len, line, len);
+      w->cap[w->cap_len + len] = '\n';
+      w->cap_len += len + 1;
+    }
+    show = 0;
+  }
   if (!log && !show) return;
+  if (show && j->at_prompt && !j->prompt_dirty) { /* over the prompt line: clear it */
+    write_all(STDOUT_FILENO, "\r\033[K", 4);
+    j->prompt_dirty = 1;
+  }
   char pre[24] = "";
   int plen = j->prefix ? snprintf(pre, sizeof pre, "[%d] ", w->rank) : 0;
   char *buf = malloc((size_t)plen + len + 1);
@@ -188,13 +164,13 @@ static void emit(job *j, worker *w, int is_err, const char *line, size_t len, ch
 
 /* Reads what the pipe holds and passes on each complete line; at end of
 ** file, the unfinished last line gets a newline. */
-static void drain(job *j, worker *w, line_buf *lb, int is_err) {
+static int drain(job *j, worker *w, line_buf *lb, int is_err) {
   char chunk[8192];
   ssize_t n = read(lb->fd, chunk, sizeof chunk);
-  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return 0;
   if (n > 0) {
     char *grown = realloc(lb->buf, lb->len + (size_t)n + 1);
-    if (!grown) return;
+    if (!grown) return 0;
     lb->buf = grown;
     memcpy(lb->buf + lb->len, chunk, (size_t)n);
     lb->len += (size_t)n;
@@ -212,7 +188,7 @@ static void drain(job *j, worker *w, line_buf *lb, int is_err) {
       }
     memmove(lb->buf, lb->buf + start, lb->len - start);
     lb->len -= start;
-    return;
+    return 1;
   }
   if (lb->len > 0) { /* end of file (or an error) after a partial line */
     emit(j, w, is_err, lb->buf, lb->len, '\n');
@@ -220,6 +196,113 @@ static void drain(job *j, worker *w, line_buf *lb, int is_err) {
   }
   close(lb->fd);
   lb->fd = -1;
+  return 0;
+}
+
+/* -- The control channel ------------------------------------------------- */
+
+int job_send(worker *w, const char *kind, long seq, const char *payload, size_t len) {
+  if (w->ctl_w < 0 || w->pid <= 0) return -1;
+  return frame_write(w->ctl_w, kind, seq, payload, len);
+}
+
+/* Releases the ranks waiting at a breakpoint whose prompt has ended. */
+static void release_breakpoints(job *j) {
+  for (int i = 0; i < j->nproc; i++) {
+    worker *w = &j->w[i];
+    if (w->bp_waiting && w->bp_calls <= j->bp_done) {
+      job_send(w, "continue", 0, "", 0);
+      w->bp_waiting = 0;
+    }
+  }
+}
+
+static void on_frame(job *j, worker *w, const frame *f) {
+  if (strcmp(f->kind, "ready") == 0) {
+    w->ready = 1;
+  } else if (strcmp(f->kind, "bp") == 0) {
+    w->bp_calls++;
+    w->bp_waiting = 1;
+    int local = f->seq >= (long)j->node_rank * j->nproc && f->seq < (long)(j->node_rank + 1) * j->nproc;
+    if (w->busy) { /* ddp.breakpoint in a chunk typed at the prompt */
+      job_say("rank %d: ddp.breakpoint inside a prompt's chunk does nothing", w->rank);
+      w->bp_calls = j->bp_done;
+      job_send(w, "continue", 0, "", 0);
+      w->bp_waiting = 0;
+    } else if (f->seq == w->rank) {
+      j->bp_target = (int)(w - j->w);
+      snprintf(j->bp_where, sizeof j->bp_where, "%.*s", (int)f->len, f->payload);
+    } else if (!local) { /* its prompt is another node's: nothing to wait for here */
+      w->bp_calls = j->bp_done;
+      release_breakpoints(j);
+    } else {
+      release_breakpoints(j); /* one that arrives after the prompt ended */
+    }
+  } else if (f->seq == j->seq && !w->replied &&
+             (strcmp(f->kind, "ok") == 0 || strcmp(f->kind, "error") == 0 ||
+              strcmp(f->kind, "completion") == 0)) {
+    free(w->reply);
+    w->reply = malloc(f->len + 1);
+    if (w->reply) {
+      memcpy(w->reply, f->payload, f->len);
+      w->reply[f->len] = '\0';
+    }
+    w->reply_len = w->reply ? f->len : 0;
+    w->reply_ok = strcmp(f->kind, "error") != 0;
+    w->replied = 1;
+    w->busy = 0;
+    /* what it printed before answering is in its pipes: take it all now */
+    while (w->out.fd >= 0 && drain(j, w, &w->out, 0)) {}
+    while (w->err.fd >= 0 && drain(j, w, &w->err, 1)) {}
+    for (int e = 0; e < 2; e++) {
+      line_buf *lb = e ? &w->err : &w->out;
+      if (w->capture && lb->len > 0) { /* io.write without a newline */
+        emit(j, w, e, lb->buf, lb->len, '\n');
+        lb->len = 0;
+      }
+    }
+  }
+}
+
+/* Reads frames from a worker's control pipe, each handled when whole. */
+static int drain_ctl(job *j, worker *w) {
+  line_buf *lb = &w->ctl;
+  char chunk[8192];
+  ssize_t n = read(lb->fd, chunk, sizeof chunk);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return 0;
+  if (n <= 0) {
+    close(lb->fd);
+    lb->fd = -1;
+    lb->len = 0;
+    return 0;
+  }
+  char *grown = realloc(lb->buf, lb->len + (size_t)n + 1);
+  if (!grown) return 0;
+  lb->buf = grown;
+  memcpy(lb->buf + lb->len, chunk, (size_t)n);
+  lb->len += (size_t)n;
+  for (;;) {
+    frame f;
+    int used = frame_parse(lb->buf, lb->len, &f);
+    if (used == 0) break;
+    if (used < 0) {
+      job_say("rank %d: garbled control frame; its prompt is off", w->rank);
+      close(lb->fd);
+      lb->fd = -1;
+      lb->len = 0;
+      return 0;
+    }
+    on_frame(j, w, &f);
+    memmove(lb->buf, lb->buf + used, lb->len - (size_t)used);
+    lb->len -= (size_t)used;
+  }
+  return 1;
+}
+
+void job_drain_worker(job *j, worker *w) {
+  while (w->out.fd >= 0 && drain(j, w, &w->out, 0)) {}
+  while (w->err.fd >= 0 && drain(j, w, &w->err, 1)) {}
+  while (w->ctl.fd >= 0 && drain_ctl(j, w)) {}
 }
 
 /* -- Starting ------------------------------------------------------------ */
@@ -238,11 +321,12 @@ static void random_hex(char out[33]) {
 
 /* The parent's environment less the names we set, plus ours: built before
 ** fork, since the store's thread makes malloc unsafe in the child. */
-static char **worker_env(const job *j, const worker *w) {
+static char **worker_env(const job *j, const worker *w, int ctl_r, int ctl_w) {
   static const char *const ours[] = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
     "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "DDP_JOB_ID",
     "DDP_STORE_TOKEN", "DDP_RESTART_COUNT", "DDP_MAX_RESTARTS", "DDP_TTY",
+    "DDPLUA_CTRL",
   };
   enum { NOURS = sizeof ours / sizeof ours[0] };
   char vals[NOURS][300];
@@ -261,6 +345,8 @@ static char **worker_env(const job *j, const worker *w) {
   /* workers write into pipes: tell them whether their lines reach a
   ** terminal (progress bars redraw there, print plain lines elsewhere) */
   snprintf(vals[12], 300, "%d", isatty(STDOUT_FILENO) && !(j->quiet_ranks && w->rank != 0));
+  /* the control channel's ends, in the worker (cli/link.c) */
+  snprintf(vals[13], 300, "%d,%d", ctl_r, ctl_w);
 
   size_t n = 0;
   while (environ[n]) n++;
@@ -317,14 +403,19 @@ static void worker_cpus(const job *j, int local_rank, cpu_set_t *set) {
 
 /* Forks and execs one worker; returns 0, or -1 after saying why. */
 static int start_worker(job *j, worker *w) {
-  int out[2], err[2];
-  if (pipe2(out, O_CLOEXEC) != 0) goto fail_os;
-  if (pipe2(err, O_CLOEXEC) != 0) {
-    close(out[0]);
-    close(out[1]);
+  /* stdout, stderr, commands to it, frames from it */
+  int p[4][2], made = 0;
+  for (; made < 4; made++)
+    if (pipe2(p[made], O_CLOEXEC) != 0) break;
+  if (made < 4) {
+    int saved = errno;
+    for (int k = 0; k < made; k++) { close(p[k][0]); close(p[k][1]); }
+    errno = saved;
     goto fail_os;
   }
-  char **env = worker_env(j, w);
+  int out[2] = {p[0][0], p[0][1]}, err[2] = {p[1][0], p[1][1]};
+  int cmd_r = p[2][0], cmd_w = p[2][1], rep_r = p[3][0], rep_w = p[3][1];
+  char **env = worker_env(j, w, cmd_r, rep_w);
   cpu_set_t set;
   worker_cpus(j, w->local_rank, &set);
   pid_t parent = getpid();
@@ -346,6 +437,8 @@ static int start_worker(job *j, worker *w) {
     if (null >= 0) dup2(null, STDIN_FILENO);
     dup2(out[1], STDOUT_FILENO);
     dup2(err[1], STDERR_FILENO);
+    fcntl(cmd_r, F_SETFD, 0); /* the control channel survives exec */
+    fcntl(rep_w, F_SETFD, 0);
     if (j->bind_cores) sched_setaffinity(0, sizeof set, &set);
     if (env) execve(j->exe, j->argv, env);
     static const char msg[] = "ddplua: cannot start the worker program\n";
@@ -356,9 +449,13 @@ static int start_worker(job *j, worker *w) {
   free_env(env);
   close(out[1]);
   close(err[1]);
+  close(cmd_r);
+  close(rep_w);
   if (pid < 0) {
     close(out[0]);
     close(err[0]);
+    close(cmd_w);
+    close(rep_r);
     errno = saved;
     goto fail_os;
   }
@@ -367,11 +464,16 @@ static int start_worker(job *j, worker *w) {
   w->status = 0;
   w->out.fd = out[0];
   w->err.fd = err[0];
+  w->ctl.fd = rep_r;
+  w->ctl_w = cmd_w;
   fcntl(out[0], F_SETFL, O_NONBLOCK);
   fcntl(err[0], F_SETFL, O_NONBLOCK);
+  fcntl(rep_r, F_SETFL, O_NONBLOCK);
+  /* `ddplua --nproc N -`: the script read from our stdin, for its stdin */
+  if (j->script) job_send(w, "script", 0, j->script, j->script_len);
   return 0;
 fail_os:
-  say("cannot start rank %d: %s", w->rank, strerror(errno));
+  job_say("cannot start rank %d: %s", w->rank, strerror(errno));
   return -1;
 }
 
@@ -398,115 +500,198 @@ static void reap(job *j, int *first_failed) {
     if (waitpid(w->pid, &status, 0) != w->pid) continue;
     w->pid = 0;
     w->status = status;
+    if (w->ctl_w >= 0) { close(w->ctl_w); w->ctl_w = -1; }
     if (failed(status) && *first_failed < 0) *first_failed = i;
   }
 }
 
+/* The prompt's Ctrl-C goes to the job while a chunk runs (job_turn then
+** counts it in j->interrupts). */
+void job_catch_sigint(struct sigaction *saved) {
+  struct sigaction act;
+  memset(&act, 0, sizeof act);
+  act.sa_handler = on_signal;
+  act.sa_flags = SA_RESTART;
+  sigemptyset(&act.sa_mask);
+  sigaction(SIGINT, &act, saved);
+}
+
+int job_fds(job *j, struct pollfd *fds, int max) {
+  int n = 0;
+  for (int i = 0; i < j->nproc; i++) {
+    worker *w = &j->w[i];
+    int fd[3] = {w->out.fd, w->err.fd, w->ctl.fd};
+    for (int k = 0; k < 3; k++)
+      if (fd[k] >= 0 && n < max) fds[n++] = (struct pollfd){fd[k], POLLIN, 0};
+  }
+  if (n < max) fds[n++] = (struct pollfd){wake_pipe[0], POLLIN, 0};
+  return n;
+}
+
+int job_turn(job *j, int timeout_ms) {
+  reap(j, &j->first_failed);
+  if (nsignals > j->handled) {
+    if (j->session && got_signal == SIGINT) { /* the prompt's: it interrupts a chunk */
+      j->interrupts += (int)(nsignals - j->handled);
+    } else {
+      if (j->session) j->abort_session = 1;
+      if (!j->forwarded) {
+        job_say("got %s, stopping the workers", signal_name(got_signal));
+        signal_all(j, got_signal);
+        j->forwarded = got_signal;
+        if (!j->stopping) { j->stopping = 1; j->deadline = job_now() + j->grace; }
+      } else if (!j->killed) { /* a second Ctrl-C: no more waiting */
+        signal_all(j, SIGKILL);
+        j->killed = 1;
+      }
+    }
+    j->handled = nsignals;
+  }
+  /* at a prompt a rank's death is told there, and the others go on */
+  if (j->first_failed >= 0 && !j->stopping && !j->session) {
+    j->stopping = 1;
+    j->deadline = job_now() + j->grace;
+    signal_all(j, SIGTERM);
+  }
+  if (j->stopping && !j->killed && job_now() >= j->deadline) {
+    int left = 0;
+    for (int i = 0; i < j->nproc; i++) left += j->w[i].pid > 0;
+    if (left) job_say("%d worker%s still running after %g s, sending SIGKILL", left,
+                      left == 1 ? "" : "s", j->grace);
+    signal_all(j, SIGKILL);
+    j->killed = 1;
+  }
+  int running = 0, nfds = 0;
+  for (int i = 0; i < j->nproc; i++) {
+    worker *w = &j->w[i];
+    running += w->pid > 0;
+    line_buf *lb[3] = {&w->out, &w->err, &w->ctl};
+    for (int k = 0; k < 3; k++)
+      if (lb[k]->fd >= 0) {
+        j->pfds[nfds] = (struct pollfd){lb[k]->fd, POLLIN, 0};
+        j->pfw[nfds++] = w;
+      }
+  }
+  if (running == 0) {
+    /* exited; what is left in the pipes still comes, for a moment */
+    if (j->drain_until == 0) j->drain_until = job_now() + 2.0;
+    if (nfds == 0 || job_now() >= j->drain_until) return 1;
+  }
+  j->pfds[nfds] = (struct pollfd){wake_pipe[0], POLLIN, 0};
+  int timeout = timeout_ms;
+  if (j->stopping && !j->killed && (int)((j->deadline - job_now()) * 1000) + 1 < timeout)
+    timeout = (int)((j->deadline - job_now()) * 1000) + 1;
+  if (running == 0 && timeout > 100) timeout = 100;
+  if (timeout < 0) timeout = 0;
+  int n = poll(j->pfds, (nfds_t)nfds + 1, timeout);
+  if (n < 0 && errno != EINTR) return 1;
+  if (n <= 0) return 0;
+  if (j->pfds[nfds].revents) {
+    char junk[64];
+    while (read(wake_pipe[0], junk, sizeof junk) > 0) {}
+  }
+  for (int k = 0; k < nfds; k++)
+    if (j->pfds[k].revents) {
+      worker *w = j->pfw[k];
+      int fd = j->pfds[k].fd;
+      if (fd == w->ctl.fd) drain_ctl(j, w);
+      else if (fd == w->out.fd) drain(j, w, &w->out, 0);
+      else if (fd == w->err.fd) drain(j, w, &w->err, 1);
+    }
+  return 0;
+}
+
 enum { RUN_OK, RUN_FAILED, RUN_SIGNALED };
+
+/* After the prompt over every rank: each live worker is told to quit, and
+** gets a few seconds to do so. */
+static void quit_workers(job *j) {
+  for (int i = 0; i < j->nproc; i++) job_send(&j->w[i], "quit", 0, "", 0);
+  if (!j->stopping) {
+    j->stopping = 1;
+    j->deadline = job_now() + (j->grace > 5 ? j->grace : 5);
+  }
+}
 
 /* Starts the group and waits for it: all exited 0 (RUN_OK), one failed and
 ** the others were stopped (RUN_FAILED, *failed_ix names it), or the launcher
-** got SIGINT/SIGTERM (RUN_SIGNALED). */
+** got SIGINT/SIGTERM (RUN_SIGNALED).  Prompts open here: the one over every
+** rank once all serve it (j->interactive), a breakpoint's when a rank asks. */
 static int run_group(job *j, int *failed_ix) {
-  int first_failed = -1;
+  j->first_failed = -1;
+  j->stopping = j->killed = j->forwarded = 0;
+  j->handled = nsignals;
+  j->deadline = j->drain_until = 0;
+  j->bp_target = -1;
+  j->bp_done = 0;
   for (int i = 0; i < j->nproc; i++) {
     worker *w = &j->w[i];
     w->pid = 0;
-    w->out.fd = w->err.fd = -1;
+    w->out.fd = w->err.fd = w->ctl.fd = w->ctl_w = -1;
+    w->out.len = w->err.len = w->ctl.len = 0;
     for (int t = 0; t < TAIL_LINES; t++) { free(w->tail[t]); w->tail[t] = NULL; }
     w->ntail = 0;
+    w->ready = w->bp_calls = w->bp_waiting = w->capture = w->replied = w->reported = w->busy = 0;
+  }
+  j->pfds = calloc((size_t)j->nproc * 3 + 1, sizeof *j->pfds);
+  j->pfw = calloc((size_t)j->nproc * 3 + 1, sizeof *j->pfw);
+  if (!j->pfds || !j->pfw) {
+    job_say("out of memory");
+    free(j->pfds);
+    free(j->pfw);
+    j->pfds = NULL;
+    j->pfw = NULL;
+    *failed_ix = -1;
+    return RUN_SIGNALED;
   }
   for (int i = 0; i < j->nproc; i++)
     if (start_worker(j, &j->w[i]) != 0) {
       j->w[i].status = 127 << 8;
-      first_failed = i;
+      j->first_failed = i;
       break;
     }
-  int stopping = 0, killed = 0, forwarded = 0, handled = 0;
-  double deadline = 0, drain_until = 0;
-  struct pollfd *fds = calloc((size_t)j->nproc * 2 + 1, sizeof *fds);
-  worker **fw = calloc((size_t)j->nproc * 2 + 1, sizeof *fw);
-  if (!fds || !fw) {
-    say("out of memory");
-    free(fds);
-    free(fw);
-    signal_all(j, SIGKILL);
-    return RUN_SIGNALED;
-  }
-  for (;;) {
-    reap(j, &first_failed);
-    if (nsignals > handled) {
-      if (!forwarded) {
-        say("got %s, stopping the workers", signal_name(got_signal));
-        signal_all(j, got_signal);
-        forwarded = got_signal;
-        if (!stopping) { stopping = 1; deadline = now() + j->grace; }
-      } else if (!killed) { /* a second Ctrl-C: no more waiting */
-        signal_all(j, SIGKILL);
-        killed = 1;
+  int prompted = 0;
+  while (!job_turn(j, 1000)) {
+    if (j->stopping) continue;
+    if (j->interactive && !prompted) {
+      int live = 0, ready = 0;
+      for (int i = 0; i < j->nproc; i++) {
+        live += j->w[i].pid > 0;
+        ready += j->w[i].pid > 0 && j->w[i].ready;
       }
-      handled = nsignals;
-    }
-    if (first_failed >= 0 && !stopping) {
-      stopping = 1;
-      deadline = now() + j->grace;
-      signal_all(j, SIGTERM);
-    }
-    if (stopping && !killed && now() >= deadline) {
-      int left = 0;
-      for (int i = 0; i < j->nproc; i++) left += j->w[i].pid > 0;
-      if (left) say("%d worker%s still running after %g s, sending SIGKILL", left,
-                    left == 1 ? "" : "s", j->grace);
-      signal_all(j, SIGKILL);
-      killed = 1;
-    }
-    int running = 0, nfds = 0;
-    for (int i = 0; i < j->nproc; i++) {
-      worker *w = &j->w[i];
-      running += w->pid > 0;
-      if (w->out.fd >= 0) { fds[nfds].fd = w->out.fd; fds[nfds].events = POLLIN; fw[nfds++] = w; }
-      if (w->err.fd >= 0) { fds[nfds].fd = w->err.fd; fds[nfds].events = POLLIN; fw[nfds++] = w; }
-    }
-    if (running == 0) {
-      /* exited; what is left in the pipes still comes, for a moment */
-      if (drain_until == 0) drain_until = now() + 2.0;
-      if (nfds == 0 || now() >= drain_until) break;
-    }
-    fds[nfds].fd = wake_pipe[0];
-    fds[nfds].events = POLLIN;
-    int timeout = 1000;
-    if (stopping && !killed) timeout = (int)((deadline - now()) * 1000) + 1;
-    if (running == 0) timeout = 100;
-    if (timeout < 0) timeout = 0;
-    int n = poll(fds, (nfds_t)nfds + 1, timeout);
-    if (n < 0 && errno != EINTR) break;
-    if (n <= 0) continue;
-    if (fds[nfds].revents) {
-      char junk[64];
-      while (read(wake_pipe[0], junk, sizeof junk) > 0) {}
-    }
-    for (int k = 0; k < nfds; k++)
-      if (fds[k].revents) {
-        worker *w = fw[k];
-        int is_err = fds[k].fd == w->err.fd;
-        drain(j, w, is_err ? &w->err : &w->out, is_err);
+      if (live > 0 && ready == live) {
+        prompted = 1;
+        dist_session(j, -1);
+        quit_workers(j);
       }
+    }
+    if (j->bp_target >= 0) {
+      int t = j->bp_target;
+      dist_session(j, t);
+      j->bp_target = -1;
+      j->bp_done++;
+      release_breakpoints(j);
+    }
   }
   for (int i = 0; i < j->nproc; i++) { /* pipes a grandchild kept open */
     worker *w = &j->w[i];
     if (w->out.fd >= 0) { close(w->out.fd); w->out.fd = -1; }
     if (w->err.fd >= 0) { close(w->err.fd); w->err.fd = -1; }
-    w->out.len = w->err.len = 0;
+    if (w->ctl.fd >= 0) { close(w->ctl.fd); w->ctl.fd = -1; }
+    if (w->ctl_w >= 0) { close(w->ctl_w); w->ctl_w = -1; }
+    w->out.len = w->err.len = w->ctl.len = 0;
   }
-  free(fds);
-  free(fw);
-  *failed_ix = first_failed;
-  if (forwarded) return RUN_SIGNALED;
-  return first_failed >= 0 ? RUN_FAILED : RUN_OK;
+  free(j->pfds);
+  free(j->pfw);
+  j->pfds = NULL;
+  j->pfw = NULL;
+  *failed_ix = j->first_failed;
+  if (j->forwarded) return RUN_SIGNALED;
+  return j->first_failed >= 0 ? RUN_FAILED : RUN_OK;
 }
 
 /* "exit code 3" or "signal SIGSEGV", for the summary. */
-static const char *describe(int status) {
+const char *job_describe(int status) {
   static char buf[64];
   if (WIFSIGNALED(status))
     snprintf(buf, sizeof buf, "signal %s", signal_name(WTERMSIG(status)));
@@ -517,13 +702,13 @@ static const char *describe(int status) {
 
 static void summary(const job *j, int ix) {
   const worker *w = &j->w[ix];
-  say("rank %d (local rank %d) failed with %s", w->rank, w->local_rank, describe(w->status));
-  if (j->nproc > 1) say("stopped the other %d worker%s", j->nproc - 1, j->nproc == 2 ? "" : "s");
+  job_say("rank %d (local rank %d) failed with %s", w->rank, w->local_rank, job_describe(w->status));
+  if (j->nproc > 1) job_say("stopped the other %d worker%s", j->nproc - 1, j->nproc == 2 ? "" : "s");
   if (w->ntail == 0) {
-    say("rank %d wrote nothing to stderr", w->rank);
+    job_say("rank %d wrote nothing to stderr", w->rank);
     return;
   }
-  say("the last lines rank %d wrote to stderr:", w->rank);
+  job_say("the last lines rank %d wrote to stderr:", w->rank);
   int n = w->ntail < TAIL_LINES ? w->ntail : TAIL_LINES;
   for (int k = w->ntail - n; k < w->ntail; k++)
     fprintf(stderr, "  [%d] %s\n", w->rank, w->tail[k % TAIL_LINES]);
@@ -538,7 +723,7 @@ static int parse_int(const char *opt, const char *s, int min, int max) {
   errno = 0;
   long v = strtol(s, &end, 10);
   if (errno || end == s || *end || v < min || v > max) {
-    say("%s expects an integer in %d..%d, got '%s'", opt, min, max, s);
+    job_say("%s expects an integer in %d..%d, got '%s'", opt, min, max, s);
     return -1;
   }
   return (int)v;
@@ -560,11 +745,11 @@ static int setup_nodes(job *j, const launch_opts *o) {
     const char *list = getenv("SLURM_JOB_NODELIST");
     if (!list || !*list) list = getenv("SLURM_NODELIST");
     if (!list || !*list) {
-      say("--nnodes %d needs --master-addr HOST (the host of node 0)", j->nnodes);
+      job_say("--nnodes %d needs --master-addr HOST (the host of node 0)", j->nnodes);
       return -1;
     }
     if (nodelist_host(j->master_addr, (int)sizeof j->master_addr, list, 0) != 0) {
-      say("SLURM_JOB_NODELIST: %s", nodelist_error());
+      job_say("SLURM_JOB_NODELIST: %s", nodelist_error());
       return -1;
     }
   } else {
@@ -574,7 +759,7 @@ static int setup_nodes(job *j, const launch_opts *o) {
   const char *port = o->master_port ? o->master_port : (j->nnodes > 1 ? "29500" : "0");
   if ((j->master_port = parse_int("--master-port", port, 0, 65535)) < 0) return -1;
   if (j->nnodes > 1 && j->master_port == 0) {
-    say("--nnodes %d needs a fixed --master-port", j->nnodes);
+    job_say("--nnodes %d needs a fixed --master-port", j->nnodes);
     return -1;
   }
   struct in_addr a;
@@ -603,18 +788,38 @@ static void setup_threads(job *j) {
     if (v && *v) user = v;
   }
   if (user) {
+    /* the user's budget: the largest pool any of the names sets */
+    int most = 0;
+    const char *name = names[0];
+    for (int t = 0; t < 3; t++) {
+      const char *v = getenv(names[t]);
+      if (v && *v && atoi(v) > most) { most = atoi(v); name = names[t]; }
+    }
     for (int t = 0; t < 3; t++) {
       const char *v = getenv(names[t]);
       if (!v || !*v) setenv(names[t], user, 1);
     }
     j->threads[0] = '\0';
+    if ((long)most * j->nproc > j->ncpus)
+      job_say("warning: %d worker%s x %d threads (%s=%d) = %ld threads on %d CPU%s: the "
+              "cores are oversubscribed and every step gets slower; unset %s (the launcher then "
+              "gives each worker %d) or set it to at most %d",
+              j->nproc, j->nproc == 1 ? "" : "s", most, name, most, (long)most * j->nproc,
+              j->ncpus, j->ncpus == 1 ? "" : "s", name,
+              j->ncpus / j->nproc > 0 ? j->ncpus / j->nproc : 1,
+              j->ncpus / j->nproc > 0 ? j->ncpus / j->nproc : 1);
     return;
   }
   int per = j->ncpus / j->nproc;
   if (per < 1) per = 1;
   snprintf(j->threads, sizeof j->threads, "%d", per);
-  say("%d worker%s, %d thread%s each (%d core%s)", j->nproc, j->nproc == 1 ? "" : "s",
+  job_say("%d worker%s, %d thread%s each (%d core%s)", j->nproc, j->nproc == 1 ? "" : "s",
       per, per == 1 ? "" : "s", j->ncpus, j->ncpus == 1 ? "" : "s");
+  if (j->nproc > j->ncpus)
+    job_say("warning: %d workers on %d CPU%s (this process may use only those: taskset, cgroup "
+            "or SLURM's --cpus-per-task): several workers share each core and every step gets "
+            "slower; use --nproc %d or fewer, or give the job more CPUs",
+            j->nproc, j->ncpus, j->ncpus == 1 ? "" : "s", j->ncpus);
 }
 
 /* Node 0 serves the store the workers rendezvous on. */
@@ -626,10 +831,10 @@ static int open_store(job *j) {
   j->store = dl_store_server(j->bind_addr, j->master_port, j->token);
   if (!j->store) {
     if (j->master_port)
-      say("cannot serve the rendezvous store on %s:%d (is the port in use? --master-port 0 "
+      job_say("cannot serve the rendezvous store on %s:%d (is the port in use? --master-port 0 "
           "picks a free one): %s", j->bind_addr, j->master_port, dl_last_error());
     else
-      say("cannot serve the rendezvous store on %s: %s", j->bind_addr, dl_last_error());
+      job_say("cannot serve the rendezvous store on %s: %s", j->bind_addr, dl_last_error());
     return -1;
   }
   j->port = dl_store_port(j->store);
@@ -664,7 +869,7 @@ static void remove_arenas(const job *j) {
 static int open_logs(job *j) {
   if (!j->log_dir) return 0;
   if (mkdir(j->log_dir, 0777) != 0 && errno != EEXIST) {
-    say("cannot create --log-dir %s: %s", j->log_dir, strerror(errno));
+    job_say("cannot create --log-dir %s: %s", j->log_dir, strerror(errno));
     return -1;
   }
   for (int i = 0; i < j->nproc; i++) {
@@ -672,9 +877,34 @@ static int open_logs(job *j) {
     snprintf(path, sizeof path, "%s/rank%d.log", j->log_dir, j->w[i].rank);
     j->w[i].log = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (j->w[i].log < 0) {
-      say("cannot open %s: %s", path, strerror(errno));
+      job_say("cannot open %s: %s", path, strerror(errno));
       return -1;
     }
+  }
+  return 0;
+}
+
+/* `ddplua --nproc N -` (or a pipe): the launcher reads the script, every
+** worker gets it through its control channel. */
+static int read_script(job *j) {
+  size_t cap = 0;
+  for (;;) {
+    if (j->script_len + 65536 > cap) {
+      char *grown = realloc(j->script, cap = cap * 2 + 65536);
+      if (!grown) {
+        job_say("out of memory reading the script from stdin");
+        return -1;
+      }
+      j->script = grown;
+    }
+    ssize_t n = read(STDIN_FILENO, j->script + j->script_len, cap - j->script_len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      job_say("cannot read the script from stdin: %s", strerror(errno));
+      return -1;
+    }
+    if (n == 0) break;
+    j->script_len += (size_t)n;
   }
   return 0;
 }
@@ -695,7 +925,7 @@ int launcher_run(const launch_opts *o, char **argv) {
     char *end;
     j.grace = strtod(o->grace, &end);
     if (end == o->grace || *end || !(j.grace >= 0 && j.grace <= 86400)) {
-      say("--grace expects seconds (0..86400), got '%s'", o->grace);
+      job_say("--grace expects seconds (0..86400), got '%s'", o->grace);
       return 1;
     }
   }
@@ -713,7 +943,7 @@ int launcher_run(const launch_opts *o, char **argv) {
   j.prefix = j.prefix && j.world > 1;
   ssize_t n = readlink("/proc/self/exe", j.exe, sizeof j.exe - 1);
   if (n <= 0) {
-    say("cannot find the program itself (/proc/self/exe): %s", strerror(errno));
+    job_say("cannot find the program itself (/proc/self/exe): %s", strerror(errno));
     return 1;
   }
   j.exe[n] = '\0';
@@ -729,18 +959,20 @@ int launcher_run(const launch_opts *o, char **argv) {
 
   j.w = calloc((size_t)j.nproc, sizeof *j.w);
   if (!j.w) {
-    say("out of memory");
+    job_say("out of memory");
     return 1;
   }
   for (int i = 0; i < j.nproc; i++) {
     j.w[i].local_rank = i;
     j.w[i].rank = j.node_rank * j.nproc + i;
     j.w[i].log = -1;
-    j.w[i].out.fd = j.w[i].err.fd = -1;
+    j.w[i].out.fd = j.w[i].err.fd = j.w[i].ctl.fd = j.w[i].ctl_w = -1;
   }
+  j.interactive = o->interactive;
+  if (o->stdin_script && read_script(&j) != 0) goto done;
   setup_threads(&j);
   if (install_signals() != 0) {
-    say("cannot set up signals: %s", strerror(errno));
+    job_say("cannot set up signals: %s", strerror(errno));
     goto done;
   }
   if (open_logs(&j) != 0) goto done;
@@ -766,8 +998,8 @@ int launcher_run(const launch_opts *o, char **argv) {
     }
     if (j.restart < j.max_restarts) {
       j.restart++;
-      say("rank %d failed with %s; restarting all workers (restart %d of %d)", j.w[ix].rank,
-          describe(j.w[ix].status), j.restart, j.max_restarts);
+      job_say("rank %d failed with %s; restarting all workers (restart %d of %d)", j.w[ix].rank,
+          job_describe(j.w[ix].status), j.restart, j.max_restarts);
       continue;
     }
     summary(&j, ix);
@@ -779,8 +1011,12 @@ done:
     if (j.w[i].log >= 0) close(j.w[i].log);
     free(j.w[i].out.buf);
     free(j.w[i].err.buf);
+    free(j.w[i].ctl.buf);
+    free(j.w[i].cap);
+    free(j.w[i].reply);
     for (int t = 0; t < TAIL_LINES; t++) free(j.w[i].tail[t]);
   }
   free(j.w);
+  free(j.script);
   return status;
 }

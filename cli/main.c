@@ -346,7 +346,8 @@ static int cli_script(lua_State *L, const cli_args *a) {
   /* "-" is stdin, unless it came after "--" (then it is a file name). */
   if (strcmp(fname, "-") == 0 && strcmp(a->argv[a->script - 1], "--") != 0)
     fname = NULL;
-  int status = cli_loadfile(L, fname);
+  /* a launched worker's stdin is the launcher's to read: it sends it */
+  int status = fname == NULL && link_active() ? link_load_script(L) : cli_loadfile(L, fname);
   if (status == 0) {
     int n = a->argc - a->script - 1;
     luaL_checkstack(L, n + 3, "too many arguments to script");
@@ -451,6 +452,7 @@ static int cli_pmain(lua_State *L) {
   luaL_openlibs(L);
   lua_gc(L, LUA_GCRESTART, -1);
   cli_paths(L);
+  link_register(L);
   cli_argtable(L, a);
   if (a->version)
     cli_version();
@@ -467,7 +469,7 @@ static int cli_pmain(lua_State *L) {
   if (a->script && cli_script(L, a) != 0)
     return 0;
   if (a->interactive) {
-    a->status = repl_run(L);
+    a->status = link_active() ? link_serve_repl(L) : repl_run(L);
     return 0;
   }
   if (a->script == 0 && a->nexec == 0 && !a->version) {
@@ -499,12 +501,13 @@ static void tame_openblas(char **argv) {
 
 int main(int argc, char **argv) {
   tame_openblas(argv);
+  link_open(); /* a launched worker: the launcher's control channel */
   cli_args a;
   memset(&a, 0, sizeof(a));
   a.argc = argc;
   a.argv = argv;
   a.actions = calloc((size_t)argc + 1, sizeof(*a.actions));
-  a.wargv = calloc((size_t)argc + 2, sizeof(*a.wargv));
+  a.wargv = calloc((size_t)argc + 3, sizeof(*a.wargv));
   if (a.actions == NULL || a.wargv == NULL) {
     cli_message("not enough memory");
     return 1;
@@ -531,11 +534,21 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (a.launch) {
-    int status = 1;
-    if (a.script == 0)
-      cli_message("--nproc needs a script to run (ddplua --nproc N script.lua [args])");
-    else
-      status = launcher_run(&a.lo, a.wargv);
+    /* As lua.c decides for one process: a script, -e chunks, the prompt
+    ** (-i, or nothing to run and a terminal) or stdin ("-", or a pipe). */
+    int dash = a.script && strcmp(argv[a.script], "-") == 0 && strcmp(argv[a.script - 1], "--") != 0;
+    int nothing = a.script == 0 && a.nexec == 0 && !a.version;
+    a.lo.interactive = a.interactive || (nothing && isatty(STDIN_FILENO));
+    a.lo.stdin_script = dash || (nothing && !a.lo.interactive);
+    if (a.lo.interactive && !a.interactive) { /* the workers serve the prompt: -i */
+      memmove(a.wargv + 2, a.wargv + 1, (size_t)a.nwargv * sizeof *a.wargv);
+      a.wargv[1] = "-i";
+      a.nwargv++;
+    } else if (a.lo.stdin_script && !dash) {
+      a.wargv[a.nwargv++] = "-";
+      a.wargv[a.nwargv] = NULL;
+    }
+    int status = launcher_run(&a.lo, a.wargv);
     free(a.actions);
     free(a.wargv);
     return status;

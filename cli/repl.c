@@ -25,14 +25,16 @@
 #define REPL_HISTORY_FILE ".ddplua_history"
 #define REPL_HISTORY_MAX 1000
 
-/* What reading a line can end in, besides a line (0). */
-enum { REPL_EOF = -1, REPL_INTR = -2 };
 
-typedef struct repl {
-  int tty;       /* stdin is a terminal: libedit; else plain reads (-i) */
-  int base;      /* stack slots below ours */
+/* The terminal, shared by the prompt of one process and the launcher's
+** prompt over ranks (repl_dist.c). */
+static struct {
+  int open;
+  int tty;  /* stdin is a terminal: libedit; else plain reads (-i) */
   char history[PATH_MAX];
-} repl;
+  const repl_hooks *hooks;
+  struct sigaction old_sigint;
+} term;
 
 /* -- Ctrl-C at the prompt ------------------------------------------------ */
 
@@ -62,17 +64,28 @@ static void repl_clear_sigint(void) {
 
 /* One byte of stdin, or -1 at end of input or on Ctrl-C. */
 static int repl_getbyte(void) {
-  struct pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {repl_pipe[0], POLLIN, 0}};
+  enum { EXTRA = 64 };
+  struct pollfd fds[2 + EXTRA];
   for (;;) {
     if (repl_sigint)
       return -1;
-    if (poll(fds, 2, -1) < 0) {
+    fds[0] = (struct pollfd){STDIN_FILENO, POLLIN, 0};
+    fds[1] = (struct pollfd){repl_pipe[0], POLLIN, 0};
+    int extra = term.hooks && term.hooks->fill ? term.hooks->fill(term.hooks->ud, fds + 2, EXTRA) : 0;
+    if (poll(fds, (nfds_t)(2 + extra), -1) < 0) {
       if (errno == EINTR)
         continue;
       return -1;
     }
     if (repl_sigint || (fds[1].revents & POLLIN))
       return -1;
+    if (extra > 0)
+      for (int k = 0; k < extra; k++)
+        if (fds[2 + k].revents) {
+          if (term.hooks->ready(term.hooks->ud, fds + 2, extra))
+            return -1; /* the prompt is over (every rank gone) */
+          break;
+        }
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       unsigned char c;
       ssize_t n = read(STDIN_FILENO, &c, 1);
@@ -112,13 +125,14 @@ static int repl_getc(FILE *unused) {
   }
 }
 
-/* -- Reading lines ------------------------------------------------------- */
 
-/* Reads one line without its newline into *out (malloc'd); returns 0,
-** REPL_EOF or REPL_INTR. */
-static int repl_read(repl *r, const char *prompt, char **out) {
+/* -- Reading lines and chunks ---------------------------------------------- */
+
+/* One line without its newline into *out (malloc'd): 0, REPL_EOF or
+** REPL_INTR. */
+int repl_term_read(const char *prompt, char **out) {
   *out = NULL;
-  if (!r->tty) { /* -i with a pipe: no editing, but the same prompts */
+  if (!term.tty) { /* -i with a pipe: no editing, but the same prompts */
     size_t cap = 0;
     fputs(prompt, stdout);
     fflush(stdout);
@@ -143,127 +157,263 @@ static int repl_read(repl *r, const char *prompt, char **out) {
   return 0;
 }
 
-static void repl_saveline(repl *r, const char *line) {
-  if (!r->tty || line[0] == '\0')
+/* Redraws the prompt and the line being typed after output printed over
+** it (a rank's message while the prompt waits). */
+void repl_term_redisplay(void) {
+  if (term.tty)
+    rl_forced_update_display();
+}
+
+static void repl_saveline(const char *line) {
+  if (!term.tty || line[0] == '\0')
     return;
   add_history(line);
   /* Written at every line, so os.exit() and a crash keep it; a failure
   ** (no HOME, read-only home) only loses the history. */
-  if (r->history[0])
-    write_history(r->history);
+  if (term.history[0])
+    write_history(term.history);
 }
 
-/* Pushes the next line: 0, or REPL_EOF / REPL_INTR with nothing pushed.
-** "=expr" on a first line means "return expr", as in Lua 5.1. */
-static int repl_pushline(repl *r, lua_State *L, int first) {
-  char *line;
-  int status = repl_read(r, first ? REPL_PROMPT : REPL_PROMPT2, &line);
-  if (status != 0)
-    return status;
-  if (first && line[0] == '=')
-    lua_pushfstring(L, "return %s", line + 1);
-  else
-    lua_pushstring(L, line);
-  free(line);
-  return 0;
-}
-
-/* A syntax error at the very end of the text means the chunk goes on in
-** the next line; lua.c tells it by the message ending in '<eof>'. */
-static int repl_incomplete(lua_State *L, int status) {
+/* Whether text is a whole chunk: it compiles (as an expression or as
+** statements) or fails otherwise than by ending too early ("... near
+** <eof>", as lua.c tells).  The launcher's prompt asks with a bare state
+** (no libraries: only the parser runs).  A leading "@ranks " (the
+** launcher's prefix) and "=" are skipped. */
+int repl_chunk_complete(lua_State *L, const char *text) {
   static const char eof[] = "'<eof>'";
+  if (text[0] == '@')
+    text += strcspn(text, " \t\n");
+  while (*text == ' ' || *text == '\t')
+    text++;
+  if (text[0] == '=')
+    text++;
+  int top = lua_gettop(L);
+  const char *code = lua_pushfstring(L, "return %s;", text);
+  if (luaL_loadbuffer(L, code, strlen(code), "=stdin") == 0) {
+    lua_settop(L, top);
+    return 1;
+  }
+  lua_settop(L, top);
+  int status = luaL_loadbuffer(L, text, strlen(text), "=stdin");
+  int more = 0;
   if (status == LUA_ERRSYNTAX) {
     size_t len;
     const char *msg = lua_tolstring(L, -1, &len);
-    if (len >= sizeof(eof) - 1 &&
-        strcmp(msg + len - (sizeof(eof) - 1), eof) == 0) {
-      lua_pop(L, 1);
-      return 1;
-    }
+    more = msg && len >= sizeof(eof) - 1 && strcmp(msg + len - (sizeof(eof) - 1), eof) == 0;
   }
+  lua_settop(L, top);
+  return !more;
+}
+
+/* Reads a whole chunk into *chunk (malloc'd): a first line, then
+** continuation lines while it is incomplete.  0, REPL_EOF or REPL_INTR
+** (a Ctrl-C drops what was typed). */
+int repl_read_chunk(lua_State *L, const char *prompt, const char *prompt2, char **chunk) {
+  char *text;
+  *chunk = NULL;
+  int status = repl_term_read(prompt, &text);
+  if (status != 0)
+    return status;
+  while (!repl_chunk_complete(L, text)) {
+    char *more;
+    status = repl_term_read(prompt2, &more);
+    if (status != 0) {
+      free(text);
+      return status;
+    }
+    size_t a = strlen(text), b = strlen(more);
+    char *joined = realloc(text, a + b + 2);
+    if (!joined) {
+      free(more);
+      break;
+    }
+    text = joined;
+    text[a] = '\n';
+    memcpy(text + a + 1, more, b + 1);
+    free(more);
+  }
+  repl_saveline(text);
+  *chunk = text;
   return 0;
 }
 
-/* Tries the line as "return <line>" so that expressions print their value;
-** on success the compiled function replaces the "return" text. */
-static int repl_addreturn(repl *r, lua_State *L) {
-  const char *line = lua_tostring(L, -1);
-  const char *code = lua_pushfstring(L, "return %s;", line);
-  int status = luaL_loadbuffer(L, code, strlen(code), "=stdin");
-  if (status == 0) {
-    lua_remove(L, -2);
-    repl_saveline(r, line);
-  } else {
-    lua_pop(L, 2);
-  }
-  return status;
+/* -- Tab completion ---------------------------------------------------------- */
+
+/* The candidates of the current completion, handed out one by one to
+** libedit's generator. */
+static char **repl_cands;
+
+static void repl_free_cands(void) {
+  if (!repl_cands)
+    return;
+  for (char **c = repl_cands; *c; c++)
+    free(*c);
+  free(repl_cands);
+  repl_cands = NULL;
 }
 
-/* Reads continuation lines until the chunk compiles or fails otherwise. */
-static int repl_multiline(repl *r, lua_State *L) {
-  for (;;) {
-    size_t len;
-    const char *code = lua_tolstring(L, r->base + 1, &len);
-    int status = luaL_loadbuffer(L, code, len, "=stdin");
-    if (!repl_incomplete(L, status)) {
-      repl_saveline(r, code);
-      return status;
+static char *repl_generate(const char *text, int state) {
+  static int next;
+  (void)text;
+  if (state == 0)
+    next = 0;
+  if (!repl_cands || !repl_cands[next])
+    return NULL;
+  return strdup(repl_cands[next++]);
+}
+
+static char **repl_attempt(const char *text, int start, int end) {
+  (void)start;
+  repl_free_cands();
+  if (!term.hooks || !term.hooks->complete)
+    return NULL;
+  char *upto = strndup(rl_line_buffer, (size_t)end);
+  if (!upto)
+    return NULL;
+  repl_cands = term.hooks->complete(term.hooks->ud, upto);
+  free(upto);
+  rl_completion_append_character = '\0';
+  if (!repl_cands || !repl_cands[0])
+    return NULL;
+  return rl_completion_matches(text, repl_generate);
+}
+
+/* -- The terminal -------------------------------------------------------- */
+
+void repl_term_open(const repl_hooks *hooks) {
+  struct sigaction act;
+  memset(&term, 0, sizeof term);
+  term.open = 1;
+  term.hooks = hooks;
+  term.tty = isatty(STDIN_FILENO);
+  if (term.tty) {
+    const char *home = getenv("HOME");
+    /* libedit needs the locale's character set to edit non-ASCII text;
+    ** LC_CTYPE alone leaves number formatting (LC_NUMERIC) to Lua. */
+    setlocale(LC_CTYPE, "");
+    if (pipe(repl_pipe) == 0) {
+      for (int i = 0; i < 2; i++) {
+        fcntl(repl_pipe[i], F_SETFL, O_NONBLOCK);
+        fcntl(repl_pipe[i], F_SETFD, FD_CLOEXEC);
+      }
+    } else {
+      repl_pipe[0] = repl_pipe[1] = -1;
     }
-    status = repl_pushline(r, L, 0);
-    if (status != 0)
-      return status;
-    lua_pushliteral(L, "\n");
-    lua_insert(L, -2);
-    lua_concat(L, 3);
+    rl_readline_name = "ddplua";
+    rl_getc_function = repl_getc; /* before libedit initialises */
+    /* "x:ad" and "ddp.nn.Li" are one word to complete */
+    rl_basic_word_break_characters = " \t\n\"\\'`@$><=;|&{(,+-*/%^~#[]";
+    rl_completer_word_break_characters = (char *)rl_basic_word_break_characters;
+    rl_attempted_completion_function = repl_attempt;
+    using_history();
+    stifle_history(REPL_HISTORY_MAX);
+    if (home && home[0] &&
+        snprintf(term.history, sizeof(term.history), "%s/%s", home, REPL_HISTORY_FILE) <
+            (int)sizeof(term.history))
+      read_history(term.history); /* none yet is fine */
+    else
+      term.history[0] = '\0';
   }
+  memset(&act, 0, sizeof(act));
+  act.sa_handler = repl_on_sigint;
+  sigemptyset(&act.sa_mask);
+  sigaction(SIGINT, &act, &term.old_sigint);
 }
 
-/* Leaves the compiled chunk (status 0) or an error message on the stack;
-** REPL_EOF / REPL_INTR leave nothing. */
-static int repl_loadline(repl *r, lua_State *L) {
-  lua_settop(L, r->base);
-  int status = repl_pushline(r, L, 1);
-  if (status != 0)
-    return status;
-  status = repl_addreturn(r, L);
-  if (status != 0)
-    status = repl_multiline(r, L);
-  if (status < 0) {
-    lua_settop(L, r->base);
-    return status;
-  }
-  lua_remove(L, r->base + 1); /* the text */
-  return status;
-}
-
-/* -- Running ------------------------------------------------------------- */
-
-/* Prints what the chunk returned through the global print (so tostring and
-** __tostring apply, tab separated). */
-static void repl_print(repl *r, lua_State *L) {
-  int n = lua_gettop(L) - r->base;
-  if (n <= 0)
+void repl_term_close(void) {
+  if (!term.open)
     return;
-  if (!lua_checkstack(L, LUA_MINSTACK)) {
-    cli_message("too many results to print");
-    return;
+  sigaction(SIGINT, &term.old_sigint, NULL);
+  for (int i = 0; i < 2; i++) {
+    if (repl_pipe[i] >= 0)
+      close(repl_pipe[i]);
+    repl_pipe[i] = -1;
   }
-  lua_getglobal(L, "print");
-  lua_insert(L, r->base + 1);
-  if (lua_pcall(L, n, 0, 0) != 0)
-    cli_message(lua_pushfstring(L, "error calling 'print' (%s)",
-                                lua_tostring(L, -1)));
+  repl_free_cands();
+  term.open = 0;
 }
 
-static int repl_run_chunk(repl *r, lua_State *L) {
-  /* JIT-compiled loops never run debug hooks, so a `while true do end`
-  ** typed here could not be stopped by Ctrl-C: code typed at the prompt
-  ** runs interpreted.  Functions it calls from modules keep the JIT. */
-  luaJIT_setmode(L, -1, LUAJIT_MODE_ALLFUNC | LUAJIT_MODE_OFF);
-  int status = cli_docall(L, 0, LUA_MULTRET);
-  if (status == 0)
-    repl_print(r, L);
-  return cli_report(L, status);
+/* -- One process's prompt ---------------------------------------------------- */
+
+/* The Lua state and session (a ddp.console session at a stack index) the
+** completion hook of one process's prompt asks. */
+static lua_State *repl_L;
+static int repl_session;
+
+static char **repl_complete_local(void *ud, const char *upto) {
+  lua_State *L = repl_L;
+  (void)ud;
+  int top = lua_gettop(L);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "ddp.console");
+  if (lua_pcall(L, 1, 1, 0) != 0) {
+    lua_settop(L, top);
+    return NULL;
+  }
+  lua_getfield(L, -1, "complete");
+  lua_pushvalue(L, repl_session);
+  lua_pushstring(L, upto);
+  if (lua_pcall(L, 2, 1, 0) != 0 || !lua_istable(L, -1)) {
+    lua_settop(L, top);
+    return NULL;
+  }
+  int n = (int)lua_objlen(L, -1);
+  char **out = calloc((size_t)n + 1, sizeof *out);
+  for (int i = 0; out && i < n; i++) {
+    lua_rawgeti(L, -1, i + 1);
+    const char *s = lua_tostring(L, -1);
+    out[i] = strdup(s ? s : "");
+    lua_pop(L, 1);
+  }
+  lua_settop(L, top);
+  return out;
+}
+
+/* Runs one chunk through ddp.console.run(session, text) and prints what
+** it returns: values on stdout, an error on stderr. */
+static void repl_run_chunk(lua_State *L, int session, const char *text) {
+  int top = lua_gettop(L);
+  if (lua_isnil(L, session)) { /* no ddp.console: plain Lua, as lua.c */
+    const char *code = lua_pushfstring(L, "return %s;", text[0] == '=' ? text + 1 : text);
+    int status = luaL_loadbuffer(L, code, strlen(code), "=stdin");
+    if (status != 0) {
+      lua_pop(L, 1);
+      status = luaL_loadbuffer(L, text, strlen(text), "=stdin");
+    }
+    if (status == 0)
+      status = cli_docall(L, 0, LUA_MULTRET);
+    if (status == 0 && lua_gettop(L) > top + 1) {
+      lua_getglobal(L, "print");
+      lua_replace(L, top + 1);
+      status = lua_pcall(L, lua_gettop(L) - top - 1, 0, 0);
+    }
+    cli_report(L, status);
+    lua_settop(L, top);
+    return;
+  }
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "ddp.console");
+  int status = cli_docall(L, 1, 1);
+  if (status == 0) {
+    lua_getfield(L, -1, "run");
+    lua_pushvalue(L, session);
+    lua_pushstring(L, text);
+    status = cli_docall(L, 2, 2);
+  }
+  if (status != 0) {
+    cli_report(L, status);
+  } else {
+    size_t len;
+    const char *out = lua_tolstring(L, -1, &len);
+    if (out && !lua_toboolean(L, -2)) {
+      cli_message(out);
+    } else if (out && len > 0) {
+      fwrite(out, 1, len, stdout);
+      fputc('\n', stdout);
+      fflush(stdout);
+    }
+  }
+  lua_settop(L, top);
 }
 
 /* ddp = require "ddp"; returns 1 if it loaded.  A broken ddp must not take
@@ -283,53 +433,20 @@ static int repl_load_ddp(lua_State *L) {
   return 1;
 }
 
-static void repl_setup_editing(repl *r) {
-  const char *home = getenv("HOME");
-  /* libedit needs the locale's character set to edit non-ASCII text;
-  ** LC_CTYPE alone leaves number formatting (LC_NUMERIC) to Lua. */
-  setlocale(LC_CTYPE, "");
-  if (pipe(repl_pipe) == 0) {
-    for (int i = 0; i < 2; i++) {
-      fcntl(repl_pipe[i], F_SETFL, O_NONBLOCK);
-      fcntl(repl_pipe[i], F_SETFD, FD_CLOEXEC);
-    }
-  } else {
-    repl_pipe[0] = repl_pipe[1] = -1;
-  }
-  rl_readline_name = "ddplua";
-  rl_getc_function = repl_getc; /* before libedit initialises */
-  using_history();
-  stifle_history(REPL_HISTORY_MAX);
-  r->history[0] = '\0';
-  if (home && home[0] &&
-      snprintf(r->history, sizeof(r->history), "%s/%s", home,
-               REPL_HISTORY_FILE) < (int)sizeof(r->history))
-    read_history(r->history); /* none yet is fine */
-  else
-    r->history[0] = '\0';
-}
-
-int repl_run(lua_State *L) {
-  repl r;
-  struct sigaction act, old;
-  memset(&r, 0, sizeof(r));
-  r.tty = isatty(STDIN_FILENO);
-  r.base = lua_gettop(L);
-  if (r.tty)
-    repl_setup_editing(&r);
-
-  memset(&act, 0, sizeof(act));
-  act.sa_handler = repl_on_sigint;
-  sigemptyset(&act.sa_mask);
-  sigaction(SIGINT, &act, &old);
-
-  int have_ddp = repl_load_ddp(L);
-  printf("%s %s -- LuaJIT data-parallel training.%s Ctrl-D to exit.\n",
-         CLI_NAME, dl_version(), have_ddp ? " ddp is loaded;" : "");
-  fflush(stdout);
-
+/* The prompt of one process until end of input, running chunks in the
+** ddp.console session at stack index session. */
+int repl_run_session(lua_State *L, int session) {
+  repl_hooks hooks = {NULL, NULL, repl_complete_local, NULL};
+  lua_State *saved_L = repl_L;
+  int saved_session = repl_session;
+  int was_open = term.open;
+  repl_L = L;
+  repl_session = session > 0 ? session : lua_gettop(L) + session + 1;
+  if (!was_open)
+    repl_term_open(&hooks);
   for (;;) {
-    int status = repl_loadline(&r, L);
+    char *chunk;
+    int status = repl_read_chunk(L, REPL_PROMPT, REPL_PROMPT2, &chunk);
     if (status == REPL_EOF)
       break;
     if (status == REPL_INTR) { /* drop the line (and any pending ones) */
@@ -337,21 +454,40 @@ int repl_run(lua_State *L) {
       fflush(stdout);
       continue;
     }
-    if (status == 0)
-      repl_run_chunk(&r, L);
-    else
-      cli_report(L, status);
+    repl_run_chunk(L, repl_session, chunk);
+    free(chunk);
     fflush(stdout);
   }
-  lua_settop(L, r.base);
   fputs("\n", stdout);
   fflush(stdout);
+  if (!was_open)
+    repl_term_close();
+  repl_L = saved_L;
+  repl_session = saved_session;
+  return 0;
+}
 
-  sigaction(SIGINT, &old, NULL);
-  for (int i = 0; i < 2; i++) {
-    if (repl_pipe[i] >= 0)
-      close(repl_pipe[i]);
-    repl_pipe[i] = -1;
+int repl_run(lua_State *L) {
+  int base = lua_gettop(L);
+  int have_ddp = repl_load_ddp(L);
+  printf("%s %s -- LuaJIT data-parallel training.%s Ctrl-D to exit.\n",
+         CLI_NAME, dl_version(), have_ddp ? " ddp is loaded;" : "");
+  fflush(stdout);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "ddp.console");
+  if (cli_docall(L, 1, 1) == 0) {
+    lua_getfield(L, -1, "session");
+    lua_remove(L, -2);
+    if (cli_docall(L, 0, 1) == 0) {
+      repl_run_session(L, lua_gettop(L));
+      lua_settop(L, base);
+      return 0;
+    }
   }
+  cli_report(L, 1);
+  lua_settop(L, base);
+  lua_pushnil(L); /* the prompt still works, without ddp's console */
+  repl_run_session(L, lua_gettop(L));
+  lua_settop(L, base);
   return 0;
 }

@@ -295,7 +295,34 @@ if rank == 1 and n < 2 then os.exit(5) end
     out, err, rc = run("--nproc 2 --no-prefix " .. q(s), "OMP_NUM_THREADS=3 env -u DDPLUA_NUM_THREADS -u OPENBLAS_NUM_THREADS")
     assert.equals(0, rc, err)
     assert.same({ "3\t3\t3\t4", "3\t3\t3\t4" }, lines(out))
-    assert.falsy(err:find("thread", 1, true), err)
+    assert.falsy(err:find("workers, ", 1, true), err)  -- the user's budget: no line of ours
+    -- ... but a warning when 2 x 3 threads oversubscribe the cores
+    assert.equals(2 * 3 > cores, err:find("oversubscribed", 1, true) ~= nil, err)
+  end)
+
+  it("warns once, with the numbers and the fix, when workers x threads exceed the CPUs", function()
+    local s = script([[print(os.getenv("OMP_NUM_THREADS"))]])
+    -- the user's OMP_NUM_THREADS, two workers on one CPU of the affinity mask
+    local out, err, rc = run("--nproc 2 --no-prefix " .. q(s),
+                             "OMP_NUM_THREADS=8 env -u DDPLUA_NUM_THREADS -u OPENBLAS_NUM_THREADS taskset -c 0")
+    assert.equals(0, rc, err)
+    assert.same({ "8", "8" }, lines(out))
+    local _, n = err:gsub("warning", "")
+    assert.equals(1, n, err)
+    assert.truthy(err:find("ddplua: warning: 2 workers x 8 threads (OMP_NUM_THREADS=8) = 16 threads on 1 CPU: "
+                           .. "the cores are oversubscribed", 1, true), err)
+    assert.truthy(err:find("unset OMP_NUM_THREADS", 1, true), err)
+    -- more workers than CPUs, with the launcher's own budget
+    out, err, rc = run("--nproc 3 --no-prefix " .. q(s),
+                       "env -u OMP_NUM_THREADS -u DDPLUA_NUM_THREADS -u OPENBLAS_NUM_THREADS taskset -c 0")
+    assert.equals(0, rc, err)
+    assert.same({ "1", "1", "1" }, lines(out))
+    assert.truthy(err:find("ddplua: warning: 3 workers on 1 CPU", 1, true), err)
+    assert.truthy(err:find("use --nproc 1 or fewer", 1, true), err)
+    -- within the CPUs: no warning
+    _, err, rc = run("--nproc 1 --no-prefix " .. q(s), "OMP_NUM_THREADS=1 taskset -c 0")
+    assert.equals(0, rc, err)
+    assert.falsy(err:find("warning", 1, true), err)
   end)
 
   it("runs one worker per GPU with --nproc auto (one without)", function()
@@ -330,11 +357,8 @@ if rank == 0 then print("count=" .. st:get("count")) end
     assert.truthy(err:find("port in use", 1, true), err)
   end)
 
-  it("rejects a launcher without a script, and launcher options without --nproc", function()
-    local _, err, rc = run("--nproc 2")
-    assert.equals(1, rc)
-    assert.truthy(err:find("needs a script", 1, true), err)
-    _, err, rc = run("--nproc 0 x.lua")
+  it("rejects bad counts, and launcher options without --nproc", function()
+    local _, err, rc = run("--nproc 0 x.lua")
     assert.equals(1, rc)
     assert.truthy(err:find("--nproc expects an integer", 1, true), err)
     _, err, rc = run("--log-dir /tmp x.lua")

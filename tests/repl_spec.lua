@@ -55,7 +55,7 @@ describe("ddplua REPL", function()
 
   it("keeps running after an error", function()
     local out = repl { "error('boom')", "local = 1", "print('still here')", "^D" }
-    has(out, "ddplua: boom")
+    has(out, "ddplua: stdin:1: boom")
     has(out, "ddplua: stdin:1:")
     has(out, "\nstill here\n")
     has(out, "EXIT 0")
@@ -106,6 +106,38 @@ describe("ddplua REPL", function()
     has(out, "\nfresh\n")
     assert.falsy(out:find("ddplua:", 1, true), out)
     assert.truthy(out:match("\nEXIT 0\n$"), out)
+  end)
+
+  it("keeps a local typed at the prompt for the next lines", function()
+    local out = repl { "local a, b = 2, 3", "a * b", "local function sq(x) return x * x end", "sq(a)",
+                       "do local hidden = 1 end", "hidden", "^D" }
+    has(out, "> a * b\n6\n")
+    has(out, "> sq(a)\n4\n")
+    has(out, "> hidden\nnil\n")  -- a block's local stays in its block
+  end)
+
+  it("prints tables nested and depth-limited, and tensors as PyTorch does", function()
+    local out = repl { "{1, 'two', {x = 1, y = {z = {w = {1}}}}, name = 'n'}",
+                       "x = ddp.ones(2):requires_grad_()", "x", "x * 2", "(x * 2):sum()", "^D" }
+    has(out, '\n{1, "two", {x = 1, y = {z = {w = {...}}}}, name = "n"}\n')
+    has(out, "> x\ntensor([1., 1.], requires_grad=True)\n")
+    has(out, "\ntensor([2., 2.], grad_fn=<MulBackward0>)\n")
+    has(out, "\ntensor(4., grad_fn=<SumBackward0>)\n")
+  end)
+
+  it("names stdin:LINE in errors, also of a ddp op", function()
+    local out = repl { "for i = 1, 2 do", "if i == 2 then error('second') end", "end",
+                       "ddp.ones(2) + ddp.ones(3)", "^D" }
+    has(out, "ddplua: stdin:2: second")
+    assert.truthy(out:find("ddplua: stdin:1: [^\n]*shape", 1) or out:find("ddplua: stdin:1: [^\n]*broadcast", 1), out)
+  end)
+
+  it("completes globals, fields and methods with Tab", function()
+    local out = repl { "@type string.for\t", "@sleep 0.3", "", "t = ddp.ones(1)", "@type t:add_\t", "@sleep 0.3",
+                       "(1)", "@type ddp.nn.Line\t", "@sleep 0.3", "", "^D" }
+    has(out, "string.format\nfunction: builtin")
+    has(out, "t:add_(1)\ntensor([2.])")
+    has(out, "ddp.nn.Linear\n")
   end)
 
   it("keeps a history file", function()

@@ -37,6 +37,9 @@ local function is_lib(source)
   return false
 end
 
+-- Whether a chunk's source (as debug.getinfo gives it) is ddp's own.
+M.is_lib_source = is_lib
+
 local function user_level()
   local level = 3
   while true do

@@ -78,6 +78,8 @@ function M.local_rank() return env().local_rank end
 function M.local_world_size() return env().local_world_size end
 function M.node_rank() return env().node_rank end
 function M.is_main() return env().rank == 0 end
+-- torch.distributed's names, for the fingers of PyTorch users
+M.get_rank, M.get_world_size = M.rank, M.world_size
 
 -- Real (not emulated) CUDA devices, for the choice of NCCL.
 local function real_cuda_devices()

@@ -13,6 +13,7 @@
 --   ddp.factory (creation), ddp.autograd, ddp.checkpoint
 --   ddp.functional, ddp.nn, ddp.optim
 --   ddp.store, ddp.dist, ddp.data, ddp.progress, ddp.argparse, ddp.ddp
+--   ddp.console (the prompt's side in Lua, ddp.breakpoint)
 --   ddp (this file)
 -- so none of them requires "ddp" back, and everything here loads at once.
 local core = require "ddp.core"
@@ -30,6 +31,7 @@ local store = require "ddp.store"
 local argparse = require "ddp.argparse"
 local progress = require "ddp.progress"
 local wrapper = require "ddp.ddp"
+local console = require "ddp.console"
 local C, ffi = core.C, core.ffi
 local new, check, raise = core.new, core.check, core.raise
 local is_integer = core.is_integer
@@ -171,6 +173,9 @@ ddp.DataLoader, ddp.DistributedSampler, ddp.reduce_metrics =
 
 -- ddp.progress(total[, opts]) (ddp.progress): a rank-0 progress line.
 ddp.progress = progress
+-- ddp.breakpoint([rank]): the prompt on that rank, with the caller's
+-- locals; the other ranks wait (ddp.console).
+ddp.breakpoint = console.breakpoint
 
 -- ddp.log and ddp.device are tensor functions too (torch.log, t:device()):
 -- a tensor argument keeps that meaning; ddp.log("step", i) prints on every

@@ -2,7 +2,7 @@
 -- same number formats, widths, line wrapping and summarisation, so output
 -- reads the same as in Python.
 local core = require "ddp.core"
-local C = core.C
+local C, ffi = core.C, core.ffi
 local fmt, floor, huge = string.format, math.floor, math.huge
 
 core.add_lib_file(debug.getinfo(1, "S").source)
@@ -220,6 +220,14 @@ function M.format(t)
     suffixes[#suffixes + 1] = "dtype=torch." .. core.dtype_name(dtype)
   elseif numel == 0 and dtype ~= core.default_dtype() then
     suffixes[#suffixes + 1] = "dtype=torch." .. core.dtype_name(dtype)
+  end
+  -- as PyTorch: the node that made it, or requires_grad on a leaf
+  local grad_fn = ffi.string(C.dl_grad_fn_name(t))
+  if grad_fn ~= "" then
+    -- PyTorch numbers its node classes by overload (MulBackward0)
+    suffixes[#suffixes + 1] = "grad_fn=<" .. grad_fn .. (grad_fn:match("%d$") and "" or "0") .. ">"
+  elseif C.dl_requires_grad(t) ~= 0 then
+    suffixes[#suffixes + 1] = "requires_grad=True"
   end
   if #suffixes > 0 then body = body .. ", " .. table.concat(suffixes, ", ") end
   return prefix .. body .. ")"

@@ -4,7 +4,7 @@
 usage: pty.py [--timeout S] [--prompt-wait S] [--env K=V]... -- CMD [ARGS...] < inputs
 
 Inputs come on stdin, one per line:
-  text        wait for a prompt ("> " or ">> "), then type text and Enter
+  text        wait for a prompt ("> ", ">> ", or a job's "[0-1]> "), then type text and Enter
   @type text  wait for a prompt, then type text without Enter
   @sleep S    wait S seconds
   ^C          send Ctrl-C now (for a running chunk: use @sleep first)
@@ -80,7 +80,7 @@ class Session:
         deadline = time.time() + seconds
         prompted = None
         while time.time() < deadline:
-            if re.search(rb"(^|\n)>>? $", self.since(mark)):
+            if re.search(rb"(^|\n)(\[[0-9,-]+\])?>>? $", self.since(mark)):
                 prompted = prompted or time.time()
                 if self.editing() or time.time() - prompted > 0.5:
                     return True

@@ -1,0 +1,108 @@
+/* job.h -- the launcher's job and workers, shared by launcher.c (starting and watching them) and repl_dist.c (the prompt over them). */
+#ifndef DDPLUA_JOB_H
+#define DDPLUA_JOB_H
+
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <sched.h>
+#include <sys/types.h>
+
+#include "cli.h"
+#include "ddplua.h"
+
+#define TAIL_LINES 10
+#define LINE_MAX_BYTES 65536 /* a longer line is passed on in pieces */
+
+/* -- Workers --------------------------------------------------------------- */
+
+typedef struct line_buf {
+  int fd; /* read end of the pipe; -1 once at end of file */
+  char *buf;
+  size_t len;
+} line_buf;
+
+typedef struct worker {
+  int rank, local_rank;
+  pid_t pid;      /* 0 once reaped */
+  int status;     /* from waitpid */
+  line_buf out, err;
+  int log;        /* --log-dir file, or -1 */
+  char *tail[TAIL_LINES]; /* the last lines of stderr, a ring */
+  int ntail;
+  /* the control channel (cli/link.c): commands to it, frames from it */
+  int ctl_w;      /* -1 when closed */
+  line_buf ctl;
+  int ready;      /* serves the prompt (said "ready") */
+  int bp_calls;   /* how many times it reached ddp.breakpoint */
+  int bp_waiting; /* waits for "continue" */
+  /* what it prints while a prompt's chunk runs is kept here, not shown */
+  int capture;
+  char *cap;
+  size_t cap_len;
+  /* its answer to the current request (seq) */
+  int replied, reply_ok;
+  char *reply;
+  size_t reply_len;
+  int reported;   /* the prompt told that it died */
+  int busy;       /* runs a chunk typed at the prompt */
+} worker;
+
+typedef struct job {
+  int nproc, nnodes, node_rank, world;
+  char master_addr[256];
+  int master_port; /* the one asked for; 0: a free one */
+  int port;        /* the one workers get */
+  const char *bind_addr;
+  char token[33], job_id[33];
+  double grace;
+  int max_restarts, restart;
+  int prefix, quiet_ranks, bind_cores;
+  const char *log_dir;
+  char exe[PATH_MAX];
+  char **argv;
+  cpu_set_t cpus;
+  int ncpus;
+  char threads[16]; /* the budget to set, "" when the user set one */
+  dl_store *store;
+  worker *w;
+  /* the prompt over ranks (cli/repl_dist.c) */
+  int interactive;       /* --nproc N with no script, or -i */
+  char *script;          /* the script read from stdin, or NULL */
+  size_t script_len;
+  int session;           /* a prompt is on: Ctrl-C and deaths are its */
+  int interrupts;        /* Ctrl-Cs the prompt has not seen yet */
+  int abort_session;     /* SIGTERM (or every rank gone): end the prompt */
+  int at_prompt;         /* the terminal shows the prompt: clear it first */
+  int prompt_dirty;      /* output went over the prompt: redraw it */
+  long seq;              /* the current request */
+  int bp_target;         /* index of a worker that opened a breakpoint, or -1 */
+  char bp_where[256];
+  int bp_done;           /* breakpoint prompts ended */
+  /* the watch loop's state */
+  int first_failed, stopping, killed, forwarded, handled;
+  double deadline, drain_until;
+  struct pollfd *pfds;   /* job_turn's, 3 per worker and the wake pipe */
+  struct worker **pfw;
+} job;
+
+/* launcher.c */
+void job_say(const char *fmt, ...);
+double job_now(void);
+/* One turn of the watch loop: reaps, handles signals, passes on output and
+** frames, waiting up to timeout_ms; 1 once every worker is gone. */
+int job_turn(job *j, int timeout_ms);
+/* Reads all a worker's pipes hold now (its output and frames). */
+void job_drain_worker(job *j, worker *w);
+/* The descriptors job_turn watches, for the prompt's own poll. */
+int job_fds(job *j, struct pollfd *fds, int max);
+/* Sends a frame to a worker; -1 if it is gone. */
+int job_send(worker *w, const char *kind, long seq, const char *payload, size_t len);
+/* Lets SIGINT reach the job (the prompt's own handler saved in *saved). */
+void job_catch_sigint(struct sigaction *saved);
+const char *job_describe(int status);
+
+/* repl_dist.c: the prompt over ranks; target -1 for every rank, or the
+** index of the worker at a breakpoint. */
+void dist_session(job *j, int target);
+#endif
