@@ -850,6 +850,12 @@ function DataLoader:load_state_dict(sd)
   self._resume = sd.batches > 0 and { epoch = sd.epoch, batches = sd.batches } or nil
 end
 
+-- Loaders and samplers start fresh when a checkpoint holds no state for
+-- them (one written before they were saved): load_checkpoint leaves them.
+DataLoader.checkpoint_optional = true
+RandomSampler.checkpoint_optional = true
+DistributedSampler.checkpoint_optional = true
+
 function DataLoader:__tostring()
   return ("DataLoader(%d batches of %d, %s, epoch %d)"):format(
     self:len(), self.batch_size, self.shuffle and "shuffled" or tostring(self.sampler), self:epoch())
