@@ -213,7 +213,8 @@ function M.save_checkpoint(path, parts, opts)
     err = dist.broadcast_object(err, 0)
     if err then
       if dist.rank() == 0 then error(err, 0) end
-      raise(("save_checkpoint: rank 0 failed to write %s: %s"):format(path, err))
+      -- rank 0's location is its own line: this rank's goes in front
+      raise(("save_checkpoint: rank 0 failed to write %s: %s"):format(path, (err:gsub("^[^\n]-:%d+: ", "", 1))))
     end
     return
   end
