@@ -1,8 +1,10 @@
 -- fashion_mnist.lua: train an MLP or a small CNN on Fashion-MNIST with
 -- AdamW, data-parallel, as a PyTorch DDP user would write it: argument
 -- parsing, dataset, distributed sampler, model, optimizer, training loop,
--- evaluation over all ranks, rank-0 logging and checkpoint.  The same
--- script runs alone or on N ranks, with no flag:
+-- evaluation over all ranks, rank-0 logging and a checkpoint each epoch
+-- that --resume continues from exactly (the loader's place and every
+-- rank's random stream go with it).  The same script runs alone or on N
+-- ranks, with no flag:
 --
 --   ddplua examples/fashion_mnist.lua [--model mlp|cnn] [--epochs 3]
 --   ddplua --nproc 2 examples/fashion_mnist.lua      (make run)
@@ -87,10 +89,14 @@ local sched = optim.lr_scheduler.CosineWithWarmup(opt, {
   warmup_steps = math.min(100, math.floor(total_steps / 10)), total_steps = total_steps })
 local start_epoch = 1
 if args.resume then
-  -- every rank reads the file into its own memory (CPU tensors: no GPU 0 pile-up)
-  local state = ddp.load_checkpoint(args.checkpoint, { model = model, optimizer = opt, scheduler = sched })
+  -- every rank reads the file into its own memory (CPU tensors: no GPU 0
+  -- pile-up) and takes back its own random stream; the loader continues
+  -- with the next epoch's order
+  local state = ddp.load_checkpoint(args.checkpoint, { model = model, optimizer = opt, scheduler = sched,
+                                                       loader = loader })
   start_epoch = state.epoch + 1
-  loader:set_epoch(state.epoch)
+  -- a checkpoint of an older ddplua holds no loader: its epoch says where
+  if state.loader == nil then loader:set_epoch(state.epoch) end
   ddp.print(("resumed from %s after epoch %d"):format(args.checkpoint, state.epoch))
 end
 if device == "cpu" then
@@ -147,8 +153,8 @@ for epoch = start_epoch, args.epochs do
   local acc, n = evaluate()
   local mean_loss = data.reduce_metrics({ loss = loss_sum / batches }).loss / ddp.world_size()
   ddp.print(("epoch %d  loss %.4f  test accuracy %.2f%% (%d images)"):format(epoch, mean_loss, 100 * acc, n))
-  if ddp.is_main() then  -- one file, written once, atomically
-    ddp.save_checkpoint(args.checkpoint, { model = model, optimizer = opt, scheduler = sched, epoch = epoch })
-  end
-  ddp.barrier()  -- nobody resumes from a file rank 0 is still writing
+  -- every rank calls: rank 0 writes one file, atomically, holding each
+  -- rank's random stream, and all return once it is in place
+  ddp.save_checkpoint(args.checkpoint, { model = model, optimizer = opt, scheduler = sched, loader = loader,
+                                         epoch = epoch }, { all_ranks = true })
 end

@@ -471,6 +471,132 @@ describe("data", function()
       end)
     end)
 
+    describe("state_dict", function()
+      local serialize = require "ddp.serialize"
+      -- a state as a checkpoint gives it back: written and parsed again
+      local function through_text(sd) return assert(serialize.decode(serialize.encode(sd))) end
+      -- every batch of passes over l until its epoch reaches `upto`, as
+      -- "epoch:i:x,x,x" strings
+      local function batches(l, upto, out)
+        out = out or {}
+        while l:epoch() < upto do
+          local e = l:epoch()
+          for i, x in l:iter() do out[#out + 1] = ("%d:%d:%s"):format(e, i, table.concat(x:totable(), ",")) end
+        end
+        return out
+      end
+
+      it("resumes where the saved loader stood: the rest of its epoch, then the same epochs", function()
+        for _, o in ipairs {
+          { n = 23, batch_size = 4, shuffle = true, seed = 5 },
+          { n = 23, batch_size = 4, shuffle = true, seed = 5, drop_last = true },
+          { n = 24, batch_size = 4, shuffle = true },  -- seed drawn from the global generator
+          { n = 10, batch_size = 3 },                  -- in order
+        } do
+          local function make()
+            return data.DataLoader(index_dataset(o.n), { batch_size = o.batch_size, shuffle = o.shuffle,
+                                                         seed = o.seed, drop_last = o.drop_last })
+          end
+          ddp.manual_seed(1)
+          local want = batches(make(), 3)
+          local nb = #make()
+          -- stop after k batches of epoch e: k = 0 is the epoch's start, k = nb
+          -- is after its last batch, before the loop ran out
+          for _, stop in ipairs { { 0, 0 }, { 0, 1 }, { 1, 2 }, { 1, nb - 1 }, { 1, nb }, { 2, nb } } do
+            local e, k = stop[1], stop[2]
+            ddp.manual_seed(1)
+            local l = make()
+            local got = batches(l, e)
+            if k > 0 then
+              for i, x in l:iter() do
+                got[#got + 1] = ("%d:%d:%s"):format(e, i, table.concat(x:totable(), ","))
+                if i == k - 1 then break end
+              end
+            end
+            local sd = through_text(l:state_dict())
+            assert.are.same({ e, k }, { sd.epoch, sd.batches })
+            ddp.manual_seed(99)  -- another start: another drawn seed, restored from the state
+            local l2 = make()
+            l2:load_state_dict(sd)
+            assert.are.same(sd, through_text(l2:state_dict()))
+            batches(l2, 3, got)
+            assert.are.same(want, got, ("n = %d, stop at epoch %d batch %d"):format(o.n, e, k))
+          end
+        end
+      end)
+
+      it("says where the next batch comes from, at boundaries and mid-epoch", function()
+        local l = data.DataLoader(index_dataset(10), { batch_size = 3, shuffle = true, seed = 2 })
+        local function at() local sd = l:state_dict() return { sd.epoch, sd.batches } end
+        assert.are.same({ 0, 0 }, at())
+        local it = l:iter()
+        assert.are.same({ 0, 0 }, at())
+        it()
+        assert.are.same({ 0, 1 }, at())
+        for _ = 1, 3 do it() end
+        assert.are.same({ 0, 4 }, at())  -- every batch handed out, the loop not yet over
+        assert.is_nil(it())
+        assert.are.same({ 1, 0 }, at())  -- the pass ended: the next epoch's start
+        for i in l:iter() do if i == 1 then break end end
+        assert.are.same({ 1, 2 }, at())  -- a loop left with break: after its last batch
+        l:set_epoch(4)
+        assert.are.same({ 4, 0 }, at())
+        for i in l:iter() do if i == 0 then l:set_epoch(7) end end
+        assert.are.same({ 7, 0 }, at())  -- set_epoch during the pass: that epoch's start
+        local sd = l:state_dict()
+        assert.are.same({ batch_size = 3, drop_last = false, dataset_len = 10, sampler_len = 10,
+                          epoch = 7, batches = 0, sampler = { seed = 2, dataset_len = 10 } }, sd)
+        -- without shuffling there is no sampler state
+        assert.is_nil(data.DataLoader(index_dataset(4)):state_dict().sampler)
+      end)
+
+      it("lets set_epoch win over a loaded position, unless it names the same epoch", function()
+        local function make() return data.DataLoader(index_dataset(12), { batch_size = 4, shuffle = true, seed = 3 }) end
+        local ref = make()
+        ref:set_epoch(1)
+        local e1 = loaders.pass(ref)
+        ref:set_epoch(5)
+        local e5 = loaders.pass(ref)
+        local sd = { epoch = 1, batches = 2, batch_size = 4, dataset_len = 12, sampler_len = 12,
+                     sampler = { seed = 3 } }
+        local l = make()
+        l:load_state_dict(sd)
+        l:set_epoch(1)  -- what a PyTorch-style loop calls: the position stays
+        local rest, _, numbers = loaders.pass(l)
+        assert.are.same({ e1[9], e1[10], e1[11], e1[12] }, rest)
+        assert.are.same({ 2 }, numbers)
+        assert.are.equal(2, l:epoch())
+        l = make()
+        l:load_state_dict(sd)
+        l:set_epoch(5)
+        assert.are.same(e5, loaders.pass(l))
+      end)
+
+      it("refuses a mid-epoch state for batches cut otherwise; an epoch boundary takes any", function()
+        local function make(n, bs) return data.DataLoader(index_dataset(n), { batch_size = bs, shuffle = true, seed = 1 }) end
+        local l = make(20, 4)
+        for i in l:iter() do if i == 1 then break end end
+        local mid = l:state_dict()
+        fails(function() make(20, 5):load_state_dict(mid) end,
+              "DataLoader:load_state_dict: the state was saved 2 batches into epoch 0 with batch_size = 4, and this loader has 5")
+        fails(function() make(21, 4):load_state_dict(mid) end, "dataset_len = 20, and this loader has 21")
+        fails(function() data.DataLoader(index_dataset(20), { batch_size = 4 }):load_state_dict(mid) end,
+              "and this loader's sampler SequentialSampler(20) has no load_state_dict")
+        local other = make(21, 5)
+        other:load_state_dict({ epoch = 3, batches = 0, batch_size = 4, dataset_len = 20, sampler = { seed = 9 } })
+        assert.are.equal(3, other:epoch())
+        assert.are.equal(9, other.sampler.seed)
+        fails(function() l:load_state_dict(nil) end, "DataLoader:load_state_dict: expected a table from state_dict(), got nil")
+        fails(function() l:load_state_dict({ epoch = 1 }) end, "the state's batches must be a non-negative integer, got nil")
+        fails(function() l:load_state_dict({ epoch = -1, batches = 0 }) end, "the state's epoch must be a non-negative integer, got -1")
+        fails(function() l:load_state_dict({ epoch = 2^21, batches = 0 }) end, "epoch must be an integer from 0 to")
+        fails(function() l:load_state_dict({ epoch = 0, batches = 6, batch_size = 4 }) end,
+              "the state was saved 6 batches into epoch 0, but this loader has 5 batches per epoch")
+        fails(function() l:load_state_dict({ epoch = 0, batches = 0, sampler = { seed = -2 } }) end,
+              "RandomSampler:load_state_dict: the state's seed must be a non-negative integer, got -2")
+      end)
+    end)
+
     it("reports bad options at the caller's line", function()
       local ds = index_dataset(4)
       fails(function() data.DataLoader(ds, { batch_size = 0 }) end, "batch_size must be a positive integer, got 0")

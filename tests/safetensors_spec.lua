@@ -612,6 +612,70 @@ describe("ddp.save_checkpoint / ddp.load_checkpoint", function()
     for k, v in pairs(m:state_dict()) do assert.is_true(m2:state_dict()[k]:equal(v), k) end
   end)
 
+  it("saves a data loader where it stands and puts it back there (loader = ...)", function()
+    local data = require "ddp.data"
+    local function make()
+      local ds = data.TensorDataset(ddp.arange(30))
+      return data.DataLoader(ds, { batch_size = 4, shuffle = true }), ds
+    end
+    local function rest(l)
+      local out = {}
+      while l:epoch() < 3 do
+        for i, x in l:iter() do out[#out + 1] = l:epoch() .. ":" .. i .. ":" .. table.concat(x:totable(), ",") end
+      end
+      return out
+    end
+    ddp.manual_seed(4)
+    local want = rest(make())
+    ddp.manual_seed(4)
+    local l = make()
+    for _ in l:iter() do end
+    for i in l:iter() do if i == 2 then break end end
+    ddp.save_checkpoint(path, { loader = l, epoch = 1 })
+    ddp.manual_seed(5)  -- another drawn seed: the checkpoint's wins
+    local l2 = make()
+    local state = ddp.load_checkpoint(path, { loader = l2 })
+    assert.same({ 1, 3 }, { state.loader.epoch, state.loader.batches })
+    -- the rest of epoch 1 (batches 3 to 7 of 8), then epoch 2
+    assert.same({ unpack(want, 8 + 4) }, rest(l2))
+    -- a sampler goes the same way
+    local s = data.DistributedSampler(30, { num_replicas = 2, rank = 1, seed = 3 })
+    s:set_epoch(4)
+    ddp.save_checkpoint(path, { sampler = s })
+    local s2 = data.DistributedSampler(30, { num_replicas = 2, rank = 1 })
+    ddp.load_checkpoint(path, { sampler = s2 })
+    assert.same({ 4, 3 }, { s2:epoch(), s2.seed })
+  end)
+
+  it("leaves a loader as it is when the file holds none (one written before loaders were saved)", function()
+    local data = require "ddp.data"
+    ddp.save_checkpoint(path, { model = model(1), epoch = 2 })
+    local l = data.DataLoader(data.TensorDataset(ddp.arange(8)), { batch_size = 2, shuffle = true, seed = 6 })
+    local state = ddp.load_checkpoint(path, { model = model(2), loader = l })
+    assert.equal(2, state.epoch)
+    assert.is_nil(state.loader)
+    assert.same({ 0, 0, 6 }, { l:epoch(), l:state_dict().batches, l.sampler.seed })
+  end)
+
+  it("restores this rank's own RNG stream when the file holds every rank's", function()
+    -- a world of one is rank 0 of 1: it takes ranks[1] of a one-rank file,
+    -- and the saving rank's state from a file of another world size
+    ddp.save_checkpoint(path, { rng = { seed = 1, offset = 2, ranks = { { seed = 7, offset = 9 } } } })
+    ddp.load_checkpoint(path, {})
+    assert.same({ seed = 7, offset = 9 }, ddp.get_rng_state())
+    ddp.save_checkpoint(path, { rng = { seed = 1, offset = 2, ranks = { { seed = 7, offset = 9 }, { seed = 8, offset = 9 } } } })
+    ddp.load_checkpoint(path, {})
+    assert.same({ seed = 1, offset = 2 }, ddp.get_rng_state())
+    -- all_ranks in a world of one is a plain save
+    ddp.manual_seed(3)
+    ddp.save_checkpoint(path, { epoch = 1 }, { all_ranks = true })
+    assert.same({ seed = 3, offset = 0 }, ddp.load_checkpoint(path).rng)
+    assert.matches("save_checkpoint: unknown option \"ranks\" %(expected all_ranks%)",
+                   err(function() ddp.save_checkpoint(path, { epoch = 1 }, { ranks = true }) end))
+    assert.matches("save_checkpoint: all_ranks must be true or false, got 1",
+                   err(function() ddp.save_checkpoint(path, { epoch = 1 }, { all_ranks = 1 }) end))
+  end)
+
   it("returns the state without targets and leaves the RNG alone", function()
     ddp.save_checkpoint(path, { model = model(4), epoch = 1 })
     ddp.manual_seed(5)

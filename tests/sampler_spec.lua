@@ -233,6 +233,98 @@ describe("DistributedSampler", function()
     end)
   end)
 
+  describe("state_dict", function()
+    local serialize = require "ddp.serialize"
+    local function through_text(sd) return assert(serialize.decode(serialize.encode(sd))) end
+
+    it("resumes its own iter() mid-pass and at boundaries, the seed and epoch restored", function()
+      local function make(seed) return data.DistributedSampler(37, { num_replicas = 3, rank = 1, seed = seed }) end
+      local ref = make(4)
+      local want = {}
+      for _ = 1, 3 do for i in ref:iter() do want[#want + 1] = i end end
+      for _, stop in ipairs { { 0, 0 }, { 0, 5 }, { 1, 12 }, { 1, 13 }, { 2, 0 } } do
+        local e, k = stop[1], stop[2]
+        local s = make(4)
+        local got = {}
+        for _ = 1, e do for i in s:iter() do got[#got + 1] = i end end
+        if k > 0 then
+          local j = 0
+          for i in s:iter() do
+            got[#got + 1], j = i, j + 1
+            if j == k then break end
+          end
+        end
+        local sd = through_text(s:state_dict())
+        assert.are.same({ e, k }, { sd.epoch, sd.samples })
+        local s2 = make(77)  -- the state's seed wins
+        s2:load_state_dict(sd)
+        assert.are.equal(4, s2.seed)
+        while s2:epoch() < 3 do for i in s2:iter() do got[#got + 1] = i end end
+        assert.are.same(want, got, ("stop at epoch %d index %d"):format(e, k))
+      end
+      assert.are.same({ epoch = 0, samples = 0, seed = 4, shuffle = true, drop_last = false, eval = false,
+                        num_replicas = 3, dataset_len = 37 }, make(4):state_dict())
+    end)
+
+    it("under a DataLoader: the loader holds it and resumes mid-epoch on every rank", function()
+      local n, w, bs = 50, 3, 4
+      for r = 0, w - 1 do
+        local function make(seed)
+          local s = data.DistributedSampler(n, { num_replicas = w, rank = r, seed = seed })
+          return data.DataLoader(index_dataset(n), { batch_size = bs, sampler = s }), s
+        end
+        local ref = make(6)
+        local want = {}
+        for _ = 1, 3 do for _, v in ipairs(pass(ref)) do want[#want + 1] = v end end
+        local l = make(6)
+        local got = pass(l)
+        for i, x in l:iter() do
+          for _, v in ipairs(x:totable()) do got[#got + 1] = v end
+          if i == 2 then break end
+        end
+        local sd = l:state_dict()
+        assert.are.same({ 1, 3, 1 }, { sd.epoch, sd.batches, sd.sampler.epoch })
+        local l2, s2 = make(0)
+        l2:load_state_dict(through_text(sd))
+        assert.are.equal(1, s2:epoch())
+        while l2:epoch() < 3 do for _, v in ipairs(pass(l2)) do got[#got + 1] = v end end
+        assert.are.same(want, got, "rank " .. r)
+      end
+    end)
+
+    it("takes another world size at an epoch boundary, and refuses it mid-epoch", function()
+      local function loader(w, r)
+        local s = data.DistributedSampler(40, { num_replicas = w, rank = r, seed = 2 })
+        return data.DataLoader(index_dataset(40), { batch_size = 5, sampler = s }), s
+      end
+      local l = loader(2, 0)
+      pass(l)
+      local boundary = l:state_dict()
+      for i in l:iter() do if i == 0 then break end end
+      local mid = l:state_dict()
+      -- at the boundary each rank of the new world takes its cut of the next epoch
+      for r = 0, 3 do
+        local l4, s4 = loader(4, r)
+        l4:load_state_dict(boundary)
+        assert.are.equal(1, l4:epoch())
+        assert.are.same(s4:list(1), pass(l4))
+        assert.are.same(data.DistributedSampler(40, { num_replicas = 4, rank = r, seed = 2 }):list(1), s4:list(1))
+      end
+      fails(function() loader(4, 0):load_state_dict(mid) end,
+            "DataLoader:load_state_dict: the state was saved 1 batch into epoch 1 by a world of 2 ranks, "
+            .. "and this sampler has num_replicas = 4: a different world size can resume only from a checkpoint "
+            .. "saved at an epoch boundary")
+      local s = data.DistributedSampler(40, { num_replicas = 2, rank = 0 })
+      for _ in s:iter() do break end
+      fails(function() data.DistributedSampler(40, { num_replicas = 4, rank = 0 }):load_state_dict(s:state_dict()) end,
+            "DistributedSampler:load_state_dict: the state was saved 1 index into epoch 0 by a world of 2 ranks")
+      fails(function() data.DistributedSampler(40, { num_replicas = 2, rank = 0, shuffle = false }):load_state_dict(s:state_dict()) end,
+            "with shuffle = true, and this sampler has shuffle = false")
+      fails(function() s:load_state_dict({ epoch = 0, samples = 0 }) end,
+            "DistributedSampler:load_state_dict: the state's seed must be a non-negative integer, got nil")
+    end)
+  end)
+
   describe("with eval = true", function()
     it("gives every sample to exactly one rank, in order, without padding", function()
       for _, nw in ipairs { { 10, 3 }, { 9, 3 }, { 2, 5 }, { 0, 4 }, { 101, 8 }, { 1, 1 } } do

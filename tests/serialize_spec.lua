@@ -110,8 +110,12 @@ describe("ddp.serialize", function()
     local path = root .. "/tests/golden/checkpoint_v1.safetensors"
     local m = nn.Linear(3, 2)
     local opt = optim.SGD(m:parameters(), { lr = 0.5, momentum = 0.9 })
-    local state = ddp.load_checkpoint(path, { model = m, optimizer = opt, rng = false })
+    -- a loader target too: the file has none, so the loader stays as it is
+    local loader = require("ddp.data").DataLoader(require("helpers.loaders").index_dataset(6), { shuffle = true, seed = 1 })
+    local state = ddp.load_checkpoint(path, { model = m, optimizer = opt, loader = loader, rng = false })
     assert.equal(3, state.epoch)
+    assert.is_nil(state.loader)
+    assert.same({ 0, 0, 1 }, { loader:state_dict().epoch, loader:state_dict().batches, loader.sampler.seed })
     assert.is_true(m.weight:allclose(ddp.tensor({ { -0.4, 0.6, 1.6 }, { 2.6, 3.6, 4.6 } }, { dtype = "float32" })))
     assert.is_true(m.bias:allclose(ddp.tensor({ 0.1, -0.9 }, { dtype = "float32" })))
     assert.equal(0.1, opt.param_groups[1].lr)

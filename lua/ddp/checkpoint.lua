@@ -7,9 +7,17 @@
 -- and in the metadata the rest of the structure as ddp.serialize's text, in
 -- which tensors are references @"name" to those names.  Reading it back is
 -- that module's parser: nothing from a file is ever run with load().
+--
+-- One file per job, written by one rank (rank 0, or whoever calls).  What
+-- differs between ranks is only the random stream: a rank-0 save holds rank
+-- 0's, which every rank takes back on load -- exact when the ranks draw the
+-- same numbers (one seed, the same ops: ddplua's default).  Saved with
+-- {all_ranks = true} (every rank calls), the file also holds each rank's
+-- stream, and each rank takes back its own.
 local core = require "ddp.core"
 local factory = require "ddp.factory"
 local serialize = require "ddp.serialize"
+local dist = require "ddp.dist"
 local C, ffi = core.C, core.ffi
 local raise, check = core.raise, core.check
 local type, pairs, tostring = type, pairs, tostring
@@ -110,20 +118,25 @@ end
 
 -- -- Checkpoints -------------------------------------------------------------
 
-local function has_method(x, name)
-  return type(x) == "table" and type(x[name]) == "function"
+-- x[name], for tables and for the userdata proxies of core.class (the
+-- data loaders and samplers); nil for anything else or what cannot be
+-- indexed.
+local function member(x, name)
+  local t = type(x)
+  if t == "table" then return x[name] end
+  if t ~= "userdata" then return nil end
+  local ok, v = pcall(function() return x[name] end)
+  if ok then return v end
+  return nil
 end
 
--- ddp.save_checkpoint(path, {model=, optimizer=, scheduler=, epoch=, extra=,
--- ...}): each value with a :state_dict() method is saved as what it returns,
--- any other value (a number, a table, a tensor) as it is.  The RNG state goes
--- along as `rng` unless the table gives rng = false.
-function M.save_checkpoint(path, parts)
-  if type(path) ~= "string" then raise("save_checkpoint: path must be a string, got " .. core.show(path)) end
-  if type(parts) ~= "table" or core.is_tensor(parts) then
-    raise("save_checkpoint: expected a table such as {model = m, optimizer = opt, epoch = n}, got "
-          .. core.describe(parts))
-  end
+local function has_method(x, name)
+  return type(member(x, name)) == "function"
+end
+
+-- Writes parts (see save_checkpoint) to path; rngs: every rank's RNG state,
+-- by rank, or nil.
+local function write(path, parts, rngs)
   local state = {}
   for k, v in pairs(parts) do
     if type(k) ~= "string" then
@@ -133,7 +146,10 @@ function M.save_checkpoint(path, parts)
     if has_method(v, "state_dict") then v = v:state_dict() end
     state[k] = v
   end
-  if state.rng == nil then state.rng = factory.get_rng_state() end
+  if state.rng == nil then
+    state.rng = factory.get_rng_state()
+    state.rng.ranks = rngs
+  end
   if state.rng == false then state.rng = nil end
 
   local tensors, by_handle = {}, {}
@@ -152,13 +168,82 @@ function M.save_checkpoint(path, parts)
   M.save(tensors, path, { [FORMAT_KEY] = FORMAT, [STATE_KEY] = text })
 end
 
+-- ddp.save_checkpoint(path, {model=, optimizer=, scheduler=, loader=, epoch=,
+-- extra=, ...}[, {all_ranks = false}]): each value with a :state_dict()
+-- method is saved as what it returns (a DataLoader's is its position), any
+-- other value (a number, a table, a tensor) as it is.  The RNG state goes
+-- along as `rng` ({seed =, offset =}) unless the table gives rng = false.
+--
+-- all_ranks = true: a collective -- every rank calls it, rank 0 writes
+-- the file, whose rng also holds every rank's stream (rng.ranks[r + 1]),
+-- and every rank returns once the file is in place (or raises rank 0's
+-- error), so no rank can resume from a file still being written.
+function M.save_checkpoint(path, parts, opts)
+  if type(path) ~= "string" then raise("save_checkpoint: path must be a string, got " .. core.show(path)) end
+  if type(parts) ~= "table" or core.is_tensor(parts) then
+    raise("save_checkpoint: expected a table such as {model = m, optimizer = opt, epoch = n}, got "
+          .. core.describe(parts))
+  end
+  local all_ranks = false
+  if opts ~= nil then
+    if type(opts) ~= "table" or core.is_tensor(opts) then
+      raise("save_checkpoint: options must be a table such as {all_ranks = true}, got " .. core.describe(opts))
+    end
+    for k, v in pairs(opts) do
+      if k ~= "all_ranks" then
+        raise(("save_checkpoint: unknown option %s (expected all_ranks)"):format(core.show(k)))
+      end
+      if type(v) ~= "boolean" then raise("save_checkpoint: all_ranks must be true or false, got " .. core.show(v)) end
+    end
+    all_ranks = opts.all_ranks
+  end
+  if all_ranks and dist.world_size() > 1 then
+    if not dist.is_initialized() then
+      raise(("save_checkpoint: all_ranks = true gathers from the %d ranks through the process group: "
+             .. "call ddp.init() first"):format(dist.world_size()))
+    end
+    local rngs = dist.all_gather_object(factory.get_rng_state())
+    local err = false
+    if dist.rank() == 0 then
+      local ok, e = pcall(write, path, parts, rngs)
+      if not ok then err = tostring(e) end
+    end
+    -- rank 0's outcome, to every rank: done, or the error it raised (its
+    -- message already names the caller's line)
+    err = dist.broadcast_object(err, 0)
+    if err then
+      if dist.rank() == 0 then error(err, 0) end
+      -- rank 0's location is its own line: this rank's goes in front
+      raise(("save_checkpoint: rank 0 failed to write %s: %s"):format(path, (err:gsub("^[^\n]-:%d+: ", "", 1))))
+    end
+    return
+  end
+  write(path, parts, nil)
+end
+
 local load_order = { model = 1, optimizer = 2, scheduler = 3 }
 
+-- The RNG state this rank takes back: its own when the file holds every
+-- rank's stream of a world of this size, else the saving rank's (every
+-- rank's stream, when they drew alike; with another world size there is
+-- no rank-to-rank match, so all take rank 0's as after a rank-0 save).
+local function rank_rng(rng)
+  local ranks = rng.ranks
+  if type(ranks) == "table" and #ranks == dist.world_size() and type(ranks[dist.rank() + 1]) == "table" then
+    return ranks[dist.rank() + 1]
+  end
+  return rng
+end
+
 -- ddp.load_checkpoint(path[, targets]) -> {model=, optimizer=, ..., epoch=,
--- rng=}.  With targets ({model = m, optimizer = opt, ...}) it also calls
--- each target's :load_state_dict with its part (model first, then the
--- optimizer and the scheduler, the rest by name) and restores the RNG, so
--- training resumes exactly; targets.rng = false leaves the RNG alone.
+-- rng=}.  With targets ({model = m, optimizer = opt, loader = l, ...}) it
+-- also calls each target's :load_state_dict with its part (model first,
+-- then the optimizer and the scheduler, the rest by name) and restores the
+-- RNG (this rank's own stream when saved with all_ranks), so training
+-- resumes exactly; targets.rng = false leaves the RNG alone.  A part the
+-- file lacks is an error, except for a data loader or sampler (a file
+-- written before loaders were saved), which then stays as it is: the
+-- returned state has no such part, and the script may set_epoch itself.
 function M.load_checkpoint(path, targets)
   if type(path) ~= "string" then raise("load_checkpoint: path must be a string, got " .. core.show(path)) end
   if targets ~= nil and (type(targets) ~= "table" or core.is_tensor(targets)) then
@@ -187,14 +272,15 @@ function M.load_checkpoint(path, targets)
       if not has_method(obj, "load_state_dict") then
         raise(("load_checkpoint: target %s has no load_state_dict method"):format(core.show(k)))
       end
-      if state[k] == nil then
+      if state[k] ~= nil then
+        names[#names + 1] = k
+      elseif member(obj, "checkpoint_optional") ~= true then  -- a loader stays as it is (see above)
         local have = {}
         for s in pairs(state) do have[#have + 1] = tostring(s) end
         table.sort(have)
         raise(("load_checkpoint: %s holds no \"%s\" (it holds %s)")
               :format(path, tostring(k), table.concat(have, ", ")))
       end
-      names[#names + 1] = k
     elseif obj ~= false then
       raise("load_checkpoint: targets.rng may only be false (to leave the RNG alone)")
     end
@@ -206,7 +292,7 @@ function M.load_checkpoint(path, targets)
   end)
   for _, k in ipairs(names) do targets[k]:load_state_dict(state[k]) end
   if targets.rng ~= false and type(state.rng) == "table" then
-    factory.set_rng_state(state.rng)
+    factory.set_rng_state(rank_rng(state.rng))
   end
   return state
 end

@@ -17,7 +17,18 @@
 --                     keeps none: it reads and sets the sampler's, so
 --                     loader:set_epoch(e) and s:set_epoch(e) do the same,
 --                     and each completed pass advances the sampler's epoch.
+--   s:state_dict(), s:load_state_dict(sd)   optional: what a checkpoint
+--                     must hold to give the same orders again (the seed,
+--                     the epoch); a DataLoader's state_dict holds its
+--                     sampler's, and its load_state_dict restores it.
 -- SequentialSampler, RandomSampler and DistributedSampler implement it.
+--
+-- Exact resume: a DataLoader's state_dict() is where its next batch comes
+-- from -- the epoch and how many batches of it were handed out -- plus its
+-- sampler's state, so ddp.save_checkpoint(path, {loader = loader, ...})
+-- and load_checkpoint put a resumed run on the very batch the interrupted
+-- one would have taken next.  Nothing is prefetched or in flight (batches
+-- are gathered when asked for), so handed out is consumed.
 local core = require "ddp.core"
 local factory = require "ddp.factory"
 local dist = require "ddp.dist"
@@ -101,6 +112,26 @@ local function seed_arg(v, op, what)
     raise(("%s: %s must be an integer from 0 to 2^53 - 1, got %s"):format(op, what, show(v)))
   end
   return v
+end
+
+-- A state dict given to load_state_dict: a table whose listed fields are
+-- non-negative integers (a checkpoint's numbers, checked before use).
+local function state_arg(sd, op, ints)
+  if type(sd) ~= "table" or is_tensor(sd) then
+    raise(("%s: expected a table from state_dict(), got %s"):format(op, show(sd)))
+  end
+  for _, k in ipairs(ints) do
+    local v = sd[k]
+    if not is_integer(v) or v < 0 then
+      raise(("%s: the state's %s must be a non-negative integer, got %s"):format(op, k, show(v)))
+    end
+  end
+  return sd
+end
+
+-- "1 batch", "2 batches".
+local function count(n, one, many)
+  return ("%d %s"):format(n, n == 1 and one or many)
 end
 
 -- A seed from the global generator: so ddp.manual_seed(n) before building
@@ -309,6 +340,16 @@ function RandomSampler:indices(epoch)
 end
 function RandomSampler:__tostring() return ("RandomSampler(%d, seed %d)"):format(self._n, self.seed) end
 
+-- s:state_dict(): the seed, which with the epoch (the loader's) fixes
+-- every order; a loader made without a seed drew its own, so a resumed
+-- run takes the saved one back.
+function RandomSampler:state_dict() return { seed = self.seed, dataset_len = self._n } end
+function RandomSampler:load_state_dict(sd)
+  local op = "RandomSampler:load_state_dict"
+  state_arg(sd, op, { "seed" })
+  self.seed = seed_arg(sd.seed, op, "seed")
+end
+
 local DistributedSampler = class("DistributedSampler")
 data.DistributedSampler = DistributedSampler
 local dist_opts = { shuffle = true, seed = true, drop_last = true, num_replicas = true, rank = true, eval = true }
@@ -422,22 +463,91 @@ DistributedSampler.list = DistributedSampler.indices
 
 -- for i in s:iter() do ... end: this rank's indices of the current epoch;
 -- when the loop runs out the epoch advances (unless set_epoch was called
--- meanwhile), as a DataLoader's pass does.
+-- meanwhile), as a DataLoader's pass does.  After load_state_dict of a
+-- state saved mid-pass, the first pass of that epoch continues after the
+-- indices already handed out.
 function DistributedSampler:iter()
   local s, epoch = self, self._epoch
   local list = self:list(epoch)
   local k, m = 0, #list
+  local r = self._resume
+  self._resume = nil
+  if r and r.epoch == epoch then k = min(r.samples, m) end
+  -- the pass's position, for state_dict (the latest pass is the one saved)
+  local p = { epoch = epoch, k = k }
+  self._pass = p
   return function()
     if k >= m then
       if k == m then
         k = m + 1
+        p.done = true
         if s._epoch == epoch then s._epoch = epoch + 1 end
       end
       return nil
     end
     k = k + 1
+    p.k = k
     return list[k]
   end
+end
+
+-- A state saved mid-epoch can only continue over the same cut of the same
+-- list: the same world size, dataset, shuffle, drop_last and eval (at an
+-- epoch boundary the next epoch is simply cut for this sampler).
+local function check_same_cut(s, sd, op, where)
+  local w = sd.num_replicas
+  if w ~= nil and w ~= s.num_replicas then
+    raise(("%s: the state was saved %s by a world of %s ranks, and this sampler has num_replicas = %d: "
+           .. "a different world size can resume only from a checkpoint saved at an epoch boundary")
+          :format(op, where, show(w), s.num_replicas))
+  end
+  if sd.dataset_len ~= nil and sd.dataset_len ~= s._n then
+    raise(("%s: the state was saved %s over a dataset of %s samples, and this sampler's has %d")
+          :format(op, where, show(sd.dataset_len), s._n))
+  end
+  for _, k in ipairs { "shuffle", "drop_last", "eval" } do
+    if sd[k] ~= nil and sd[k] ~= s[k] then
+      raise(("%s: the state was saved %s with %s = %s, and this sampler has %s = %s")
+            :format(op, where, k, show(sd[k]), k, show(s[k])))
+    end
+  end
+end
+
+-- s:state_dict(): {epoch =, samples =, seed =, ...}: the epoch of the pass
+-- under way (or of the next one) and how many of its indices this
+-- sampler's own iter() handed out, the seed, and the settings that cut
+-- the epoch's list.  A DataLoader over the sampler counts its own batches:
+-- checkpoint the loader, which holds this state too.
+function DistributedSampler:state_dict()
+  local e, k = self._epoch, 0
+  local r, p = self._resume, self._pass
+  if r and r.epoch == e then
+    k = r.samples
+  elseif p and p.epoch == e and not p.done then
+    k = p.k
+  end
+  return { epoch = e, samples = k, seed = self.seed, shuffle = self.shuffle, drop_last = self.drop_last,
+           eval = self.eval, num_replicas = self.num_replicas, dataset_len = self._n }
+end
+
+-- s:load_state_dict(sd): the saved epoch and seed, so the orders are the
+-- saved run's; a state saved mid-pass also makes the next iter() continue
+-- after the indices handed out, which needs the same cut (see
+-- check_same_cut).  A set_epoch to another epoch before that pass wins.
+function DistributedSampler:load_state_dict(sd)
+  local op = "DistributedSampler:load_state_dict"
+  state_arg(sd, op, { "epoch", "samples", "seed" })
+  epoch_arg(sd.epoch, op)
+  if sd.samples > 0 then
+    local where = ("%s into epoch %d"):format(count(sd.samples, "index", "indices"), sd.epoch)
+    check_same_cut(self, sd, op, where)
+    if sd.samples > self._m then
+      raise(("%s: the state was saved %s, but this sampler gives %d per epoch"):format(op, where, self._m))
+    end
+  end
+  self.seed = seed_arg(sd.seed, op, "seed")
+  self._epoch, self._pass = sd.epoch, nil
+  self._resume = sd.samples > 0 and { epoch = sd.epoch, samples = sd.samples } or nil
 end
 
 function DistributedSampler:__tostring()
@@ -525,6 +635,8 @@ function DataLoader:set_epoch(e)
   else
     self._epoch = e
   end
+  -- an explicit epoch wins over a loaded position in another one
+  if self._resume and self._resume.epoch ~= e then self._resume = nil end
 end
 
 -- The epoch the next pass will use.
@@ -598,6 +710,11 @@ end
 -- out of batches) the epoch advances unless set_epoch was called meanwhile,
 -- so each pass has a new order without calling set_epoch.  (A loop left
 -- with break does not advance it.)
+--
+-- After load_state_dict of a state saved mid-pass, the first pass of that
+-- epoch starts at the batch after the last one handed out (i counts on
+-- from there), so a resumed run takes the batches the interrupted one
+-- would have; the passes after it go on as usual.
 function DataLoader:iter()
   local loader = self
   local epoch = self:epoch()
@@ -608,6 +725,12 @@ function DataLoader:iter()
   local nf = fields and #fields
   local f1, f2 = fields and fields[1], fields and fields[2]
   local b = 0
+  local r = self._resume
+  self._resume = nil
+  if r and r.epoch == epoch then b = min(r.batches, nb) end
+  -- the pass's position, for state_dict (the latest pass is the one saved)
+  local p = { epoch = epoch, b = b }
+  self._pass = p
   local narrow, index_select = C.dl_narrow, C.dl_index_select
   -- fields on a GPU: the indices go there once per pass
   if f1 ~= nil and C.dl_tensor_device(f1) >= 0 then idx = idx:to(f1:device()) end
@@ -615,6 +738,7 @@ function DataLoader:iter()
     if b >= nb then
       if b == nb then
         b = nb + 1
+        p.done = true
         if loader._sampler_epoch then
           local s = loader.sampler
           if s:epoch() == epoch then s:set_epoch(epoch + 1) end
@@ -626,6 +750,7 @@ function DataLoader:iter()
     end
     local i = b
     b = b + 1
+    p.b = b
     local bi = new(narrow, idx, 0, i * bs, min(bs, n - i * bs))
     if nf == 2 then
       return i, new(index_select, f1, 0, bi), new(index_select, f2, 0, bi)
@@ -651,6 +776,85 @@ function DataLoader:iter()
     return unpack(r)
   end
 end
+
+-- The epoch of the pass under way (or of the next one) and how many of
+-- its batches were handed out: that of a loaded state not yet iterated,
+-- else that of the latest pass (a loop left with break included) unless it
+-- ended or the epoch was set meanwhile.
+local function position(self)
+  local e = self:epoch()
+  local r, p = self._resume, self._pass
+  if r and r.epoch == e then return e, r.batches end
+  if p and p.epoch == e and not p.done then return e, p.b end
+  return e, 0
+end
+
+-- loader:state_dict(): {epoch =, batches =, ..., sampler =}: where the
+-- next batch comes from (the epoch, and the batches of it handed out: 0
+-- at an epoch boundary), what the position is counted in (batch_size,
+-- drop_last, the sampler's and the dataset's lengths), and the sampler's
+-- own state (its seed; for a DistributedSampler also its epoch and world
+-- size) when it has a state_dict.  Save it with
+-- ddp.save_checkpoint(path, {loader = loader, ...}).
+function DataLoader:state_dict()
+  local epoch, batches = position(self)
+  local sd = { epoch = epoch, batches = batches, batch_size = self.batch_size, drop_last = self.drop_last,
+               dataset_len = self._n, sampler_len = length(self.sampler, "DataLoader", "sampler") }
+  local s = self.sampler
+  if type(field(s, "state_dict")) == "function" then sd.sampler = s:state_dict() end
+  return sd
+end
+
+-- loader:load_state_dict(sd): the sampler's state (its seed, epoch), the
+-- epoch, and -- for a state saved mid-epoch -- the position: the next
+-- pass continues after the batches handed out.  Mid-epoch, the batches
+-- must be cut as they were (the same batch size, dataset, sampler length
+-- and world size; a mismatch is an error naming both); at an epoch
+-- boundary any of them may change.  set_epoch to another epoch before the
+-- next pass wins over the loaded position.
+function DataLoader:load_state_dict(sd)
+  local op = "DataLoader:load_state_dict"
+  state_arg(sd, op, { "epoch", "batches" })
+  if sd.epoch >= MAX_EPOCH then
+    raise(("%s: epoch must be an integer from 0 to %d, got %s"):format(op, MAX_EPOCH - 1, show(sd.epoch)))
+  end
+  local s = self.sampler
+  if sd.batches > 0 then
+    local where = ("%s into epoch %d"):format(count(sd.batches, "batch", "batches"), sd.epoch)
+    if core.is_instance(s, DistributedSampler) and type(sd.sampler) == "table" then
+      check_same_cut(s, sd.sampler, op, where)
+    end
+    local mine = { batch_size = self.batch_size, drop_last = self.drop_last, dataset_len = self._n,
+                   sampler_len = length(s, op, "sampler") }
+    for _, k in ipairs { "batch_size", "drop_last", "dataset_len", "sampler_len" } do
+      if sd[k] ~= nil and sd[k] ~= mine[k] then
+        raise(("%s: the state was saved %s with %s = %s, and this loader has %s: a position within an epoch "
+               .. "needs the batches cut as they were (any change is fine at an epoch boundary)")
+              :format(op, where, k, show(sd[k]), show(mine[k])))
+      end
+    end
+    if sd.batches > self:len() then
+      raise(("%s: the state was saved %s, but this loader has %d batches per epoch"):format(op, where, self:len()))
+    end
+  end
+  if sd.sampler ~= nil then
+    if type(field(s, "load_state_dict")) == "function" then
+      s:load_state_dict(sd.sampler)
+    elseif sd.batches > 0 then
+      raise(("%s: the state holds a sampler's state (its seed and order), and this loader's sampler %s has no "
+             .. "load_state_dict: make the loader as the saved one was"):format(op, tostring(s)))
+    end
+  end
+  self._pass = nil
+  self:set_epoch(sd.epoch)
+  self._resume = sd.batches > 0 and { epoch = sd.epoch, batches = sd.batches } or nil
+end
+
+-- Loaders and samplers start fresh when a checkpoint holds no state for
+-- them (one written before they were saved): load_checkpoint leaves them.
+DataLoader.checkpoint_optional = true
+RandomSampler.checkpoint_optional = true
+DistributedSampler.checkpoint_optional = true
 
 function DataLoader:__tostring()
   return ("DataLoader(%d batches of %d, %s, epoch %d)"):format(

@@ -10,9 +10,10 @@
 --   ddp.ffi, ddp.core, ddp.serialize
 --   ddp.tensor_base, ddp.ops, ddp.tensor_grad, ddp.print, ddp.autocast
 --   ddp.tensor (the tensor type)
---   ddp.factory (creation), ddp.autograd, ddp.checkpoint
+--   ddp.factory (creation), ddp.autograd
 --   ddp.functional, ddp.nn, ddp.optim
---   ddp.store, ddp.dist, ddp.data, ddp.progress, ddp.argparse, ddp.ddp
+--   ddp.store, ddp.dist, ddp.checkpoint (its all_ranks saves gather), ddp.data,
+--   ddp.progress, ddp.argparse, ddp.ddp
 --   ddp.console (the prompt's side in Lua, ddp.breakpoint)
 --   ddp (this file)
 -- so none of them requires "ddp" back, and everything here loads at once.
@@ -21,9 +22,9 @@ local tensor = require "ddp.tensor"
 local factory = require "ddp.factory"
 local printer = require "ddp.print"
 local autograd = require "ddp.autograd"
-local checkpoint = require "ddp.checkpoint"
 local autocast = require "ddp.autocast"
 local dist = require "ddp.dist"
+local checkpoint = require "ddp.checkpoint"
 local nn = require "ddp.nn"
 local optim = require "ddp.optim"
 local data = require "ddp.data"
