@@ -15,6 +15,8 @@
 --   ddp.store, ddp.dist, ddp.data, ddp.progress, ddp.argparse, ddp.ddp
 --   ddp (this file)
 -- so none of them requires "ddp" back, and everything here loads at once.
+-- ddp.testing (busted helpers) sits beside this file on the lower modules;
+-- specs load it, this file does not.
 local core = require "ddp.core"
 local tensor = require "ddp.tensor"
 local factory = require "ddp.factory"

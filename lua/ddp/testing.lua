@@ -5,7 +5,7 @@
 --
 --   local testing = require "ddp.testing"   -- registers the assertions under busted
 --   assert.tensor_close(expected, actual)   -- PyTorch's assert_close tolerances per dtype
---   local res = testing.run(2, function() ddp.init(); return ddp.rank() end)  -- res = {0, 1}
+--   local res = testing.run(2, function() ddp.init(); return ddp.rank() end)  -- res[1], res[2]: 0, 1
 --
 -- Above the top module: it requires ddp's lower modules (never "ddp"), and
 -- nothing in the library requires it, so `require "ddp"` does not load it.
