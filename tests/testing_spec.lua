@@ -170,6 +170,10 @@ describe("assert.are.same with tensors", function()
     assert.are_not.same(ddp.ones(2), ddp.ones(3))
     assert.are_not.same(ddp.ones(2), ddp.ones(2):double())  -- dtypes too, as tensor_equal
     assert.are_not.same({ w = ddp.ones(2) }, { w = { 1, 1 } })
+    local nan, freed = ddp.tensor({ 0 / 0 }), ddp.ones(2)
+    freed:free()
+    assert.are.same({ nan, freed }, { nan, freed })  -- a tensor is the same as itself
+    assert.are_not.same(nan, nan:clone())              -- NaN equals nothing else
   end)
 
   it("says which key differs and why", function()
