@@ -231,8 +231,13 @@ static void cli_on_sigint(int sig) {
               LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
 }
 
-/* Turns any error value into "message\nstack traceback:...". */
+/* Turns any error value into "message\nstack traceback:...".  A nil one
+** stays nil, as in luajit and lua.c: error() is how a program fails without
+** a word (busted ends a failing run so on Lua 5.1, after its own report),
+** and cli_report prints nothing for it. */
 static int cli_msghandler(lua_State *L) {
+  if (lua_isnil(L, 1))
+    return 1;
   if (lua_type(L, 1) != LUA_TSTRING && lua_type(L, 1) != LUA_TNUMBER) {
     if (!luaL_callmeta(L, 1, "__tostring") || lua_type(L, -1) != LUA_TSTRING) {
       lua_settop(L, 1);
@@ -268,10 +273,12 @@ int cli_docall(lua_State *L, int narg, int nres) {
 }
 
 int cli_report(lua_State *L, int status) {
-  if (status != 0 && !lua_isnil(L, -1)) {
-    const char *msg = lua_tostring(L, -1);
-    cli_message(msg ? msg : "(error object is not a string)");
-    lua_pop(L, 1);
+  if (status != 0) {
+    if (!lua_isnil(L, -1)) {
+      const char *msg = lua_tostring(L, -1);
+      cli_message(msg ? msg : "(error object is not a string)");
+    }
+    lua_pop(L, 1); /* a nil too: the REPL's stack must not grow */
   }
   return status;
 }

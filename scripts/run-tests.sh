@@ -70,11 +70,13 @@ if [ -x "$BUILD/test_device" ] && [ -e "$BUILD/libddplua_cudaemu.so" ]; then
   fi
 fi
 
-# -- busted specs (TAP: "ok", "not ok", "ok ... # SKIP")
+# -- busted specs (TAP: "ok", "not ok", "ok ... # SKIP"), under luajit in the
+# repository root unless BUSTED_LUA (the interpreter) and BUSTED_DIR (where
+# busted runs, reading its .busted) say otherwise
 run_busted() {  # $1: label, $2: TAP file, rest: spec files
   local label=$1 tap=$2
   shift 2
-  busted --lua=luajit -o TAP "$@" >"$tap" 2>&1
+  (cd "${BUSTED_DIR:-.}" && busted --lua="${BUSTED_LUA:-luajit}" -o TAP "$@") >"$tap" 2>&1
   local p s f
   p=$(grep -E '^ok ' "$tap" | grep -vc '# SKIP')
   s=$(grep -cE '^ok .*# SKIP' "$tap")
@@ -93,6 +95,11 @@ run_busted() {  # $1: label, $2: TAP file, rest: spec files
 
 specs=$(ls tests/*_spec.lua 2>/dev/null)
 [ -n "$specs" ] && run_busted busted "$out/busted.tap" $specs
+
+# -- examples/spec as users run their own specs: `busted --lua=ddplua` in
+# examples/ (its .busted), ddp.testing's assertions and a 2-rank job
+BUSTED_DIR=examples BUSTED_LUA="$(cd "$BUILD" && pwd)/ddplua" \
+  run_busted "examples/spec (busted --lua=ddplua)" "$out/busted-examples.tap"
 
 # -- CUDA op specs (tests/cuda): on a GPU where there is one; else on the
 # CUDA emulator (the same kernel sources built for the CPU, selected by

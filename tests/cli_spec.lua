@@ -72,9 +72,16 @@ print(...)
     out, rc = run([[-e 'error({})']])
     assert.equals(1, rc)
     assert.truthy(out:find("ddplua: (error object is a table value)", 1, true), out)
-    out, rc = run([[-e 'error()']])
+  end)
+
+  it("exits 1 without a word on error() with no value, as luajit does", function()
+    -- busted ends a failing run so on Lua 5.1, after its own report
+    local out, rc = run([[-e 'error()']])
     assert.equals(1, rc)
-    assert.truthy(out:find("ddplua: (error object is a nil value)", 1, true), out)
+    assert.equals("", out)
+    out, rc = run([[-e 'print("before"); error(nil)']])
+    assert.equals(1, rc)
+    assert.equals("before\n", out)
   end)
 
   it("exits with the code given to os.exit", function()
@@ -243,5 +250,46 @@ print(...)
     local out, rc = run(q(s), { cwd = "/tmp" })
     assert.equals(0, rc)
     assert.equals("table\n", out)
+  end)
+end)
+
+-- `busted --lua=ddplua`, the way users run their specs: busted's own report
+-- and exit code, nothing from ddplua (busted ends a failing run with error()).
+describe("busted through ddplua", function()
+  teardown(shell.cleanup)
+
+  -- Runs busted on a spec file holding body, in its own directory; returns
+  -- stdout, stderr and the exit code.
+  local function busted(body)
+    local dir = tempdir()
+    shell.writefile(dir .. "/x_spec.lua", body)
+    local out, err = tempfile(), tempfile()
+    local p = assert(io.popen("cd " .. q(dir) .. " && busted --lua=" .. q(ddplua) .. " -o plainTerminal x_spec.lua"
+                              .. " </dev/null >" .. q(out) .. " 2>" .. q(err) .. "; echo $?"))
+    local rc = tonumber(p:read("*a"):match("(%d+)%s*$"))
+    p:close()
+    return slurp(out), slurp(err), rc
+  end
+
+  it("exits 0 when every test passes", function()
+    local out, err, rc = busted([[
+describe("d", function() it("passes", function() assert.equals(2, require("ddp").ones(2):sum():item()) end) end)]])
+    assert.equals(0, rc, out .. err)
+    assert.truthy(out:find("1 success / 0 failures / 0 errors", 1, true), out)
+    assert.equals("", err)
+  end)
+
+  it("exits 1 on a failure or an error, with busted's report only", function()
+    for _, body in ipairs {
+      [[describe("d", function() it("fails", function() assert.equals(1, 2) end) end)]],
+      [[describe("d", function() it("errs", function() error("boom") end) end)]],
+      [[this is not Lua]],
+    } do
+      local out, err, rc = busted(body)
+      assert.equals(1, rc, body .. "\n" .. out .. err)
+      assert.falsy((out .. err):find("ddplua:", 1, true), out .. err)
+      assert.falsy((out .. err):find("stack traceback", 1, true), out .. err)
+      assert.truthy(out:find("0 success", 1, true), out)
+    end
   end)
 end)

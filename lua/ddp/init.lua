@@ -17,6 +17,8 @@
 --   ddp.console (the prompt's side in Lua, ddp.breakpoint)
 --   ddp (this file)
 -- so none of them requires "ddp" back, and everything here loads at once.
+-- ddp.testing (busted helpers) sits beside this file on the lower modules;
+-- specs load it, this file does not.
 local core = require "ddp.core"
 local tensor = require "ddp.tensor"
 local factory = require "ddp.factory"
