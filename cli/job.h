@@ -86,7 +86,16 @@ typedef struct job {
   struct worker **pfw;
 } job;
 
-/* launcher.c */
+/* workers.c */
+enum { RUN_OK, RUN_FAILED, RUN_SIGNALED };
+/* Starts the group and waits for it: all exited 0 (RUN_OK), one failed and
+** the others were stopped (RUN_FAILED, *failed_ix names it), or the
+** launcher got SIGINT/SIGTERM (RUN_SIGNALED, job_signal() says which). */
+int job_run_group(job *j, int *failed_ix);
+int job_install_signals(void);
+int job_signal(void);
+/* The status a shell would show: the code, or 128 + the signal. */
+int job_exit_code(int status);
 void job_say(const char *fmt, ...);
 double job_now(void);
 /* One turn of the watch loop: reaps, handles signals, passes on output and

@@ -1,0 +1,683 @@
+/* workers.c -- a job's worker processes: starting them, passing on their output, their control frames, and the watch loop that notices exits and signals. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "job.h"
+
+extern char **environ;
+
+/* "ddplua: msg" on stderr, after what stdout holds. */
+void job_say(const char *fmt, ...) {
+  va_list ap;
+  char msg[1024];
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fflush(stdout);
+  fprintf(stderr, "%s: %s\n", CLI_NAME, msg);
+  fflush(stderr);
+}
+
+double job_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Writes all of buf; a closed terminal or a full disk must not stop the
+** job, so errors are dropped. */
+static void write_all(int fd, const char *buf, size_t len) {
+  while (len > 0) {
+    ssize_t n = write(fd, buf, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    buf += n;
+    len -= (size_t)n;
+  }
+}
+
+static const char *signal_name(int sig) {
+  static const struct { int sig; const char *name; } names[] = {
+    {SIGHUP, "SIGHUP"}, {SIGINT, "SIGINT"}, {SIGQUIT, "SIGQUIT"},
+    {SIGILL, "SIGILL"}, {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},
+    {SIGBUS, "SIGBUS"}, {SIGFPE, "SIGFPE"}, {SIGKILL, "SIGKILL"},
+    {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+    {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"},
+    {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"},
+  };
+  static char other[32];
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (names[i].sig == sig) return names[i].name;
+  snprintf(other, sizeof other, "signal %d", sig);
+  return other;
+}
+
+/* The status a shell would show: the code, or 128 + the signal. */
+int job_exit_code(int status) {
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+static int failed(int status) {
+  return WIFSIGNALED(status) || WEXITSTATUS(status) != 0;
+}
+
+/* -- Signals ------------------------------------------------------------- */
+
+/* SIGINT, SIGTERM and SIGCHLD only write to this pipe; the poll loop does
+** the work, outside the handler. */
+static int wake_pipe[2] = {-1, -1};
+static volatile sig_atomic_t got_signal; /* the last SIGINT or SIGTERM */
+static volatile sig_atomic_t nsignals;   /* how many came */
+
+static void on_signal(int sig) {
+  int saved = errno;
+  if (sig != SIGCHLD) {
+    got_signal = sig;
+    nsignals++;
+  }
+  if (write(wake_pipe[1], "x", 1) < 0) { /* full: a wake-up is pending */ }
+  errno = saved;
+}
+
+int job_install_signals(void) {
+  if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
+  struct sigaction act;
+  memset(&act, 0, sizeof act);
+  act.sa_handler = on_signal;
+  act.sa_flags = SA_RESTART;
+  sigemptyset(&act.sa_mask);
+  sigaction(SIGINT, &act, NULL);
+  sigaction(SIGTERM, &act, NULL);
+  sigaction(SIGCHLD, &act, NULL);
+  signal(SIGPIPE, SIG_IGN); /* a closed terminal: write fails instead */
+  return 0;
+}
+
+int job_signal(void) { return (int)got_signal; }
+
+/* -- Output -------------------------------------------------------------- */
+
+static void tail_add(worker *w, const char *line, size_t len) {
+  if (len > 500) len = 500;
+  char *copy = malloc(len + 1);
+  if (!copy) return;
+  memcpy(copy, line, len);
+  copy[len] = '\0';
+  int slot = w->ntail % TAIL_LINES;
+  free(w->tail[slot]);
+  w->tail[slot] = copy;
+  w->ntail++;
+}
+
+/* One line (len bytes, the newline not included: added here) to the
+** terminal in one write, so lines of different ranks never mix, and to the
+** rank's log.  A line ended by a carriage return (a progress bar redrawing
+** itself) goes to the terminal only, ended the same way. */
+static void emit(job *j, worker *w, int is_err, const char *line, size_t len, char end) {
+  if (is_err && end == '\n') tail_add(w, line, len);
+  int show = !(j->quiet_ranks && w->rank != 0);
+  int log = w->log >= 0 && end == '\n';
+  if (w->capture && end == '\r') return; /* a progress bar's redraw: the last line will do */
+  if (w->capture) { /* a prompt's chunk: shown with the other ranks' at its end */
+    char *grown = realloc(w->cap, w->cap_len + len + 1);
+    if (grown) {
+      w->cap = grown;
+      memcpy(w->cap + w->cap_len, line, len);
+      w->cap[w->cap_len + len] = '\n';
+      w->cap_len += len + 1;
+    }
+    show = 0;
+  }
+  if (!log && !show) return;
+  if (show && j->at_prompt && !j->prompt_dirty) { /* over the prompt line: clear it */
+    write_all(STDOUT_FILENO, "\r\033[K", 4);
+    j->prompt_dirty = 1;
+  }
+  char pre[24] = "";
+  int plen = j->prefix ? snprintf(pre, sizeof pre, "[%d] ", w->rank) : 0;
+  char *buf = malloc((size_t)plen + len + 1);
+  if (!buf) return; /* no memory: this line is lost, the job goes on */
+  memcpy(buf, pre, (size_t)plen);
+  memcpy(buf + plen, line, len);
+  buf[plen + len] = end;
+  if (log) write_all(w->log, buf + plen, len + 1);
+  if (show) write_all(is_err ? STDERR_FILENO : STDOUT_FILENO, buf, (size_t)plen + len + 1);
+  free(buf);
+}
+
+/* Reads what the pipe holds and passes on each complete line; at end of
+** file, the unfinished last line gets a newline. */
+static int drain(job *j, worker *w, line_buf *lb, int is_err) {
+  char chunk[8192];
+  ssize_t n = read(lb->fd, chunk, sizeof chunk);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return 0;
+  if (n > 0) {
+    char *grown = realloc(lb->buf, lb->len + (size_t)n + 1);
+    if (!grown) return 0;
+    lb->buf = grown;
+    memcpy(lb->buf + lb->len, chunk, (size_t)n);
+    lb->len += (size_t)n;
+    size_t start = 0;
+    for (size_t i = 0; i < lb->len; i++)
+      if (lb->buf[i] == '\n') {
+        emit(j, w, is_err, lb->buf + start, i - start, '\n');
+        start = i + 1;
+      } else if (lb->buf[i] == '\r' && (i + 1 == lb->len || lb->buf[i + 1] != '\n')) {
+        emit(j, w, is_err, lb->buf + start, i - start, '\r');
+        start = i + 1;
+      } else if (i + 1 - start >= LINE_MAX_BYTES) { /* a runaway line: in pieces */
+        emit(j, w, is_err, lb->buf + start, i + 1 - start, '\n');
+        start = i + 1;
+      }
+    memmove(lb->buf, lb->buf + start, lb->len - start);
+    lb->len -= start;
+    return 1;
+  }
+  if (lb->len > 0) { /* end of file (or an error) after a partial line */
+    emit(j, w, is_err, lb->buf, lb->len, '\n');
+    lb->len = 0;
+  }
+  close(lb->fd);
+  lb->fd = -1;
+  return 0;
+}
+
+/* -- The control channel ------------------------------------------------- */
+
+int job_send(worker *w, const char *kind, long seq, const char *payload, size_t len) {
+  if (w->ctl_w < 0 || w->pid <= 0) return -1;
+  return frame_write(w->ctl_w, kind, seq, payload, len);
+}
+
+/* Releases the ranks waiting at a breakpoint whose prompt has ended. */
+static void release_breakpoints(job *j) {
+  for (int i = 0; i < j->nproc; i++) {
+    worker *w = &j->w[i];
+    if (w->bp_waiting && w->bp_calls <= j->bp_done) {
+      job_send(w, "continue", 0, "", 0);
+      w->bp_waiting = 0;
+    }
+  }
+}
+
+static void on_frame(job *j, worker *w, const frame *f) {
+  if (strcmp(f->kind, "ready") == 0) {
+    w->ready = 1;
+  } else if (strcmp(f->kind, "bp") == 0) {
+    w->bp_calls++;
+    w->bp_waiting = 1;
+    int local = f->seq >= (long)j->node_rank * j->nproc && f->seq < (long)(j->node_rank + 1) * j->nproc;
+    if (w->busy) { /* ddp.breakpoint in a chunk typed at the prompt */
+      job_say("rank %d: ddp.breakpoint inside a prompt's chunk does nothing", w->rank);
+      w->bp_calls = j->bp_done;
+      job_send(w, "continue", 0, "", 0);
+      w->bp_waiting = 0;
+    } else if (f->seq == w->rank) {
+      j->bp_target = (int)(w - j->w);
+      snprintf(j->bp_where, sizeof j->bp_where, "%.*s", (int)f->len, f->payload);
+    } else if (!local) { /* its prompt is another node's: nothing to wait for here */
+      w->bp_calls = j->bp_done;
+      release_breakpoints(j);
+    } else {
+      release_breakpoints(j); /* one that arrives after the prompt ended */
+    }
+  } else if (f->seq == j->seq && !w->replied &&
+             (strcmp(f->kind, "ok") == 0 || strcmp(f->kind, "error") == 0 ||
+              strcmp(f->kind, "completion") == 0)) {
+    free(w->reply);
+    w->reply = malloc(f->len + 1);
+    if (w->reply) {
+      memcpy(w->reply, f->payload, f->len);
+      w->reply[f->len] = '\0';
+    }
+    w->reply_len = w->reply ? f->len : 0;
+    w->reply_ok = strcmp(f->kind, "error") != 0;
+    w->replied = 1;
+    w->busy = 0;
+    /* what it printed before answering is in its pipes: take it all now */
+    while (w->out.fd >= 0 && drain(j, w, &w->out, 0)) {}
+    while (w->err.fd >= 0 && drain(j, w, &w->err, 1)) {}
+    for (int e = 0; e < 2; e++) {
+      line_buf *lb = e ? &w->err : &w->out;
+      if (w->capture && lb->len > 0) { /* io.write without a newline */
+        emit(j, w, e, lb->buf, lb->len, '\n');
+        lb->len = 0;
+      }
+    }
+  }
+}
+
+/* Reads frames from a worker's control pipe, each handled when whole. */
+static int drain_ctl(job *j, worker *w) {
+  line_buf *lb = &w->ctl;
+  char chunk[8192];
+  ssize_t n = read(lb->fd, chunk, sizeof chunk);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return 0;
+  if (n <= 0) {
+    close(lb->fd);
+    lb->fd = -1;
+    lb->len = 0;
+    return 0;
+  }
+  char *grown = realloc(lb->buf, lb->len + (size_t)n + 1);
+  if (!grown) return 0;
+  lb->buf = grown;
+  memcpy(lb->buf + lb->len, chunk, (size_t)n);
+  lb->len += (size_t)n;
+  for (;;) {
+    frame f;
+    int used = frame_parse(lb->buf, lb->len, &f);
+    if (used == 0) break;
+    if (used < 0) {
+      job_say("rank %d: garbled control frame; its prompt is off", w->rank);
+      close(lb->fd);
+      lb->fd = -1;
+      lb->len = 0;
+      return 0;
+    }
+    on_frame(j, w, &f);
+    memmove(lb->buf, lb->buf + used, lb->len - (size_t)used);
+    lb->len -= (size_t)used;
+  }
+  return 1;
+}
+
+void job_drain_worker(job *j, worker *w) {
+  while (w->out.fd >= 0 && drain(j, w, &w->out, 0)) {}
+  while (w->err.fd >= 0 && drain(j, w, &w->err, 1)) {}
+  while (w->ctl.fd >= 0 && drain_ctl(j, w)) {}
+}
+
+/* -- Starting ------------------------------------------------------------ */
+
+/* The parent's environment less the names we set, plus ours: built before
+** fork, since the store's thread makes malloc unsafe in the child. */
+static char **worker_env(const job *j, const worker *w, int ctl_r, int ctl_w) {
+  static const char *const ours[] = {
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
+    "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "DDP_JOB_ID",
+    "DDP_STORE_TOKEN", "DDP_RESTART_COUNT", "DDP_MAX_RESTARTS", "DDP_TTY",
+    "DDPLUA_CTRL",
+  };
+  enum { NOURS = sizeof ours / sizeof ours[0] };
+  char vals[NOURS][300];
+  snprintf(vals[0], 300, "%d", w->rank);
+  snprintf(vals[1], 300, "%d", w->local_rank);
+  snprintf(vals[2], 300, "%d", j->world);
+  snprintf(vals[3], 300, "%d", j->nproc);
+  snprintf(vals[4], 300, "%d", j->node_rank);
+  snprintf(vals[5], 300, "%d", j->node_rank);
+  snprintf(vals[6], 300, "%s", j->master_addr);
+  snprintf(vals[7], 300, "%d", j->port);
+  snprintf(vals[8], 300, "%s", j->job_id);
+  snprintf(vals[9], 300, "%s", j->token);
+  snprintf(vals[10], 300, "%d", j->restart);
+  snprintf(vals[11], 300, "%d", j->max_restarts);
+  /* workers write into pipes: tell them whether their lines reach a
+  ** terminal (progress bars redraw there, print plain lines elsewhere) */
+  snprintf(vals[12], 300, "%d", isatty(STDOUT_FILENO) && !(j->quiet_ranks && w->rank != 0));
+  /* the control channel's ends, in the worker (cli/link.c) */
+  snprintf(vals[13], 300, "%d,%d", ctl_r, ctl_w);
+
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **env = calloc(n + NOURS + 8, sizeof *env);
+  if (!env) return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    int skip = 0;
+    for (int o = 0; o < NOURS && !skip; o++) {
+      size_t len = strlen(ours[o]);
+      skip = strncmp(environ[i], ours[o], len) == 0 && environ[i][len] == '=';
+    }
+    if (!skip) env[k++] = strdup(environ[i]);
+  }
+  for (int o = 0; o < NOURS; o++) {
+    size_t len = strlen(ours[o]) + strlen(vals[o]) + 2;
+    if ((env[k] = malloc(len))) snprintf(env[k++], len, "%s=%s", ours[o], vals[o]);
+  }
+  if (j->threads[0]) { /* the launcher's budget (the user set none) */
+    static const char *const names[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                        "DDPLUA_NUM_THREADS"};
+    for (int t = 0; t < 3; t++) {
+      size_t len = strlen(names[t]) + strlen(j->threads) + 2;
+      if ((env[k] = malloc(len))) snprintf(env[k++], len, "%s=%s", names[t], j->threads);
+    }
+  }
+  /* main.c re-execs itself to set this; the workers need not */
+  if (!getenv("OPENBLAS_THREAD_TIMEOUT")) env[k++] = strdup("OPENBLAS_THREAD_TIMEOUT=4");
+  env[k] = NULL;
+  return env;
+}
+
+static void free_env(char **env) {
+  if (!env) return;
+  for (char **e = env; *e; e++) free(*e);
+  free(env);
+}
+
+/* This worker's share of the launcher's CPUs for --bind-cores: an equal
+** slice, or one CPU (round robin) when there are more workers than CPUs. */
+static void worker_cpus(const job *j, int local_rank, cpu_set_t *set) {
+  int ids[CPU_SETSIZE], n = 0;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &j->cpus)) ids[n++] = c;
+  CPU_ZERO(set);
+  if (n == 0) return;
+  int per = n / j->nproc;
+  if (per < 1) {
+    CPU_SET(ids[local_rank % n], set);
+    return;
+  }
+  for (int i = local_rank * per; i < (local_rank + 1) * per; i++) CPU_SET(ids[i], set);
+}
+
+/* Forks and execs one worker; returns 0, or -1 after saying why. */
+static int start_worker(job *j, worker *w) {
+  /* stdout, stderr, commands to it, frames from it */
+  int p[4][2], made = 0;
+  for (; made < 4; made++)
+    if (pipe2(p[made], O_CLOEXEC) != 0) break;
+  if (made < 4) {
+    int saved = errno;
+    for (int k = 0; k < made; k++) { close(p[k][0]); close(p[k][1]); }
+    errno = saved;
+    goto fail_os;
+  }
+  int out[2] = {p[0][0], p[0][1]}, err[2] = {p[1][0], p[1][1]};
+  int cmd_r = p[2][0], cmd_w = p[2][1], rep_r = p[3][0], rep_w = p[3][1];
+  char **env = worker_env(j, w, cmd_r, rep_w);
+  cpu_set_t set;
+  worker_cpus(j, w->local_rank, &set);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* Only system calls from here to exec: the store's thread may have
+    ** held a lock at the fork. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127); /* the launcher died before prctl */
+    setpgid(0, 0); /* the terminal's Ctrl-C reaches the launcher only, once */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGPIPE, &dfl, NULL);
+    sigaction(SIGINT, &dfl, NULL);
+    sigaction(SIGTERM, &dfl, NULL);
+    sigaction(SIGCHLD, &dfl, NULL);
+    int null = open("/dev/null", O_RDONLY);
+    if (null >= 0) dup2(null, STDIN_FILENO);
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    fcntl(cmd_r, F_SETFD, 0); /* the control channel survives exec */
+    fcntl(rep_w, F_SETFD, 0);
+    if (j->bind_cores) sched_setaffinity(0, sizeof set, &set);
+    if (env) execve(j->exe, j->argv, env);
+    static const char msg[] = "ddplua: cannot start the worker program\n";
+    write_all(STDERR_FILENO, msg, sizeof msg - 1);
+    _exit(127);
+  }
+  int saved = errno;
+  free_env(env);
+  close(out[1]);
+  close(err[1]);
+  close(cmd_r);
+  close(rep_w);
+  if (pid < 0) {
+    close(out[0]);
+    close(err[0]);
+    close(cmd_w);
+    close(rep_r);
+    errno = saved;
+    goto fail_os;
+  }
+  setpgid(pid, pid); /* also here, so a signal sent right away finds the group */
+  w->pid = pid;
+  w->status = 0;
+  w->out.fd = out[0];
+  w->err.fd = err[0];
+  w->ctl.fd = rep_r;
+  w->ctl_w = cmd_w;
+  fcntl(out[0], F_SETFL, O_NONBLOCK);
+  fcntl(err[0], F_SETFL, O_NONBLOCK);
+  fcntl(rep_r, F_SETFL, O_NONBLOCK);
+  /* `ddplua --nproc N -`: the script read from our stdin, for its stdin */
+  if (j->script) job_send(w, "script", 0, j->script, j->script_len);
+  return 0;
+fail_os:
+  job_say("cannot start rank %d: %s", w->rank, strerror(errno));
+  return -1;
+}
+
+/* -- Watching ------------------------------------------------------------ */
+
+static void signal_all(job *j, int sig) {
+  for (int i = 0; i < j->nproc; i++)
+    if (j->w[i].pid > 0) kill(-j->w[i].pid, sig); /* the worker's children too */
+}
+
+static void reap(job *j, int *first_failed) {
+  for (int i = 0; i < j->nproc; i++) {
+    worker *w = &j->w[i];
+    int status;
+    siginfo_t info;
+    if (w->pid <= 0) continue;
+    /* Look first (WNOWAIT): while it is a zombie its id cannot be reused,
+    ** so its own children can be killed by group -- they hold the pipes
+    ** open otherwise. */
+    info.si_pid = 0;
+    if (waitid(P_PID, (id_t)w->pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0)
+      continue;
+    kill(-w->pid, SIGKILL);
+    if (waitpid(w->pid, &status, 0) != w->pid) continue;
+    w->pid = 0;
+    w->status = status;
+    if (w->ctl_w >= 0) { close(w->ctl_w); w->ctl_w = -1; }
+    if (failed(status) && *first_failed < 0) *first_failed = i;
+  }
+}
+
+/* The prompt's Ctrl-C goes to the job while a chunk runs (job_turn then
+** counts it in j->interrupts). */
+void job_catch_sigint(struct sigaction *saved) {
+  struct sigaction act;
+  memset(&act, 0, sizeof act);
+  act.sa_handler = on_signal;
+  act.sa_flags = SA_RESTART;
+  sigemptyset(&act.sa_mask);
+  sigaction(SIGINT, &act, saved);
+}
+
+int job_fds(job *j, struct pollfd *fds, int max) {
+  int n = 0;
+  for (int i = 0; i < j->nproc; i++) {
+    worker *w = &j->w[i];
+    int fd[3] = {w->out.fd, w->err.fd, w->ctl.fd};
+    for (int k = 0; k < 3; k++)
+      if (fd[k] >= 0 && n < max) fds[n++] = (struct pollfd){fd[k], POLLIN, 0};
+  }
+  if (n < max) fds[n++] = (struct pollfd){wake_pipe[0], POLLIN, 0};
+  return n;
+}
+
+int job_turn(job *j, int timeout_ms) {
+  reap(j, &j->first_failed);
+  if (nsignals > j->handled) {
+    if (j->session && got_signal == SIGINT) { /* the prompt's: it interrupts a chunk */
+      j->interrupts += (int)(nsignals - j->handled);
+    } else {
+      if (j->session) j->abort_session = 1;
+      if (!j->forwarded) {
+        job_say("got %s, stopping the workers", signal_name(got_signal));
+        signal_all(j, got_signal);
+        j->forwarded = got_signal;
+        if (!j->stopping) { j->stopping = 1; j->deadline = job_now() + j->grace; }
+      } else if (!j->killed) { /* a second Ctrl-C: no more waiting */
+        signal_all(j, SIGKILL);
+        j->killed = 1;
+      }
+    }
+    j->handled = nsignals;
+  }
+  /* at a prompt a rank's death is told there, and the others go on */
+  if (j->first_failed >= 0 && !j->stopping && !j->session) {
+    j->stopping = 1;
+    j->deadline = job_now() + j->grace;
+    signal_all(j, SIGTERM);
+  }
+  if (j->stopping && !j->killed && job_now() >= j->deadline) {
+    int left = 0;
+    for (int i = 0; i < j->nproc; i++) left += j->w[i].pid > 0;
+    if (left) job_say("%d worker%s still running after %g s, sending SIGKILL", left,
+                      left == 1 ? "" : "s", j->grace);
+    signal_all(j, SIGKILL);
+    j->killed = 1;
+  }
+  int running = 0, nfds = 0;
+  for (int i = 0; i < j->nproc; i++) {
+    worker *w = &j->w[i];
+    running += w->pid > 0;
+    line_buf *lb[3] = {&w->out, &w->err, &w->ctl};
+    for (int k = 0; k < 3; k++)
+      if (lb[k]->fd >= 0) {
+        j->pfds[nfds] = (struct pollfd){lb[k]->fd, POLLIN, 0};
+        j->pfw[nfds++] = w;
+      }
+  }
+  if (running == 0) {
+    /* exited; what is left in the pipes still comes, for a moment */
+    if (j->drain_until == 0) j->drain_until = job_now() + 2.0;
+    if (nfds == 0 || job_now() >= j->drain_until) return 1;
+  }
+  j->pfds[nfds] = (struct pollfd){wake_pipe[0], POLLIN, 0};
+  int timeout = timeout_ms;
+  if (j->stopping && !j->killed && (int)((j->deadline - job_now()) * 1000) + 1 < timeout)
+    timeout = (int)((j->deadline - job_now()) * 1000) + 1;
+  if (running == 0 && timeout > 100) timeout = 100;
+  if (timeout < 0) timeout = 0;
+  int n = poll(j->pfds, (nfds_t)nfds + 1, timeout);
+  if (n < 0 && errno != EINTR) return 1;
+  if (n <= 0) return 0;
+  if (j->pfds[nfds].revents) {
+    char junk[64];
+    while (read(wake_pipe[0], junk, sizeof junk) > 0) {}
+  }
+  for (int k = 0; k < nfds; k++)
+    if (j->pfds[k].revents) {
+      worker *w = j->pfw[k];
+      int fd = j->pfds[k].fd;
+      if (fd == w->ctl.fd) drain_ctl(j, w);
+      else if (fd == w->out.fd) drain(j, w, &w->out, 0);
+      else if (fd == w->err.fd) drain(j, w, &w->err, 1);
+    }
+  return 0;
+}
+
+
+/* After the prompt over every rank: each live worker is told to quit, and
+** gets a few seconds to do so. */
+static void quit_workers(job *j) {
+  for (int i = 0; i < j->nproc; i++) job_send(&j->w[i], "quit", 0, "", 0);
+  if (!j->stopping) {
+    j->stopping = 1;
+    j->deadline = job_now() + (j->grace > 5 ? j->grace : 5);
+  }
+}
+
+/* Starts the group and waits for it: all exited 0 (RUN_OK), one failed and
+** the others were stopped (RUN_FAILED, *failed_ix names it), or the launcher
+** got SIGINT/SIGTERM (RUN_SIGNALED).  Prompts open here: the one over every
+** rank once all serve it (j->interactive), a breakpoint's when a rank asks. */
+int job_run_group(job *j, int *failed_ix) {
+  j->first_failed = -1;
+  j->stopping = j->killed = j->forwarded = 0;
+  j->handled = nsignals;
+  j->deadline = j->drain_until = 0;
+  j->bp_target = -1;
+  j->bp_done = 0;
+  for (int i = 0; i < j->nproc; i++) {
+    worker *w = &j->w[i];
+    w->pid = 0;
+    w->out.fd = w->err.fd = w->ctl.fd = w->ctl_w = -1;
+    w->out.len = w->err.len = w->ctl.len = 0;
+    for (int t = 0; t < TAIL_LINES; t++) { free(w->tail[t]); w->tail[t] = NULL; }
+    w->ntail = 0;
+    w->ready = w->bp_calls = w->bp_waiting = w->capture = w->replied = w->reported = w->busy = 0;
+  }
+  j->pfds = calloc((size_t)j->nproc * 3 + 1, sizeof *j->pfds);
+  j->pfw = calloc((size_t)j->nproc * 3 + 1, sizeof *j->pfw);
+  if (!j->pfds || !j->pfw) {
+    job_say("out of memory");
+    free(j->pfds);
+    free(j->pfw);
+    j->pfds = NULL;
+    j->pfw = NULL;
+    *failed_ix = -1;
+    return RUN_SIGNALED;
+  }
+  for (int i = 0; i < j->nproc; i++)
+    if (start_worker(j, &j->w[i]) != 0) {
+      j->w[i].status = 127 << 8;
+      j->first_failed = i;
+      break;
+    }
+  int prompted = 0;
+  while (!job_turn(j, 1000)) {
+    if (j->stopping) continue;
+    if (j->interactive && !prompted) {
+      int live = 0, ready = 0;
+      for (int i = 0; i < j->nproc; i++) {
+        live += j->w[i].pid > 0;
+        ready += j->w[i].pid > 0 && j->w[i].ready;
+      }
+      if (live > 0 && ready == live) {
+        prompted = 1;
+        dist_session(j, -1);
+        quit_workers(j);
+      }
+    }
+    if (j->bp_target >= 0) {
+      int t = j->bp_target;
+      dist_session(j, t);
+      j->bp_target = -1;
+      j->bp_done++;
+      release_breakpoints(j);
+    }
+  }
+  for (int i = 0; i < j->nproc; i++) { /* pipes a grandchild kept open */
+    worker *w = &j->w[i];
+    if (w->out.fd >= 0) { close(w->out.fd); w->out.fd = -1; }
+    if (w->err.fd >= 0) { close(w->err.fd); w->err.fd = -1; }
+    if (w->ctl.fd >= 0) { close(w->ctl.fd); w->ctl.fd = -1; }
+    if (w->ctl_w >= 0) { close(w->ctl_w); w->ctl_w = -1; }
+    w->out.len = w->err.len = w->ctl.len = 0;
+  }
+  free(j->pfds);
+  free(j->pfw);
+  j->pfds = NULL;
+  j->pfw = NULL;
+  *failed_ix = j->first_failed;
+  if (j->forwarded) return RUN_SIGNALED;
+  return j->first_failed >= 0 ? RUN_FAILED : RUN_OK;
+}
+
+/* "exit code 3" or "signal SIGSEGV", for the summary. */
+const char *job_describe(int status) {
+  static char buf[64];
+  if (WIFSIGNALED(status))
+    snprintf(buf, sizeof buf, "signal %s", signal_name(WTERMSIG(status)));
+  else
+    snprintf(buf, sizeof buf, "exit code %d", WEXITSTATUS(status));
+  return buf;
+}
