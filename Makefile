@@ -250,6 +250,8 @@ install: all
 	install -m 755 $(CLI) $(PREFIX)/bin/ddplua
 	install -m 644 $(LIB) $(CUDA_LIB) $(PREFIX)/lib/
 	cp -r lua/. bindings/. $(BUILD)/lua/. $(PREFIX)/share/ddplua/lua/
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; \
+	  *) echo "ddplua is in $(PREFIX)/bin, which is not on PATH: export PATH=\"$(PREFIX)/bin:\$$PATH\"";; esac
 
 clean:
 	rm -rf $(BUILD)
