@@ -151,6 +151,7 @@ m.mean = reducer(C.DL_MEAN, "mean")
 m.prod = reducer(C.DL_PROD, "prod")
 m.amax = reducer(C.DL_AMAX, "amax")
 m.amin = reducer(C.DL_AMIN, "amin")
+
 m.all = reducer(C.DL_ALL, "all")
 m.any = reducer(C.DL_ANY, "any")
 m.logsumexp = reducer(C.DL_LOGSUMEXP, "logsumexp")
@@ -373,8 +374,41 @@ end
 
 -- -- Operators ---------------------------------------------------------------
 
+-- <, <=, >, >= and == between a tensor and a Lua number (or boolean), on
+-- either side, compare values when the tensor has one element, as
+-- PyTorch's `if loss > 0:` does (through the op, so float32 0.1 == 0.1 as
+-- in PyTorch); more elements have no single truth value: an error.
+-- LuaJIT calls these only when one operand is not a tensor: between two
+-- tensor handles it compares the pointers itself and never asks the
+-- metatable (lj_carith.c, carith_ptr), so a < b and a == b on two tensors
+-- compare handles (README, "Differences that come from Lua itself").
+local function compare(op, a, b)
+  for _, x in ipairs { a, b } do
+    if core.is_tensor(x) and C.dl_tensor_numel(x) ~= 1 then
+      local n = tonumber(C.dl_tensor_numel(x))
+      if op == "eq" then
+        raise(("==: a tensor with %d elements has no single value to compare with a number; use t:eq(x) for the elementwise comparison, or t:equal(u)")
+              :format(n))
+      end
+      raise(("<, <=, >, >=: a tensor with %d elements has no single value to compare with a number; use t:lt(x), t:le(x), t:gt(x) or t:ge(x) for the elementwise comparison")
+            :format(n))
+    end
+  end
+  return T.item(T[op](a, b))
+end
+
 -- The metamethods of the tensor type (ddp.tensor puts them in its metatable).
 M.operators = {
+  __lt = function(a, b) return compare("lt", a, b) end,
+  __le = function(a, b) return compare("le", a, b) end,
+  -- only numbers and booleans compare by value: t == "x", t == {} are
+  -- false, never an error, as Lua's == is everywhere else
+  __eq = function(a, b)
+    local other = core.is_tensor(a) and b or a
+    local to = type(other)
+    if to ~= "number" and to ~= "boolean" then return false end
+    return compare("eq", a, b)
+  end,
   __add = function(a, b) return T.add(a, b) end,
   __sub = function(a, b) return T.sub(a, b) end,
   __mul = function(a, b) return T.mul(a, b) end,
