@@ -161,6 +161,33 @@ describe("operators and methods", function()
     assert.is_true(a:equal(a:clone()))
   end)
 
+  it("all() and any() of a whole tensor are Lua booleans, usable in an if", function()
+    local taken = false
+    if ddp.zeros(3):gt(1):all() then taken = true end
+    assert.is_false(taken)
+    assert.is_false(ddp.zeros(3):any())
+    assert.is_true(ddp.ones(2, 2):all())
+    assert.is_true(ddp.tensor({ 0, 1 }):any())
+    assert.is_false(ddp.tensor({ 0, 1 }):all())
+    assert.is_true(ddp.tensor({ 3, 5 }, { dtype = "uint8" }):all())
+    assert.is_false(ddp.tensor({ 3, 0 }, { dtype = "uint8" }):all())
+    assert.is_true(ddp.zeros(0):all())
+    assert.is_false(ddp.zeros(0):any())
+    assert.is_true(ddp.all(ddp.ones(2)))
+    -- with a dim: a tensor, as PyTorch
+    local r = ddp.tensor({ { 1, 0 }, { 1, 1 } }):all(1)
+    assert.is_true(ddp.is_tensor(r))
+    assert.same({ false, true }, r:totable())
+    assert.is_true(ddp.is_tensor(ddp.ones(2):any({ dim = 0 })))
+    assert.is_false(ddp.tensor({ 0 }):is_nonzero())
+    assert.is_true(ddp.tensor(0.5):is_nonzero())
+    assert.matches("is_nonzero: a tensor with 2 elements has no single truth value",
+                   select(2, pcall(function() return ddp.ones(2):is_nonzero() end)))
+    -- equal and allclose were booleans already
+    assert.is_true(ddp.ones(2):equal(ddp.ones(2)))
+    assert.is_false(ddp.ones(2):allclose(ddp.zeros(2)))
+  end)
+
   it("in-place methods return self", function()
     local t = ddp.zeros(3)
     assert.equal(t, t:add_(1):mul_(3))

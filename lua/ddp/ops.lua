@@ -152,8 +152,20 @@ m.prod = reducer(C.DL_PROD, "prod")
 m.amax = reducer(C.DL_AMAX, "amax")
 m.amin = reducer(C.DL_AMIN, "amin")
 
-m.all = reducer(C.DL_ALL, "all")
-m.any = reducer(C.DL_ANY, "any")
+-- all() and any() over the whole tensor give a Lua boolean, so that
+-- `if mask:all() then` means what it says (a tensor handle, like any
+-- cdata, is always true in Lua); with dims they give tensors, as PyTorch.
+local function truth(op, name)
+  local per_dim = reducer(op, name)
+  return function(t, dim, keepdim)
+    if core.is_opts(dim) then dim, keepdim = dim.dim, dim.keepdim end
+    if dim ~= nil then return per_dim(t, dim, keepdim) end
+    local v = core.read(new(C.dl_reduce, op, t, nil, 0, 0, 0), 0)
+    return v == true or (type(v) == "number" and v ~= 0)  -- uint8 stays uint8: 0 or 1
+  end
+end
+m.all = truth(C.DL_ALL, "all")
+m.any = truth(C.DL_ANY, "any")
 m.logsumexp = reducer(C.DL_LOGSUMEXP, "logsumexp")
 m.count_nonzero = reducer(C.DL_COUNT_NONZERO, "count_nonzero")
 
@@ -333,7 +345,7 @@ function m.equal(a, b)
   for i = 1, #sa do
     if sa[i] ~= sb[i] then return false end
   end
-  return T.item(T.all(T.eq(a, b)))
+  return T.all(T.eq(a, b))
 end
 
 -- Raises under op's name when a and b do not broadcast (the helpers used
@@ -361,7 +373,7 @@ function m.allclose(a, b, rtol, atol, equal_nan)
   -- equal infinities are close; NaNs only when asked
   close = T.logical_or(close, T.eq(a64, b64))
   if equal_nan then close = T.logical_or(close, T.logical_and(T.isnan(a64), T.isnan(b64))) end
-  return T.item(T.all(close))
+  return T.all(close)
 end
 
 function m.isclose(a, b, rtol, atol)
