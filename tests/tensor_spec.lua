@@ -119,7 +119,6 @@ describe("operators and methods", function()
     assert.is_true(6 == s)
     assert.is_false(s ~= 6)
     assert.is_false(s == 7)
-    assert.is_true(ddp.tensor(true) == true)
     -- through the op, as PyTorch: the number takes the tensor's float32
     assert.is_true(ddp.tensor(0.1, { dtype = "float32" }) == 0.1)
     assert.is_false(ddp.tensor(0.1, { dtype = "float32" }) > 0.1)
@@ -158,6 +157,9 @@ describe("operators and methods", function()
     assert.is_true(a ~= nil)
     assert.is_false(a == "a")
     assert.is_false(a == {})
+    assert.is_false(a == false)
+    assert.is_true(a ~= false)
+    assert.is_false(ddp.tensor(true) == true)  -- booleans are not numbers
     assert.is_true(a:equal(a:clone()))
   end)
 

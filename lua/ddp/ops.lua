@@ -413,12 +413,12 @@ end
 M.operators = {
   __lt = function(a, b) return compare("lt", a, b) end,
   __le = function(a, b) return compare("le", a, b) end,
-  -- only numbers and booleans compare by value: t == "x", t == {} are
-  -- false, never an error, as Lua's == is everywhere else
+  -- only numbers compare by value: t == "x", t == {} and t == false are
+  -- false, never an error, as Lua's == is everywhere else (so the idiom
+  -- `opt ~= false` stays safe when opt is a tensor)
   __eq = function(a, b)
     local other = core.is_tensor(a) and b or a
-    local to = type(other)
-    if to ~= "number" and to ~= "boolean" then return false end
+    if type(other) ~= "number" then return false end
     return compare("eq", a, b)
   end,
   __add = function(a, b) return T.add(a, b) end,
