@@ -114,6 +114,51 @@ end
 
 -- -- Traversal ----------------------------------------------------------------------------
 
+-- named_parameters() and the others return lists that are also iterators,
+-- so both PyTorch's loop and the Lua one work:
+--   for name, p in m:named_parameters() do ... end       -- as PyTorch's generator
+--   for _, np in ipairs(m:named_parameters()) do ... end  -- np = {name, p}
+--   for p in m:parameters() do ... end
+--   for _, p in ipairs(m:parameters()) do ... end
+-- A generic for calls the list (its __call) with the previous first value;
+-- cursor remembers where that was, so each step is O(1), and a search
+-- finds it when two loops over the same list interleave (from the end: a
+-- module listed twice by children() then skips ahead, never loops).
+local cursor = setmetatable({}, { __mode = "k" })
+
+local function position(list, prev, key)
+  local c = cursor[list]
+  if c and list[c] ~= nil and key(list[c]) == prev then return c end
+  for i = #list, 1, -1 do
+    if key(list[i]) == prev then return i end
+  end
+  return nil
+end
+
+local function step(list, prev, key)
+  local i = 1
+  if prev ~= nil then
+    local p = position(list, prev, key)
+    if not p then return nil end
+    i = p + 1
+  end
+  local v = list[i]
+  cursor[list] = v ~= nil and i or nil
+  return v
+end
+
+local function first(pair) return pair[1] end
+local function itself(v) return v end
+
+local pair_list = { __call = function(list, _, prev)
+  local pair = step(list, prev, first)
+  if pair then return pair[1], pair[2] end
+end }
+local value_list = { __call = function(list, _, prev) return step(list, prev, itself) end }
+
+local function pairs_of(list) return setmetatable(list, pair_list) end
+local function values_of(list) return setmetatable(list, value_list) end
+
 -- Every (name, module) pair, a module shared by two parents under both
 -- names (what state_dict walks).
 local function walk(self, prefix, out)
@@ -134,25 +179,25 @@ function Module:named_modules(prefix)
       out[#out + 1] = pm
     end
   end
-  return out
+  return pairs_of(out)
 end
 
 function Module:modules()
   local r = {}
   for i, p in ipairs(self:named_modules()) do r[i] = p[2] end
-  return r
+  return values_of(r)
 end
 
 function Module:children()
   local r = {}
   for _, name in ipairs(self._modules) do r[#r + 1] = self._fields[name] end
-  return r
+  return values_of(r)
 end
 
 function Module:named_children()
   local r = {}
   for _, name in ipairs(self._modules) do r[#r + 1] = { name, self._fields[name] } end
-  return r
+  return pairs_of(r)
 end
 
 -- A list of {name, tensor}, in PyTorch's order.  unique: a tensor held
@@ -174,19 +219,19 @@ local function named(self, list_field, skip_nonpersistent, unique)
   return r
 end
 
-function Module:named_parameters() return named(self, "_params", false, true) end
-function Module:named_buffers() return named(self, "_buffers", false, true) end
+function Module:named_parameters() return pairs_of(named(self, "_params", false, true)) end
+function Module:named_buffers() return pairs_of(named(self, "_buffers", false, true)) end
 
 function Module:parameters()
   local r = {}
   for i, p in ipairs(self:named_parameters()) do r[i] = p[2] end
-  return r
+  return values_of(r)
 end
 
 function Module:buffers()
   local r = {}
   for i, p in ipairs(self:named_buffers()) do r[i] = p[2] end
-  return r
+  return values_of(r)
 end
 
 function Module:apply(fn)
