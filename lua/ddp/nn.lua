@@ -39,8 +39,81 @@ Module.__index = function(self, k)
   return getmetatable(self)[k]
 end
 Module.__newindex = function(self, k, v) self:_set(k, v) end
-Module.__call = function(self, ...) return self:forward(...) end
 Module.__tostring = function(self) return self:repr("") end
+
+-- -- Calling -------------------------------------------------------------------------
+--
+-- model(x) runs forward.  An error inside names the module it happened in,
+-- by its path from the module called (as state_dict names it) and its type:
+--   train.lua:20: fc2 (Linear(in_features=16, out_features=15, bias=True)): linear: ...
+-- Only the outermost call runs forward under xpcall; its handler runs
+-- where the error happened and takes the innermost forward still on the
+-- stack: a frame running m.forward with m as its first local.  Inner calls
+-- tail-call forward as before (free), and that frame is there even when
+-- the user's forward tail-called the child (`return self.fc2(...)`),
+-- which leaves no frame of its own.  So the message is prefixed once, with
+-- the whole path, and keeps its file:line in front; an error that is not a
+-- string passes unchanged.
+
+local root = nil  -- the module called outermost, while its forward runs
+
+local module_call
+
+-- The module of the innermost module call on the stack.
+local function innermost()
+  local level = 3
+  while true do
+    local info = debug.getinfo(level, "f")
+    if not info then return nil end
+    if info.func == module_call then
+      local _, m = debug.getlocal(level, 1)
+      return m
+    end
+    level = level + 1
+  end
+end
+
+-- "Linear(in_features=2, ...)" for a layer, the class name for a container.
+local function label(m)
+  if #rawget(m, "_modules") > 0 then return m.__name end
+  local ok, r = pcall(m.repr, m, "")
+  return ok and type(r) == "string" and not r:find("\n") and r or m.__name
+end
+
+local function annotate(e)
+  local m = innermost()
+  if m == nil or m == root then return e end
+  local path
+  for _, pm in ipairs(root:named_modules()) do
+    if pm[2] == m then path = pm[1] break end
+  end
+  local prefix = path and (path .. " (" .. label(m) .. "): ") or (label(m) .. ": ")
+  local loc, rest = e:match('^(%[string ".-"%]:%d+: )(.*)$')
+  if not loc then loc, rest = e:match("^([^\n:]*:%d+: )(.*)$") end
+  if loc then return loc .. prefix .. rest end
+  return prefix .. e
+end
+
+local function on_error(e)
+  if type(e) ~= "string" or root == nil then return e end
+  local ok, r = pcall(annotate, e)
+  return ok and r or e
+end
+
+local function finish(ok, ...)
+  root = nil
+  if ok then return ... end
+  error((...), 0)
+end
+
+local function pass(...) return ... end
+
+function module_call(self, ...)
+  if root ~= nil then return pass(self:forward(...)) end
+  root = self
+  return finish(xpcall(self.forward, on_error, self, ...))
+end
+Module.__call = module_call
 
 -- The bare instance, before init.
 function Module.__new(class)
