@@ -185,10 +185,15 @@ static int repl_incomplete(lua_State *L, int status) {
 }
 
 /* Tries the line as "return <line>" so that expressions print their value;
-** on success the compiled function replaces the "return" text. */
+** on success the compiled function replaces the "return" text.  The values
+** pass through an identity function so that a call in the line is not a
+** tail call: one would take the chunk's frame off the stack, and an error
+** in the library could then not name stdin:1 (ddp.core picks the first
+** frame outside the library).  The newline ends a trailing comment. */
 static int repl_addreturn(repl *r, lua_State *L) {
   const char *line = lua_tostring(L, -1);
-  const char *code = lua_pushfstring(L, "return %s;", line);
+  const char *code =
+      lua_pushfstring(L, "return (function(...) return ... end)(%s\n)", line);
   int status = luaL_loadbuffer(L, code, strlen(code), "=stdin");
   if (status == 0) {
     lua_remove(L, -2);
