@@ -328,6 +328,33 @@ assert(not ok and os.time() - t0 < 10)
     assert.truthy(err:find("RESULT .-all_reduce #%d+: rank 1 %(pid %d+%) has exited"), err)
   end)
 
+  it("an error in a layer names its path in the model, with no module. prefix", function()
+    local s = script([[
+local nn = ddp.nn
+local Net = nn.Module:extend("Net")
+function Net:init() self.fc1 = nn.Linear(4, 4) self.fc2 = nn.Linear(3, 2) end
+function Net:forward(x) return self.fc2(self.fc1(x):relu()) end
+local dm = ddp.DDP(Net())
+local ok, e = pcall(function()
+  local y = dm(ddp.ones(2, 4))  -- LINE
+  return y
+end)
+assert(not ok)
+print("ERR " .. e)
+]])
+    local out, err, rc = run("--nproc 2 " .. q(s))
+    assert.equals(0, rc, err)
+    local line
+    local n = 0
+    for l in io.lines(s) do
+      n = n + 1
+      if l:find("-- LINE", 1, true) then line = n end
+    end
+    local want = ("ERR %s:%d: fc2 (Linear(in_features=3, out_features=2, bias=True)): linear: input of shape [2, 4]"):format(s, line)
+    assert.equals(2, select(2, out:gsub(want:gsub("%p", "%%%0"), "")), out)
+    assert.falsy(out:find("module.", 1, true), out)
+  end)
+
   it("refuses misuse with clear errors", function()
     local s = script([[
 local nn = ddp.nn

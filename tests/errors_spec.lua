@@ -534,6 +534,18 @@ describe("errors", function()
       assert.is_false(ok)
       assert.truthy(tostring(err):match("errors_spec%.lua:%d+: view:"), err)
     end)
+    it("a chunk named =stdin (the REPL's) is the user's line", function()
+      local ok, err = pcall(setfenv(loadstring("local x = ddp.ones(2) + ddp.ones(3)", "=stdin"), { ddp = ddp }))
+      assert.is_false(ok)
+      assert.matches("^stdin:1: add: shapes %[2%] and %[3%]", err)
+    end)
+    it("a chunk that tail-called the library and left no frame gets no location, not one in the library", function()
+      -- the chunk is the coroutine's only frame, and its tail call removes it
+      local co = coroutine.create(setfenv(loadstring("return ddp.ones(2):add(ddp.ones(3))", "=stdin"), { ddp = ddp }))
+      local ok, err = coroutine.resume(co)
+      assert.is_false(ok)
+      assert.matches("^add: shapes %[2%] and %[3%]", err)
+    end)
     it("a method called with a dot instead of a colon", function()
       fails(function() local _ = a23.view(2, 3) end, "view:", "self", "t:view")
     end)
@@ -552,6 +564,79 @@ describe("errors", function()
       local ok, err = pcall(function() return (a23 + 1):sum():item() end)
       assert.is_true(ok, err)
       assert.are.equal(12, err)
+    end)
+  end)
+  describe("modules", function()
+    local nn = ddp.nn
+    local Net = nn.Module:extend("Net")
+    function Net:init() self.fc1 = nn.Linear(16, 16) self.fc2 = nn.Linear(15, 15) end
+    -- a tail call: Net:forward's frame is gone when fc2 fails
+    function Net:forward(x) return self.fc2(self.fc1(x):relu()) end
+
+    it("an error inside a layer names its path and type, also after a tail call", function()
+      local model = Net()
+      local err = fails(function() local _ = model(ddp.randn(2, 16)) end,
+        ": fc2 (Linear(in_features=15, out_features=15, bias=True)): linear: input of shape [2, 16]")
+      -- the module called works again
+      assert.same({ 3, 16 }, model.fc1(ddp.randn(3, 16)):shape())
+      assert.truthy(err)
+    end)
+
+    it("a nested module's error carries its whole path, once", function()
+      local Outer = nn.Module:extend("Outer")
+      function Outer:init() self.body = nn.Sequential(nn.Linear(4, 4), Net()) end
+      function Outer:forward(x)
+        local y = self.body(x)
+        return y
+      end
+      local o = Outer()
+      local ok, err = pcall(o, ddp.randn(2, 4))
+      assert.is_false(ok)
+      -- located where Net's forward calls fc1 (Net:forward's own line)
+      local line = debug.getinfo(Net.forward, "S").linedefined
+      assert.truthy(err:find("errors_spec.lua:" .. line .. ": body.1.fc1 (Linear(in_features=16, out_features=16, bias=True)): linear:", 1, true), err)
+      assert.equal(1, select(2, err:gsub("Linear%(", "")), err)
+      -- relative to the module called: the same layer called through body
+      ok, err = pcall(o.body, ddp.randn(2, 4))
+      assert.truthy(err:find(": 1.fc1 (Linear(", 1, true), err)
+    end)
+
+    it("keeps the file:line of a user's error inside a module", function()
+      local U = nn.Module:extend("U")
+      function U:init() self.l = nn.Linear(1, 1) end
+      function U:forward() local t = nil return t.x end
+      local W = nn.Module:extend("W")
+      function W:init() self.u = U() end
+      function W:forward(x) return self.u(x) end
+      local line = debug.getinfo(U.forward, "S").linedefined
+      local ok, err = pcall(W(), 1)
+      assert.is_false(ok)
+      assert.truthy(err:find("errors_spec.lua:" .. line .. ": u (U): attempt to index", 1, true), err)
+    end)
+
+    it("leaves an error in the module called itself, and non-string errors, as they are", function()
+      fails(function() local _ = nn.BatchNorm1d(3)(ddp.randn(3)) end, ": BatchNorm1d: expected 2-D or 3-D input")
+      local E = nn.Module:extend("E")
+      local obj = { code = 7 }
+      function E:forward() error(obj) end
+      local H = nn.Module:extend("H")
+      function H:init() self.e = E() end
+      function H:forward(x) return self.e(x) end
+      local ok, err = pcall(H(), 1)
+      assert.is_false(ok)
+      assert.equal(obj, err)
+    end)
+
+    it("a child's error caught inside forward does not mislabel a later one", function()
+      local P = nn.Module:extend("P")
+      function P:init() self.a = nn.Linear(2, 2) self.b = nn.Linear(3, 3) end
+      function P:forward(x)
+        assert(not pcall(self.a, ddp.randn(1, 5)))  -- caught here: a's own message
+        return self.b(x)
+      end
+      local ok, err = pcall(P(), ddp.randn(1, 2))
+      assert.is_false(ok)
+      assert.truthy(err:find(": b (Linear(in_features=3, out_features=3, bias=True)): linear:", 1, true), err)
     end)
   end)
 end)

@@ -53,6 +53,63 @@ describe("modules", function()
     assert.equal(9 + 3 + 3, m:num_parameters())
   end)
 
+  it("iterates named_* as name, value in a generic for (PyTorch's loop) and keeps the lists", function()
+    local Net = nn.Module:extend("Net")
+    function Net:init()
+      self.body = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
+      self.head = nn.Linear(3, 1)
+      self.norm = nn.BatchNorm1d(1)
+    end
+    local m = Net()
+    local function collect(list)
+      local names, values = {}, {}
+      for name, v in list do
+        names[#names + 1] = name
+        values[#values + 1] = v
+      end
+      return names, values
+    end
+    local names, values = collect(m:named_parameters())
+    assert.same({ "body.0.weight", "body.0.bias", "head.weight", "head.bias", "norm.weight", "norm.bias" }, names)
+    assert.equal(m.head.bias, values[4])
+    assert.same({ "norm.running_mean", "norm.running_var", "norm.num_batches_tracked" },
+                (collect(m:named_buffers())))
+    assert.same({ "", "body", "body.0", "body.1", "head", "norm" }, (collect(m:named_modules())))
+    local children
+    children, values = collect(m:named_children())
+    assert.same({ "body", "head", "norm" }, children)
+    assert.equal(m.norm, values[3])
+    -- the value lists iterate as PyTorch's `for p in model.parameters():`
+    local n = 0
+    for p in m:parameters() do n = n + p:numel() end
+    assert.equal(m:num_parameters(), n)
+    local kinds = {}
+    for c in m:children() do kinds[#kinds + 1] = c.__name end
+    assert.same({ "Sequential", "Linear", "BatchNorm1d" }, kinds)
+    n = 0
+    for _ in m:modules() do n = n + 1 end
+    assert.equal(6, n)
+    n = 0
+    for _ in m:buffers() do n = n + 1 end
+    assert.equal(3, n)
+    -- and still lists: ipairs over {name, value} pairs, #, indexing
+    local pairs_ = m:named_parameters()
+    assert.equal(6, #pairs_)
+    assert.equal("head.weight", pairs_[3][1])
+    for i, np in ipairs(pairs_) do assert.equal(names[i], np[1]) end
+    assert.equal(m.head.weight, m:parameters()[3])
+    -- two loops over one list, one inside the other
+    local ps, count = m:parameters(), 0
+    for _ in ps do for _ in ps do count = count + 1 end end
+    assert.equal(36, count)
+    -- a module held twice by children() is met twice, in order
+    local act = nn.ReLU()
+    local seq = nn.Sequential(nn.Linear(1, 1), act, nn.Linear(1, 1), act)
+    kinds = {}
+    for c in seq:children() do kinds[#kinds + 1] = c.__name end
+    assert.same({ "Linear", "ReLU", "Linear", "ReLU" }, kinds)
+  end)
+
   it("calls forward when called, and custom methods directly", function()
     local Net = nn.Module:extend("Net")
     function Net:init() self.fc = nn.Linear(2, 2) end

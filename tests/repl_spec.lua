@@ -55,10 +55,23 @@ describe("ddplua REPL", function()
 
   it("keeps running after an error", function()
     local out = repl { "error('boom')", "local = 1", "print('still here')", "^D" }
-    has(out, "ddplua: stdin:1: boom")
+    has(out, "ddplua: stdin:1: boom")  -- error() names the line, as in lua.c
     has(out, "ddplua: stdin:1:")
     has(out, "\nstill here\n")
     has(out, "EXIT 0")
+  end)
+
+  it("names stdin:LINE for errors of ops called at the prompt", function()
+    -- an expression line is evaluated as a return: its call must not be a
+    -- tail call, which would leave no frame of the line for the error
+    local out = repl { "ddp.ones(2):view(5)", "x = ddp.ones(2) + ddp.ones(3)", "ddp.ones(2):add(ddp.ones(3)), 1",
+                       "1 + 1 -- a comment", "ddp.ones(2):max(0)", "^D" }
+    has(out, "ddplua: stdin:1: view: shape [5] is invalid")
+    local _, n = out:gsub("ddplua: stdin:1: add: shapes %[2%] and %[3%]", "")
+    assert.equal(2, n, out)
+    assert.falsy(out:find("ddplua: /", 1, true), out)
+    has(out, "> 1 + 1 -- a comment\n2\n")
+    has(out, "\ntensor(1.)\ttensor(0)\n")  -- both values of max(dim)
   end)
 
   it("has ddp loaded", function()

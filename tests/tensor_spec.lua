@@ -105,6 +105,91 @@ describe("operators and methods", function()
     assert.equal(3, #t)
   end)
 
+  it("compare one-element tensors with numbers by value, on either side", function()
+    local s = ddp.tensor({ 1, 2, 3 }, { dtype = "float32" }):sum()  -- 6
+    assert.is_true(s > 0)
+    assert.is_true(0 < s)
+    assert.is_false(s < 0)
+    assert.is_false(10 < s)
+    assert.is_true(s >= 6)
+    assert.is_true(6 >= s)
+    assert.is_true(s <= 6)
+    assert.is_false(s <= 5.5)
+    assert.is_true(s == 6)
+    assert.is_true(6 == s)
+    assert.is_false(s ~= 6)
+    assert.is_false(s == 7)
+    -- through the op, as PyTorch: the number takes the tensor's float32
+    assert.is_true(ddp.tensor(0.1, { dtype = "float32" }) == 0.1)
+    assert.is_false(ddp.tensor(0.1, { dtype = "float32" }) > 0.1)
+    -- the same in a compiled loop
+    local n = 0
+    for i = 1, 200 do
+      if s > i / 20 then n = n + 1 end  -- i < 120
+      if s == 6 then n = n + 1 end
+    end
+    assert.equal(119 + 200, n)
+  end)
+
+  it("refuse to compare a tensor of several elements with a number", function()
+    local t = ddp.tensor({ 1, 2, 3 })
+    for _, f in ipairs {
+      function() return t > 0 end, function() return 0 < t end, function() return t <= 1 end,
+      function() return 1 >= t end,
+    } do
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.matches("a tensor with 3 elements has no single value to compare with a number; use t:lt%(x%)", err)
+    end
+    local ok, err = pcall(function() return t == 0 end)
+    assert.is_false(ok)
+    assert.matches("tensor_spec.lua:%d+: ==: a tensor with 3 elements .* use t:eq%(x%)", err)
+  end)
+
+  it("== compares handles between tensors and is false for other values", function()
+    -- LuaJIT compares two tensor handles itself (pointers), never asking
+    -- the metatable: a:eq(b) and a:equal(b) compare values
+    local a = ddp.tensor({ 1, 2 })
+    local b = a
+    assert.is_true(a == b)
+    assert.is_false(a == a:clone())
+    assert.is_false(a == nil)
+    assert.is_true(a ~= nil)
+    assert.is_false(a == "a")
+    assert.is_false(a == {})
+    assert.is_false(a == false)
+    assert.is_true(a ~= false)
+    assert.is_false(ddp.tensor(true) == true)  -- booleans are not numbers
+    assert.is_true(a:equal(a:clone()))
+  end)
+
+  it("all() and any() of a whole tensor are Lua booleans, usable in an if", function()
+    local taken = false
+    if ddp.zeros(3):gt(1):all() then taken = true end
+    assert.is_false(taken)
+    assert.is_false(ddp.zeros(3):any())
+    assert.is_true(ddp.ones(2, 2):all())
+    assert.is_true(ddp.tensor({ 0, 1 }):any())
+    assert.is_false(ddp.tensor({ 0, 1 }):all())
+    assert.is_true(ddp.tensor({ 3, 5 }, { dtype = "uint8" }):all())
+    assert.is_false(ddp.tensor({ 3, 0 }, { dtype = "uint8" }):all())
+    assert.is_true(ddp.zeros(0):all())
+    assert.is_false(ddp.zeros(0):any())
+    assert.is_true(ddp.all(ddp.ones(2)))
+    -- with a dim: a tensor, as PyTorch
+    local r = ddp.tensor({ { 1, 0 }, { 1, 1 } }):all(1)
+    assert.is_true(ddp.is_tensor(r))
+    assert.same({ false, true }, r:totable())
+    assert.is_true(ddp.is_tensor(ddp.ones(2):any({ dim = 0 })))
+    assert.is_false(ddp.tensor({ 0 }):is_nonzero())
+    assert.is_true(ddp.tensor(0.5):is_nonzero())
+    assert.matches("is_nonzero: a tensor with 2 elements has no single truth value",
+                   select(2, pcall(function() return ddp.ones(2):is_nonzero() end)))
+    -- equal and allclose were booleans already
+    assert.is_true(ddp.ones(2):equal(ddp.ones(2)))
+    assert.is_false(ddp.ones(2):allclose(ddp.zeros(2)))
+  end)
+
   it("in-place methods return self", function()
     local t = ddp.zeros(3)
     assert.equal(t, t:add_(1):mul_(3))

@@ -40,11 +40,16 @@ end
 -- Whether a chunk's source (as debug.getinfo gives it) is ddp's own.
 M.is_lib_source = is_lib
 
+-- The level for error() that names the user's line, or 0 (no location)
+-- when no frame of the user's is left: a chunk that tail-called the
+-- library (`return t:view(5)` typed at the REPL, or run by ddplua -e) is
+-- gone from the stack, and the first frame below ours would be a wrong
+-- place to name -- before, this fell back to core.lua itself.
 local function user_level()
   local level = 3
   while true do
     local info = debug.getinfo(level, "S")
-    if not info then return 1 end
+    if not info then return 0 end
     if info.what ~= "C" and not is_lib(info.source) then return level - 1 end
     level = level + 1
   end

@@ -39,8 +39,81 @@ Module.__index = function(self, k)
   return getmetatable(self)[k]
 end
 Module.__newindex = function(self, k, v) self:_set(k, v) end
-Module.__call = function(self, ...) return self:forward(...) end
 Module.__tostring = function(self) return self:repr("") end
+
+-- -- Calling -------------------------------------------------------------------------
+--
+-- model(x) runs forward.  An error inside names the module it happened in,
+-- by its path from the module called (as state_dict names it) and its type:
+--   train.lua:20: fc2 (Linear(in_features=16, out_features=15, bias=True)): linear: ...
+-- Only the outermost call runs forward under xpcall; its handler runs
+-- where the error happened and takes the innermost forward still on the
+-- stack: a frame running m.forward with m as its first local.  Inner calls
+-- tail-call forward as before (free), and that frame is there even when
+-- the user's forward tail-called the child (`return self.fc2(...)`),
+-- which leaves no frame of its own.  So the message is prefixed once, with
+-- the whole path, and keeps its file:line in front; an error that is not a
+-- string passes unchanged.
+
+local root = nil  -- the module called outermost, while its forward runs
+
+local module_call
+
+-- The module of the innermost module call on the stack.
+local function innermost()
+  local level = 3
+  while true do
+    local info = debug.getinfo(level, "f")
+    if not info then return nil end
+    if info.func == module_call then
+      local _, m = debug.getlocal(level, 1)
+      return m
+    end
+    level = level + 1
+  end
+end
+
+-- "Linear(in_features=2, ...)" for a layer, the class name for a container.
+local function label(m)
+  if #rawget(m, "_modules") > 0 then return m.__name end
+  local ok, r = pcall(m.repr, m, "")
+  return ok and type(r) == "string" and not r:find("\n") and r or m.__name
+end
+
+local function annotate(e)
+  local m = innermost()
+  if m == nil or m == root then return e end
+  local path
+  for _, pm in ipairs(root:named_modules()) do
+    if pm[2] == m then path = pm[1] break end
+  end
+  local prefix = path and (path .. " (" .. label(m) .. "): ") or (label(m) .. ": ")
+  local loc, rest = e:match('^(%[string ".-"%]:%d+: )(.*)$')
+  if not loc then loc, rest = e:match("^([^\n:]*:%d+: )(.*)$") end
+  if loc then return loc .. prefix .. rest end
+  return prefix .. e
+end
+
+local function on_error(e)
+  if type(e) ~= "string" or root == nil then return e end
+  local ok, r = pcall(annotate, e)
+  return ok and r or e
+end
+
+local function finish(ok, ...)
+  root = nil
+  if ok then return ... end
+  error((...), 0)
+end
+
+local function pass(...) return ... end
+
+function module_call(self, ...)
+  if root ~= nil then return pass(self:forward(...)) end
+  root = self
+  return finish(xpcall(self.forward, on_error, self, ...))
+end
+Module.__call = module_call
 
 -- The bare instance, before init.
 function Module.__new(class)
@@ -114,6 +187,51 @@ end
 
 -- -- Traversal ----------------------------------------------------------------------------
 
+-- named_parameters() and the others return lists that are also iterators,
+-- so both PyTorch's loop and the Lua one work:
+--   for name, p in m:named_parameters() do ... end       -- as PyTorch's generator
+--   for _, np in ipairs(m:named_parameters()) do ... end  -- np = {name, p}
+--   for p in m:parameters() do ... end
+--   for _, p in ipairs(m:parameters()) do ... end
+-- A generic for calls the list (its __call) with the previous first value;
+-- cursor remembers where that was, so each step is O(1), and a search
+-- finds it when two loops over the same list interleave (from the end: a
+-- module listed twice by children() then skips ahead, never loops).
+local cursor = setmetatable({}, { __mode = "k" })
+
+local function position(list, prev, key)
+  local c = cursor[list]
+  if c and list[c] ~= nil and key(list[c]) == prev then return c end
+  for i = #list, 1, -1 do
+    if key(list[i]) == prev then return i end
+  end
+  return nil
+end
+
+local function step(list, prev, key)
+  local i = 1
+  if prev ~= nil then
+    local p = position(list, prev, key)
+    if not p then return nil end
+    i = p + 1
+  end
+  local v = list[i]
+  cursor[list] = v ~= nil and i or nil
+  return v
+end
+
+local function first(pair) return pair[1] end
+local function itself(v) return v end
+
+local pair_list = { __call = function(list, _, prev)
+  local pair = step(list, prev, first)
+  if pair then return pair[1], pair[2] end
+end }
+local value_list = { __call = function(list, _, prev) return step(list, prev, itself) end }
+
+local function pairs_of(list) return setmetatable(list, pair_list) end
+local function values_of(list) return setmetatable(list, value_list) end
+
 -- Every (name, module) pair, a module shared by two parents under both
 -- names (what state_dict walks).
 local function walk(self, prefix, out)
@@ -134,25 +252,25 @@ function Module:named_modules(prefix)
       out[#out + 1] = pm
     end
   end
-  return out
+  return pairs_of(out)
 end
 
 function Module:modules()
   local r = {}
   for i, p in ipairs(self:named_modules()) do r[i] = p[2] end
-  return r
+  return values_of(r)
 end
 
 function Module:children()
   local r = {}
   for _, name in ipairs(self._modules) do r[#r + 1] = self._fields[name] end
-  return r
+  return values_of(r)
 end
 
 function Module:named_children()
   local r = {}
   for _, name in ipairs(self._modules) do r[#r + 1] = { name, self._fields[name] } end
-  return r
+  return pairs_of(r)
 end
 
 -- A list of {name, tensor}, in PyTorch's order.  unique: a tensor held
@@ -174,19 +292,19 @@ local function named(self, list_field, skip_nonpersistent, unique)
   return r
 end
 
-function Module:named_parameters() return named(self, "_params", false, true) end
-function Module:named_buffers() return named(self, "_buffers", false, true) end
+function Module:named_parameters() return pairs_of(named(self, "_params", false, true)) end
+function Module:named_buffers() return pairs_of(named(self, "_buffers", false, true)) end
 
 function Module:parameters()
   local r = {}
   for i, p in ipairs(self:named_parameters()) do r[i] = p[2] end
-  return r
+  return values_of(r)
 end
 
 function Module:buffers()
   local r = {}
   for i, p in ipairs(self:named_buffers()) do r[i] = p[2] end
-  return r
+  return values_of(r)
 end
 
 function Module:apply(fn)

@@ -151,8 +151,21 @@ m.mean = reducer(C.DL_MEAN, "mean")
 m.prod = reducer(C.DL_PROD, "prod")
 m.amax = reducer(C.DL_AMAX, "amax")
 m.amin = reducer(C.DL_AMIN, "amin")
-m.all = reducer(C.DL_ALL, "all")
-m.any = reducer(C.DL_ANY, "any")
+
+-- all() and any() over the whole tensor give a Lua boolean, so that
+-- `if mask:all() then` means what it says (a tensor handle, like any
+-- cdata, is always true in Lua); with dims they give tensors, as PyTorch.
+local function truth(op, name)
+  local per_dim = reducer(op, name)
+  return function(t, dim, keepdim)
+    if core.is_opts(dim) then dim, keepdim = dim.dim, dim.keepdim end
+    if dim ~= nil then return per_dim(t, dim, keepdim) end
+    local v = core.read(new(C.dl_reduce, op, t, nil, 0, 0, 0), 0)
+    return v == true or (type(v) == "number" and v ~= 0)  -- uint8 stays uint8: 0 or 1
+  end
+end
+m.all = truth(C.DL_ALL, "all")
+m.any = truth(C.DL_ANY, "any")
 m.logsumexp = reducer(C.DL_LOGSUMEXP, "logsumexp")
 m.count_nonzero = reducer(C.DL_COUNT_NONZERO, "count_nonzero")
 
@@ -332,7 +345,7 @@ function m.equal(a, b)
   for i = 1, #sa do
     if sa[i] ~= sb[i] then return false end
   end
-  return T.item(T.all(T.eq(a, b)))
+  return T.all(T.eq(a, b))
 end
 
 -- Raises under op's name when a and b do not broadcast (the helpers used
@@ -360,7 +373,7 @@ function m.allclose(a, b, rtol, atol, equal_nan)
   -- equal infinities are close; NaNs only when asked
   close = T.logical_or(close, T.eq(a64, b64))
   if equal_nan then close = T.logical_or(close, T.logical_and(T.isnan(a64), T.isnan(b64))) end
-  return T.item(T.all(close))
+  return T.all(close)
 end
 
 function m.isclose(a, b, rtol, atol)
@@ -373,8 +386,41 @@ end
 
 -- -- Operators ---------------------------------------------------------------
 
+-- <, <=, >, >= and == between a tensor and a Lua number (or boolean), on
+-- either side, compare values when the tensor has one element, as
+-- PyTorch's `if loss > 0:` does (through the op, so float32 0.1 == 0.1 as
+-- in PyTorch); more elements have no single truth value: an error.
+-- LuaJIT calls these only when one operand is not a tensor: between two
+-- tensor handles it compares the pointers itself and never asks the
+-- metatable (lj_carith.c, carith_ptr), so a < b and a == b on two tensors
+-- compare handles (README, "Differences that come from Lua itself").
+local function compare(op, a, b)
+  for _, x in ipairs { a, b } do
+    if core.is_tensor(x) and C.dl_tensor_numel(x) ~= 1 then
+      local n = tonumber(C.dl_tensor_numel(x))
+      if op == "eq" then
+        raise(("==: a tensor with %d elements has no single value to compare with a number; use t:eq(x) for the elementwise comparison, or t:equal(u)")
+              :format(n))
+      end
+      raise(("<, <=, >, >=: a tensor with %d elements has no single value to compare with a number; use t:lt(x), t:le(x), t:gt(x) or t:ge(x) for the elementwise comparison")
+            :format(n))
+    end
+  end
+  return T.item(T[op](a, b))
+end
+
 -- The metamethods of the tensor type (ddp.tensor puts them in its metatable).
 M.operators = {
+  __lt = function(a, b) return compare("lt", a, b) end,
+  __le = function(a, b) return compare("le", a, b) end,
+  -- only numbers compare by value: t == "x", t == {} and t == false are
+  -- false, never an error, as Lua's == is everywhere else (so the idiom
+  -- `opt ~= false` stays safe when opt is a tensor)
+  __eq = function(a, b)
+    local other = core.is_tensor(a) and b or a
+    if type(other) ~= "number" then return false end
+    return compare("eq", a, b)
+  end,
   __add = function(a, b) return T.add(a, b) end,
   __sub = function(a, b) return T.sub(a, b) end,
   __mul = function(a, b) return T.mul(a, b) end,

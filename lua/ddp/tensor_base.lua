@@ -143,6 +143,17 @@ function m.zero_(t) return T.fill_(t, 0) end
 local read = core.read
 m.item = core.item
 
+-- The truth of a one-element tensor as a Lua boolean, as PyTorch's
+-- is_nonzero (a tensor itself is always true in an `if`).
+function m.is_nonzero(t)
+  local n = C.dl_tensor_numel(t)
+  if n ~= 1 then
+    raise(("is_nonzero: a tensor with %d elements has no single truth value; use t:any() or t:all()"):format(tonumber(n)))
+  end
+  local v = read(t, 0)
+  return v == true or (type(v) == "number" and v ~= 0)
+end
+
 -- Linear (row-major) element number of 0-based, possibly negative indices.
 local function linear_index(t, op, ...)
   local n = C.dl_tensor_dim(t)
