@@ -2,7 +2,8 @@
 -- keep giving the interpreter's results.  The shape loops catch Debian's
 -- luajit (2.1.0-beta3, 2022) loading `...` one slot off in core.shape_args;
 -- the last test catches LuaJIT's recorder taking tensor + number for
--- pointer arithmetic (a crash on every LuaJIT tried).  docs/luajit.md.
+-- pointer arithmetic (a crash on every LuaJIT tried while tensor handles
+-- were pointers; they are references now).  docs/luajit.md.
 local ddp = require "ddp"
 
 local N = 3000  -- well past the hot-loop threshold, so traces are compiled
@@ -78,11 +79,12 @@ describe("hot loops", function()
     assert.equal(0, bad)
   end)
 
-  -- LuaJIT crashes (SIGSEGV) in this shape -- a hot loop calling a function
-  -- that adds a number to a tensor through the operator -- unless the trace
-  -- stops at add/sub's wrappers, which ops.lua keeps interpreted (the
-  -- recorder bug: tests/luajit/ptr_arith_meta.lua).  In a child process, so
-  -- a crash fails the test instead of ending busted.
+  -- LuaJIT crashed (SIGSEGV) in this shape -- a hot loop calling a function
+  -- that adds a number to a tensor through the operator -- while handles
+  -- were pointers (the recorder bug: tests/luajit/ptr_arith_meta.lua); with
+  -- references the recorder calls __add as the interpreter does, and
+  -- add/sub need no jit.off.  In a child process, so a crash fails the test
+  -- instead of ending busted.
   it("a fresh closure per iteration doing tensor + number (no crash)", function()
     local jobs = require "helpers.jobs"
     local script = jobs.script([[
@@ -99,7 +101,7 @@ describe("hot loops", function()
       end
       print("DONE")
     ]], "jitclosure")
-    for _ = 1, 3 do  -- without the jit.off it crashes every run; 3 to be sure
+    for _ = 1, 3 do  -- with pointer handles and no jit.off it crashed every run
       local out, err, rc = jobs.run(jobs.q(script), "", 60)
       assert.equal(0, rc, (err or "") .. (out or ""))
       assert.truthy(out:match("DONE"), out)

@@ -131,28 +131,50 @@ describe("operators and methods", function()
     assert.equal(119 + 200, n)
   end)
 
-  it("refuse to compare a tensor of several elements with a number", function()
+  it("refuse to compare a tensor of several elements with a number or a tensor", function()
     local t = ddp.tensor({ 1, 2, 3 })
     for _, f in ipairs {
       function() return t > 0 end, function() return 0 < t end, function() return t <= 1 end,
-      function() return 1 >= t end,
+      function() return 1 >= t end, function() return t < ddp.tensor(5) end,
+      function() return ddp.tensor(5) <= t end, function() return t < t:clone() end,
     } do
       local ok, err = pcall(f)
       assert.is_false(ok)
-      assert.matches("a tensor with 3 elements has no single value to compare with a number; use t:lt%(x%)", err)
+      assert.matches("tensor_spec.lua:%d+: <, <=, >, >=: a tensor with 3 elements has no single truth value; use t:lt%(x%)", err)
     end
     local ok, err = pcall(function() return t == 0 end)
     assert.is_false(ok)
-    assert.matches("tensor_spec.lua:%d+: ==: a tensor with 3 elements .* use t:eq%(x%)", err)
+    assert.matches("tensor_spec.lua:%d+: ==: a tensor with 3 elements .* use t:equal%(u%)", err)
+    ok, err = pcall(function() return t == t:clone() end)
+    assert.is_false(ok)
+    assert.matches("t:is%(u%) %(the same tensor%)", err)
   end)
 
-  it("== compares handles between tensors and is false for other values", function()
-    -- LuaJIT compares two tensor handles itself (pointers), never asking
-    -- the metatable: a:eq(b) and a:equal(b) compare values
+  it("compares two one-element tensors by value, as PyTorch's if does", function()
+    -- tensor handles are references: LuaJIT asks the metatable (a pointer
+    -- would be compared as an address: ones(2) < zeros(2) and its converse
+    -- were both true)
+    assert.is_true(ddp.tensor(1) < ddp.tensor(2))
+    assert.is_false(ddp.tensor(2) < ddp.tensor(1))
+    assert.is_true(ddp.tensor(2) <= ddp.tensor(2))
+    assert.is_true(ddp.tensor({ 3 }) > ddp.tensor(2.5))
+    assert.is_false(ddp.tensor(2) >= ddp.tensor(3))
+    assert.is_true(ddp.tensor(2) == ddp.tensor(2))
+    assert.is_true(ddp.tensor(2) ~= ddp.tensor(3))
+    assert.is_true(ddp.tensor(0.1, { dtype = "float32" }) == ddp.tensor(0.1, { dtype = "float32" }))
+    local loss, best = ddp.tensor(0.5), ddp.tensor(0.7)
+    local n = 0
+    for _ = 1, 300 do if loss < best then n = n + 1 end end  -- a compiled loop asks too
+    assert.equal(300, n)
+  end)
+
+  it("== is the same tensor between tensors of several elements, and false for other values", function()
     local a = ddp.tensor({ 1, 2 })
     local b = a
     assert.is_true(a == b)
-    assert.is_false(a == a:clone())
+    assert.is_true(a:is(b))
+    assert.is_false(a:is(a:clone()))
+    assert.is_true(a.data:is(a) == false)  -- another tensor sharing a's storage
     assert.is_false(a == nil)
     assert.is_true(a ~= nil)
     assert.is_false(a == "a")

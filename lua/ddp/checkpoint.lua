@@ -156,7 +156,7 @@ local function write(path, parts, rngs)
   local function tensor(t, keys)
     -- one tensor reachable twice (tied weights) is stored once and comes
     -- back shared
-    local id = tostring(ffi.cast("uintptr_t", t))
+    local id = tostring(core.address(t))
     if by_handle[id] then return by_handle[id] end
     local base = dotted(keys)
     local name, n = base, 1

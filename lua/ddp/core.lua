@@ -6,8 +6,20 @@ local ffi, C = B.ffi, B.C
 
 local M = { C = C, ffi = ffi }
 
-local tensor_ct = ffi.typeof("dl_tensor *")
+-- A tensor handle is a reference to the C tensor (dl_tensor &), not a
+-- pointer: LuaJIT compares two pointers itself, as addresses, and never
+-- asks the metatable, so `a < b` on two tensors would silently compare
+-- handles; for references it calls __lt/__le/__eq (ddp.ops).  C functions
+-- taking dl_tensor * accept a reference (its address is passed).
+local tensor_ct = ffi.typeof("dl_tensor &")
 M.tensor_ct = tensor_ct
+local voidp = ffi.typeof("void *")
+
+-- The C tensor's address (a void * cdata): identity of a tensor, whatever
+-- handle holds it (tensors of equal values are different tensors).
+function M.address(t) return ffi.cast(voidp, t) end
+-- Whether a and b are handles of the same C tensor.
+function M.same(a, b) return ffi.cast(voidp, a) == ffi.cast(voidp, b) end
 local floor, huge = math.floor, math.huge
 local type, select, tostring = type, select, tostring
 
@@ -99,7 +111,7 @@ local function own(p)
     C.dl_gc_done()
   end
   if C.dl_anchors_pending() ~= 0 then drain_anchors() end
-  return ffi.gc(p, release)
+  return ffi.gc(ffi.cast(tensor_ct, p), release)
 end
 M.own = own
 

@@ -291,7 +291,7 @@ autograd._post_backward[#autograd._post_backward + 1] = function()
         if not core.is_tensor(res) then
           raise("comm hook: must return a tensor or a handle with :wait(), got " .. core.describe(res))
         end
-        if res ~= b then autograd.no_grad(function() b:copy_(res) end) end
+        if not core.same(res, b) then autograd.no_grad(function() b:copy_(res) end) end
       end
     end
   end

@@ -201,9 +201,9 @@ local cursor = setmetatable({}, { __mode = "k" })
 
 local function position(list, prev, key)
   local c = cursor[list]
-  if c and list[c] ~= nil and key(list[c]) == prev then return c end
+  if c and list[c] ~= nil and rawequal(key(list[c]), prev) then return c end
   for i = #list, 1, -1 do
-    if key(list[i]) == prev then return i end
+    if rawequal(key(list[i]), prev) then return i end
   end
   return nil
 end
@@ -282,7 +282,7 @@ local function named(self, list_field, skip_nonpersistent, unique)
     local prefix, m = pm[1], pm[2]
     for _, name in ipairs(m[list_field]) do
       local t = m._fields[name]
-      local key = t ~= nil and tostring(ffi.cast("intptr_t", t))
+      local key = t ~= nil and tostring(core.address(t))
       if t ~= nil and not (skip_nonpersistent and m._nonpersistent[name]) and not (unique and seen[key]) then
         if unique then seen[key] = true end
         r[#r + 1] = { prefix == "" and name or (prefix .. "." .. name), t }
@@ -336,10 +336,10 @@ function Module:to(what)
       local p = m._fields[name]
       local q = autograd.no_grad(function()
         local r = p:to(what)
-        if r == p then return p end
+        if core.same(r, p) then return p end
         return device and r or r:clone()
       end)
-      if q ~= p then m._fields[name] = q:requires_grad_() end
+      if not core.same(q, p) then m._fields[name] = q:requires_grad_() end
     end
     for _, name in ipairs(m._buffers) do
       local b = m._fields[name]

@@ -58,15 +58,10 @@ for _, name in ipairs { "add", "sub" } do
     if alpha_ok(alpha, name .. "_") then b = T.mul(operand(b, name .. "_", 2), alpha) end
     return inplace(a, b)
   end
-  -- A LuaJIT bug (Debian's luajit, OpenResty's luajit2 and LuaJIT's v2.1
-  -- alike): the trace recorder takes `tensor + number` (and tensor - number,
-  -- number + tensor) for pointer arithmetic, which a pointer to the
-  -- incomplete dl_tensor cannot do, while the interpreter calls __add; from
-  -- a function called in a hot loop the recorder then reads the wrong slots
-  -- and crashes (SIGSEGV).  These two stay interpreted, so such a trace
-  -- stops on entering them; tests/jit_spec.lua, tests/luajit/ptr_arith_meta.lua.
-  jit.off(m[name])
-  jit.off(m[name .. "_"])
+  -- (These were kept interpreted with jit.off while handles were
+  -- pointers: LuaJIT's recorder took `tensor + number` for pointer
+  -- arithmetic and crashed.  A reference (ddp.core) is no pointer to it:
+  -- tests/jit_spec.lua, tests/luajit/ptr_arith_meta.lua, docs/luajit.md.)
   local _ = op
 end
 
@@ -338,6 +333,10 @@ end
 
 -- -- Comparisons of whole tensors -----------------------------------------
 
+-- t:is(u): whether t and u are the same tensor (Python's `t is u`);
+-- handles of one tensor are equal whatever their values.
+function m.is(a, b) return core.is_tensor(b) and core.same(a, b) end
+
 function m.equal(a, b)
   b = operand(b, "equal", 2)
   local sa, sb = core.shape_of(a), core.shape_of(b)
@@ -386,23 +385,21 @@ end
 
 -- -- Operators ---------------------------------------------------------------
 
--- <, <=, >, >= and == between a tensor and a Lua number (or boolean), on
--- either side, compare values when the tensor has one element, as
--- PyTorch's `if loss > 0:` does (through the op, so float32 0.1 == 0.1 as
--- in PyTorch); more elements have no single truth value: an error.
--- LuaJIT calls these only when one operand is not a tensor: between two
--- tensor handles it compares the pointers itself and never asks the
--- metatable (lj_carith.c, carith_ptr), so a < b and a == b on two tensors
--- compare handles (README, "Differences that come from Lua itself").
+-- <, <=, >, >= and == compare values when every tensor involved has one
+-- element, against another tensor or a Lua number (or boolean) on either
+-- side, as PyTorch's `if loss > 0:` and `if a == b:` do (through the op, so
+-- float32 0.1 == 0.1 as in PyTorch); more elements have no single truth
+-- value: an error naming the elementwise method.  Tensor handles are
+-- references (ddp.core), so LuaJIT asks these even between two tensors.
 local function compare(op, a, b)
   for _, x in ipairs { a, b } do
     if core.is_tensor(x) and C.dl_tensor_numel(x) ~= 1 then
       local n = tonumber(C.dl_tensor_numel(x))
       if op == "eq" then
-        raise(("==: a tensor with %d elements has no single value to compare with a number; use t:eq(x) for the elementwise comparison, or t:equal(u)")
+        raise(("==: a tensor with %d elements has no single truth value; use t:equal(u) (same shape and values), t:eq(u) (elementwise) or t:is(u) (the same tensor)")
               :format(n))
       end
-      raise(("<, <=, >, >=: a tensor with %d elements has no single value to compare with a number; use t:lt(x), t:le(x), t:gt(x) or t:ge(x) for the elementwise comparison")
+      raise(("<, <=, >, >=: a tensor with %d elements has no single truth value; use t:lt(x), t:le(x), t:gt(x) or t:ge(x) for the elementwise comparison")
             :format(n))
     end
   end
@@ -413,12 +410,18 @@ end
 M.operators = {
   __lt = function(a, b) return compare("lt", a, b) end,
   __le = function(a, b) return compare("le", a, b) end,
-  -- only numbers compare by value: t == "x", t == {} and t == false are
-  -- false, never an error, as Lua's == is everywhere else (so the idiom
-  -- `opt ~= false` stays safe when opt is a tensor)
+  -- a tensor equals a number or tensor by value (one element), and itself;
+  -- t == "x", t == {}, t == nil and t == false are false, never an error,
+  -- as Lua's == is everywhere else (so `opt ~= false` stays safe when opt
+  -- is a tensor)
   __eq = function(a, b)
-    local other = core.is_tensor(a) and b or a
-    if type(other) ~= "number" then return false end
+    local ta, tb = core.is_tensor(a), core.is_tensor(b)
+    if ta and tb then
+      if core.same(a, b) then return true end
+    else
+      local other = ta and b or a
+      if type(other) ~= "number" then return false end
+    end
     return compare("eq", a, b)
   end,
   __add = function(a, b) return T.add(a, b) end,
