@@ -46,6 +46,7 @@ typedef struct worker {
   size_t reply_len;
   int reported;   /* the prompt told that it died */
   int busy;       /* runs a chunk typed at the prompt */
+  long last_err_shown; /* job.shown after its last stderr line on the terminal */
 } worker;
 
 typedef struct job {
@@ -80,6 +81,7 @@ typedef struct job {
   char bp_where[256];
   int bp_done;           /* breakpoint prompts ended */
   /* the watch loop's state */
+  long shown;            /* lines written to the terminal */
   int first_failed, stopping, killed, forwarded, handled;
   double deadline, drain_until;
   struct pollfd *pfds;   /* job_turn's, 3 per worker and the wake pipe */

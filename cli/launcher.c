@@ -41,6 +41,9 @@ static void summary(const job *j, int ix) {
     job_say("rank %d wrote nothing to stderr", w->rank);
     return;
   }
+  /* its last words are the terminal's last lines already (a usage error,
+  ** a short traceback): no need to say them twice */
+  if (w->last_err_shown > 0 && w->last_err_shown == j->shown) return;
   job_say("the last lines rank %d wrote to stderr:", w->rank);
   int n = w->ntail < TAIL_LINES ? w->ntail : TAIL_LINES;
   for (int k = w->ntail - n; k < w->ntail; k++)

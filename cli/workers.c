@@ -153,7 +153,11 @@ static void emit(job *j, worker *w, int is_err, const char *line, size_t len, ch
   memcpy(buf + plen, line, len);
   buf[plen + len] = end;
   if (log) write_all(w->log, buf + plen, len + 1);
-  if (show) write_all(is_err ? STDERR_FILENO : STDOUT_FILENO, buf, (size_t)plen + len + 1);
+  if (show) {
+    write_all(is_err ? STDERR_FILENO : STDOUT_FILENO, buf, (size_t)plen + len + 1);
+    j->shown++;
+    if (is_err && end == '\n') w->last_err_shown = j->shown;
+  }
   free(buf);
 }
 
@@ -614,6 +618,7 @@ int job_run_group(job *j, int *failed_ix) {
     for (int t = 0; t < TAIL_LINES; t++) { free(w->tail[t]); w->tail[t] = NULL; }
     w->ntail = 0;
     w->ready = w->bp_calls = w->bp_waiting = w->capture = w->replied = w->reported = w->busy = 0;
+    w->last_err_shown = 0;
   }
   j->pfds = calloc((size_t)j->nproc * 3 + 1, sizeof *j->pfds);
   j->pfw = calloc((size_t)j->nproc * 3 + 1, sizeof *j->pfw);

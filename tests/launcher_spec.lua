@@ -159,6 +159,34 @@ sleep(30)
     assert.equals(3, rc, err)
     assert.truthy(os.time() - t0 < 10, "the sleeping workers were not stopped quickly")
     assert.truthy(err:find("rank 1 (local rank 1) failed with exit code 3", 1, true), err)
+    -- its last lines are the terminal's last ones: not said twice
+    assert.truthy(err:find("[1] line 12\nddplua: rank 1 (local rank 1) failed", 1, true), err)
+    assert.falsy(err:find("the last lines rank 1 wrote", 1, true), err)
+  end)
+
+  it("repeats the failed rank's last stderr lines when others wrote after them", function()
+    local flag = shell.tempname()
+    os.remove(flag)
+    local s = script(([[
+local flag = %q
+if rank == 1 then
+  io.stderr:write("first words\n")
+  for i = 1, 12 do io.stderr:write("line " .. i .. "\n") end
+  io.open(flag, "w"):close()
+  sleep(1)
+  os.exit(3)
+end
+if rank == 0 then
+  for _ = 1, 100 do if io.open(flag) then break end sleep(0.1) end
+  io.stderr:write("rank 0 goes on talking\n")
+end
+sleep(30)
+]]):format(flag))
+    local _, err, rc = run("--nproc 3 --grace 5 " .. q(s))
+    os.remove(flag)
+    assert.equals(3, rc, err)
+    assert.truthy(err:find("[0] rank 0 goes on talking", 1, true), err)
+    assert.truthy(err:find("the last lines rank 1 wrote to stderr:", 1, true), err)
     assert.truthy(err:find("  [1] line 12\n", 1, true), err)
     assert.truthy(err:find("  [1] line 3\n", 1, true), err)
     assert.falsy(err:find("  [1] first words", 1, true), err) -- only the last 10 lines
