@@ -91,16 +91,20 @@ static void on_signal(int sig) {
   errno = saved;
 }
 
-int job_install_signals(void) {
-  if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
+static void catch_signal(int sig, struct sigaction *saved) {
   struct sigaction act;
   memset(&act, 0, sizeof act);
   act.sa_handler = on_signal;
   act.sa_flags = SA_RESTART;
   sigemptyset(&act.sa_mask);
-  sigaction(SIGINT, &act, NULL);
-  sigaction(SIGTERM, &act, NULL);
-  sigaction(SIGCHLD, &act, NULL);
+  sigaction(sig, &act, saved);
+}
+
+int job_install_signals(void) {
+  if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
+  catch_signal(SIGINT, NULL);
+  catch_signal(SIGTERM, NULL);
+  catch_signal(SIGCHLD, NULL);
   signal(SIGPIPE, SIG_IGN); /* a closed terminal: write fails instead */
   return 0;
 }
@@ -494,14 +498,7 @@ static void reap(job *j, int *first_failed) {
 
 /* The prompt's Ctrl-C goes to the job while a chunk runs (job_turn then
 ** counts it in j->interrupts). */
-void job_catch_sigint(struct sigaction *saved) {
-  struct sigaction act;
-  memset(&act, 0, sizeof act);
-  act.sa_handler = on_signal;
-  act.sa_flags = SA_RESTART;
-  sigemptyset(&act.sa_mask);
-  sigaction(SIGINT, &act, saved);
-}
+void job_catch_sigint(struct sigaction *saved) { catch_signal(SIGINT, saved); }
 
 int job_fds(job *j, struct pollfd *fds, int max) {
   int n = 0;

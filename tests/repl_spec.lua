@@ -1,26 +1,15 @@
 -- The ddplua REPL, driven through a pseudo-terminal by tests/helpers/pty.py.
 
 local shell = require "helpers.shell"
+local prompt = require "helpers.prompt"
 local root, ddplua, q, exists, tempname = shell.root, shell.ddplua, shell.q, shell.exists, shell.tempname
 local python = "/usr/bin/python3"
 
--- Types `inputs` (pty.py's input lines) into a fresh REPL whose HOME is a
--- new directory; returns the transcript (ending in "EXIT ...") and HOME.
+-- Types `inputs` (pty.py's input lines) into a fresh REPL (HOME a new
+-- directory); returns the transcript (ending in "EXIT ...") and HOME.
 -- program: another ddplua binary than the one under test.
 local function repl(inputs, program)
-  local input = tempname()
-  local f = assert(io.open(input, "w"))
-  f:write(table.concat(inputs, "\n"), "\n")
-  f:close()
-  local home = tempname()
-  os.remove(home)
-  assert(os.execute("mkdir -p " .. q(home)))
-  local p = assert(io.popen(python .. " " .. q(root .. "/tests/helpers/pty.py")
-    .. " --timeout 20 --env HOME=" .. q(home) .. " -- " .. q(program or ddplua)
-    .. " <" .. q(input) .. " 2>&1"))
-  local out = p:read("*a")
-  p:close()
-  return out, home
+  return prompt.run(inputs, "", { timeout = 20, program = program })
 end
 
 local function has(out, text)

@@ -10,7 +10,8 @@ function M.available() return shell.exists(M.python) end
 
 -- Types `inputs` (pty.py's input lines) into `ddplua <args>` with a fresh
 -- HOME, outside any outer job's environment; returns the transcript (its
--- last line "EXIT ...").
+-- last line "EXIT ...") and HOME.  opts: timeout (s), env (a table),
+-- program (another ddplua than the one under test).
 function M.run(inputs, args, opts)
   opts = opts or {}
   local input = tempname()
@@ -24,10 +25,10 @@ function M.run(inputs, args, opts)
   for k, v in pairs(opts.env or {}) do env = env .. " --env " .. q(k .. "=" .. v) end
   local p = assert(io.popen(jobs.CLEAN .. M.python .. " " .. q(root .. "/tests/helpers/pty.py")
     .. " --timeout " .. (opts.timeout or 40) .. " --env HOME=" .. q(home) .. env .. " -- "
-    .. q(shell.ddplua) .. " " .. (args or "") .. " <" .. q(input) .. " 2>&1"))
+    .. q(opts.program or shell.ddplua) .. " " .. (args or "") .. " <" .. q(input) .. " 2>&1"))
   local out = p:read("*a")
   p:close()
-  return out
+  return out, home
 end
 
 -- Asserts text is in out, showing out when it is not.
