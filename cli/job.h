@@ -65,7 +65,9 @@ typedef struct job {
   cpu_set_t cpus;
   int ncpus;
   char threads[16]; /* the budget to set, "" when the user set one */
-  dl_store *store;
+  dl_store *store;       /* node 0: the store it serves */
+  dl_store *exit_client; /* other nodes: a client of it, to record exits */
+  int exit_client_failed;
   worker *w;
   /* the prompt over ranks (cli/repl_dist.c) */
   int interactive;       /* --nproc N with no script, or -i */

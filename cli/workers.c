@@ -475,6 +475,27 @@ static void signal_all(job *j, int sig) {
     if (j->w[i].pid > 0) kill(-j->w[i].pid, sig); /* the worker's children too */
 }
 
+/* Tells the job's store that w ended and how ("ddp/exit/<rank>", counted
+** in "ddp/exits"): a rank waiting in ddp.init or an object collective for
+** one that exited -- with code 0 too -- names it within a second instead of
+** waiting out its timeout (lua/ddp/dist.lua).  Node 0 serves the store;
+** other nodes reach it as clients, briefly: a store that is gone is no
+** reason to hold the launcher up. */
+static void record_exit(job *j, const worker *w) {
+  if (j->world <= 1) return;
+  dl_store *s = j->store ? j->store : j->exit_client;
+  if (!s && !j->exit_client_failed) {
+    s = j->exit_client = dl_store_connect(j->master_addr, j->port, j->token[0] ? j->token : NULL, 2.0);
+    j->exit_client_failed = s == NULL;
+  }
+  if (!s) return;
+  char key[64], how[64];
+  snprintf(key, sizeof key, "ddp/exit/%d", w->rank);
+  snprintf(how, sizeof how, "%s", job_describe(w->status));
+  dl_store_set_timeout(s, 2.0);
+  if (dl_store_set(s, key, how, (int64_t)strlen(how)) == 0) dl_store_add(s, "ddp/exits", 1, NULL);
+}
+
 static void reap(job *j, int *first_failed) {
   for (int i = 0; i < j->nproc; i++) {
     worker *w = &j->w[i];
@@ -493,6 +514,7 @@ static void reap(job *j, int *first_failed) {
     w->status = status;
     if (w->ctl_w >= 0) { close(w->ctl_w); w->ctl_w = -1; }
     if (failed(status) && *first_failed < 0) *first_failed = i;
+    record_exit(j, w);
   }
 }
 
@@ -669,6 +691,9 @@ int job_run_group(job *j, int *failed_ix) {
   free(j->pfw);
   j->pfds = NULL;
   j->pfw = NULL;
+  if (j->exit_client) dl_store_close(j->exit_client);
+  j->exit_client = NULL;
+  j->exit_client_failed = 0;
   *failed_ix = j->first_failed;
   if (j->forwarded) return RUN_SIGNALED;
   return j->first_failed >= 0 ? RUN_FAILED : RUN_OK;

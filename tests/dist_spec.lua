@@ -131,6 +131,52 @@ print("passed init")
     assert.truthy(err:find("ddp.init: timed out after 2 s; rank 2 of 3 did not arrive", 1, true), err)
   end)
 
+  -- a rank that ends early, even with exit code 0, is named within about a
+  -- second by the ranks waiting for it (the launcher records exits in the
+  -- store), not after DDP_TIMEOUT
+  for _, case in ipairs {
+    { "ddp.init", "if ddp.rank() == 1 then os.exit(0) end\nddp.init()" },
+    { "ddp.all_gather_object", "ddp.init()\nif ddp.rank() == 1 then os.exit(0) end\nddp.all_gather_object(1)" },
+    { "ddp.broadcast_object", "ddp.init()\nif ddp.rank() == 1 then os.exit(0) end\nddp.broadcast_object(nil, 1)" },
+  } do
+    it("names a rank that exited with code 0 before " .. case[1] .. " within seconds", function()
+      local s = script(case[2] .. "\nprint('passed')\n")
+      local t0 = os.time()
+      local out, err, rc = run("--nproc 2 " .. q(s), "DDP_TIMEOUT=30")
+      assert.is_true(os.time() - t0 < 10, err)
+      assert.are_not.equal(0, rc)
+      assert.falsy(out:find("passed", 1, true), out)
+      assert.truthy(err:find(case[1] .. ": rank 1 (exit code 0) ended before", 1, true), err)
+    end)
+  end
+
+  it("says the store is gone, within seconds, when node 0's launcher dies", function()
+    local store = require "ddp.store"
+    local srv = store.server {}
+    local port = srv.port
+    srv:close()
+    local idle = jobs.script("sleep(60)\n", "node0")
+    local waiter = script([[
+local ok, err = pcall(ddp.init)
+io.stderr:write("RESULT " .. tostring(ok) .. " " .. tostring(err) .. "\n")
+os.exit(ok and 0 or 1)
+]])
+    local base = jobs.CLEAN .. "DDP_TIMEOUT=30 DDP_STORE_TOKEN=gone DDP_JOB_ID=gone" .. port .. " "
+    local pidfile, err1, rc1 = jobs.tempname(), jobs.tempname(), jobs.tempname()
+    local node = " --nproc 2 --nnodes 2 --master-addr 127.0.0.1 --master-port " .. port
+    jobs.sh(base .. q(ddplua) .. node .. " --node-rank 0 " .. q(idle) .. " >/dev/null 2>&1 & echo $! >" .. q(pidfile))
+    local t0 = os.time()
+    jobs.sh("( " .. base .. "timeout 60 " .. q(ddplua) .. node .. " --node-rank 1 " .. q(waiter)
+            .. " </dev/null >/dev/null 2>" .. q(err1) .. "; echo $? >" .. q(rc1) .. " ) & sleep 2; kill -9 "
+            .. jobs.slurp(pidfile):match("%d+") .. "; wait")
+    local err = jobs.slurp(err1)
+    assert.is_true(os.time() - t0 < 15, err)     -- was 40 s: a full timeout per rank
+    assert.are_not.equal(0, tonumber(jobs.slurp(rc1)), err)
+    assert.truthy(err:find("RESULT false", 1, true), err)
+    assert.truthy(err:find("the store at 127.0.0.1:" .. port .. " is gone", 1, true), err)
+    assert.falsy(err:find("wrong token", 1, true), err)
+  end)
+
   it("says what is wrong with a bad environment", function()
     local s = script([[print(ddp.rank())]])
     local _, err, rc = run(q(s), "RANK=3 WORLD_SIZE=2")

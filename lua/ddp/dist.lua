@@ -137,29 +137,75 @@ local function fmt_s(t)
   return ("%g s"):format(t)
 end
 
--- Ranks whose key is missing, as "rank 2" / "ranks 2, 3".
-local function missing_ranks(s, keys)
+-- The ranks whose key is missing (a list), or nil when the store cannot
+-- say (gone: the caller's own error tells why).
+local function missing_list(s, keys)
   local missing = {}
   for r = 0, #keys - 1 do
     local ok, present = pcall(s.check, s, { keys[r + 1] })
-    if ok and not present then missing[#missing + 1] = r end
+    if not ok then return nil end
+    if not present then missing[#missing + 1] = r end
   end
-  if #missing == 0 then return nil end
-  return (#missing == 1 and "rank " or "ranks ") .. concat(missing, ", ")
+  return missing
 end
 
--- Waits for every rank's key; on a timeout, names the ranks that never
--- set theirs.
-local function wait_all(op, keys, what)
-  local s, t = state.store, state.timeout
-  local ok, err = pcall(s.wait, s, keys, t)
-  if ok then return end
-  local who = missing_ranks(s, keys)
-  if who then
-    raise(("%s: timed out after %s; %s of %d did not %s"):format(op, fmt_s(t), who, #keys, what))
-  end
-  raise(op .. ": " .. tostring(err):gsub("^[^:]*:%d+: ", ""))
+local function ranks_text(list)
+  return (#list == 1 and "rank " or "ranks ") .. concat(list, ", ")
 end
+
+-- The launcher records in the store each worker that ends, whatever its
+-- exit code (cli/workers.c): "ddp/exits" counts them, "ddp/exit/<rank>"
+-- says how.  A wait checks them between slices, so a rank that ended early
+-- -- even with exit code 0 -- is named within about a second, not after
+-- the whole timeout.
+local EXITS, SLICE = "ddp/exits", 1
+
+-- "rank 1 (exit code 0)", for those of `ranks` that ended; nil if none.
+local function ended(s, ranks)
+  local ok, n = pcall(s.add, s, EXITS, 0)
+  if not ok or n == 0 then return nil end
+  local out = {}
+  for _, r in ipairs(ranks) do
+    local key = "ddp/exit/" .. r
+    local ok2, present = pcall(s.check, s, { key })
+    if ok2 and present then
+      local ok3, how = pcall(s.get, s, key, 1)
+      out[#out + 1] = ("rank %d (%s)"):format(r, ok3 and how or "ended")
+    end
+  end
+  return #out > 0 and concat(out, ", ") or nil
+end
+
+-- Waits for every rank's key (or, with src, for src's alone) in slices of
+-- SLICE seconds: between them, a rank that ended is named at once; on the
+-- timeout, the ranks that never set theirs.  A store that is gone ends it
+-- with its own error.
+local function wait_keys(op, keys, what, src)
+  local s, t = state.store, state.timeout
+  local slices = math.max(1, math.ceil(t / SLICE))
+  for i = 1, slices do
+    local slice = i < slices and SLICE or (t - SLICE * (slices - 1))
+    local ok, err
+    if src then ok, err = pcall(s.get, s, keys[1], slice) else ok, err = pcall(s.wait, s, keys, slice) end
+    if ok then return err end
+    err = tostring(err):gsub("^[^:]*:%d+: ", "")
+    if not err:find("timed out", 1, true) then raise(op .. ": " .. err) end
+    local missing = src and { src } or missing_list(s, keys)
+    if missing and #missing > 0 then
+      local gone = ended(s, missing)
+      if gone then raise(("%s: %s ended before %s"):format(op, gone, what == "arrive" and "arriving" or what)) end
+    end
+    if i == slices then
+      if missing and #missing > 0 then
+        raise(("%s: timed out after %s; %s of %d did not %s"):format(op, fmt_s(t), ranks_text(missing),
+                                                                       src and env().world_size or #keys, what))
+      end
+      raise(op .. ": " .. err)
+    end
+  end
+end
+
+local function wait_all(op, keys, what) wait_keys(op, keys, what) end
 
 local sentinel  -- closes the store when the Lua state is closed
 
@@ -337,11 +383,7 @@ local function deserialize(op, s)
 end
 
 local function get(op, st, key, src)
-  local ok, v = pcall(st.store.get, st.store, key, st.timeout)
-  if not ok then
-    raise(("%s: timed out after %s waiting for rank %d"):format(op, fmt_s(st.timeout), src))
-  end
-  return v
+  return wait_keys(op, { key }, "send it", src)
 end
 
 -- ddp.broadcast_object(v, src): src's v on every rank (a copy).

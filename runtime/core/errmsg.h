@@ -152,6 +152,7 @@ ERRDEF(STORE_TIMEOUT, DL_ESTATE, "%s: timed out after %.1f s waiting for key \"%
 ERRDEF(STORE_CONNECT, DL_EIO, "%s: could not connect to %s:%d within %.1f s: %s")
 ERRDEF(STORE_REFUSED, DL_ESTATE, "%s: the server at %s:%d closed the connection during the handshake (wrong token?)")
 ERRDEF(STORE_LOST, DL_EIO, "%s: lost the connection to the store at %s:%d (%s)")
+ERRDEF(STORE_GONE, DL_EIO, "%s: the store at %s:%d is gone (%s); the process that served it (node 0's launcher) has ended")
 ERRDEF(STORE_REPLY, DL_ESTATE, "%s: %.*s")
 ERRDEF(STORE_LIMIT, DL_EINVAL, "%s: %s of %lld bytes exceeds the limit of %d bytes")
 

@@ -35,8 +35,15 @@ struct dl_store {
   char host[256];
   char *token;
   double timeout;
+  int connected;        /* it was connected once: a refused reconnect means the server is gone */
   pthread_mutex_t mu;   /* one request at a time per handle */
 };
+
+/* How long a handle that was connected retries a refused or reset
+** reconnect: the server does not come back (a new job has a new store), so
+** waiting the whole timeout for it would only delay the error -- once per
+** request, world x timeout in a census of ranks. */
+#define STORE_RECONNECT_S 2.0
 
 enum { IO_OK = 0, IO_TIMEOUT = 1, IO_LOST = 2 };
 
@@ -142,6 +149,7 @@ static int client_connect(dl_store *s, const char *op, double timeout) {
     if (ai) freeaddrinfo(ai);
     if (s->fd >= 0) break;
     double left = deadline - now_s();
+    if (left <= 0 && s->connected) return dl_err(EM_STORE_GONE, op, s->host, s->port, why);
     if (left <= 0) return dl_err(EM_STORE_CONNECT, op, s->host, s->port, timeout, why);
     if (pause > left) pause = left;
     struct timespec ts = { (time_t)pause, (long)((pause - (double)(time_t)pause) * 1e9) };
@@ -156,9 +164,13 @@ static int client_connect(dl_store *s, const char *op, double timeout) {
   int rc = exchange(s, OP_AUTH, tok, strlen(tok), NULL, 0, NULL, 0, hs_deadline, &st, &body, &blen);
   free(body);
   if (rc || st != ST_OK) {
+    int e = errno;
     drop(s);
+    /* the token was right before: a reset handshake is a dying server */
+    if (s->connected) return dl_err(EM_STORE_GONE, op, s->host, s->port, rc ? strerror(e) : "refused");
     return dl_err(EM_STORE_REFUSED, op, s->host, s->port);
   }
+  s->connected = 1;
   return 0;
 }
 
@@ -186,7 +198,10 @@ static int call(dl_store *s, const char *op, int code, const char *key,
   pthread_mutex_lock(&s->mu);
   for (int attempt = 0; attempt < 2; attempt++) {
     if (s->fd >= 0 && stale(s->fd)) drop(s);
-    if (s->fd < 0 && (rc = client_connect(s, op, s->timeout))) goto done;
+    if (s->fd < 0 &&
+        (rc = client_connect(s, op, s->connected && s->timeout > STORE_RECONNECT_S ? STORE_RECONNECT_S
+                                                                                   : s->timeout)))
+      goto done;
     rc = exchange(s, code, key ? key : "", kn, v1, n1, v2, n2, deadline, &st, body, blen);
     if (rc == IO_OK) break;
     int e = errno;
@@ -199,6 +214,8 @@ static int call(dl_store *s, const char *op, int code, const char *key,
       rc = dl_err(EM_STORE_LOST, op, s->host, s->port, strerror(e));
       goto done;
     }
+    /* a wait parked on the server ends when the server dies: the
+    ** reconnect below says whether it is gone */
   }
   if (st != ST_OK) {
     rc = dl_err(EM_STORE_REPLY, op, (int)*blen, *body);
