@@ -451,6 +451,12 @@ os.exit(ok and 0 or 1)
     assert.is_true(os.time() - t0 < 30)
     assert.is_not.equals(0, res[0].rc)
     assert.truthy(res[0].err:find("RESULT false", 1, true), res[0].err)
+    -- global ranks and the user's call, not node-local ranks and the
+    -- node-local broadcast that ends a hier all_reduce
+    local all = res[0].err .. res[1].err
+    assert.truthy(res[1].err:find("all_reduce #2: rank 3 (pid ", 1, true), all)
+    assert.falsy(all:find("rank 1 (pid ", 1, true), all)
+    assert.falsy(all:find("broadcast", 1, true), all)
   end)
 end)
 

@@ -50,6 +50,9 @@ DL_HIDDEN void *shm_new(dl_store *store, int rank, int world, const char *job_id
                         int node, double timeout_s);
 extern DL_HIDDEN const pg_ops shm_ops;
 DL_HIDDEN dl_tensor *shm_shared_zeros(void *impl, int64_t numel, int dtype);
+/* Messages name call `name` #seq instead of the group's own (NULL: its own):
+** hier names the user's call, not the step of it that failed. */
+DL_HIDDEN void shm_label(void *impl, const char *name, int64_t seq);
 
 /* pg_gloo.c: all `world` ranks through one Gloo context, keys under prefix,
 ** bound to host (NULL: the address this process reaches the store from).
@@ -57,6 +60,7 @@ DL_HIDDEN dl_tensor *shm_shared_zeros(void *impl, int64_t numel, int dtype);
 DL_HIDDEN void *gloo_pg_new(dl_store *store, const char *prefix, int rank, int world,
                             int stride, const char *host, double timeout_s);
 extern DL_HIDDEN const pg_ops gloo_pg_ops;
+DL_HIDDEN void gloo_pg_label(void *impl, const char *name, int64_t seq);  /* as shm_label */
 
 /* pg_hier.c: shm within each node of local_world ranks, Gloo across. */
 DL_HIDDEN void *hier_new(dl_store *store, int rank, int world, int local_world,

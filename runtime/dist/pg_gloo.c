@@ -18,7 +18,18 @@ typedef struct gpg {
   double timeout;
   char prefix[160];
   char why[300];  /* set once a DDP_DEBUG check failed: the group is unusable */
+  const char *label;  /* set by hier: the user's call its messages name, */
+  int64_t label_seq;  /* and that call's number (not this group's own) */
 } gpg;
+
+static const char *nm(gpg *p, const char *name) { return p->label ? p->label : name; }
+static long long sq(gpg *p) { return (long long)(p->label ? p->label_seq : p->seq); }
+
+DL_HIDDEN void gloo_pg_label(void *impl, const char *name, int64_t seq) {
+  gpg *p = impl;
+  p->label = name;
+  p->label_seq = seq;
+}
 
 static _Thread_local char ebuf[1024];
 
@@ -58,10 +69,16 @@ done:
 /* Passes a failed call's message on; a timeout gets the late ranks' names. */
 static int done(gpg *p, const char *name, int rc) {
   if (!rc) return 0;
+  if (!strstr(ebuf, "timed out") && p->label) {  /* "broadcast: why" -> "all_reduce #2: why" */
+    const char *why = strstr(ebuf, ": ");
+    char m[sizeof ebuf + 80];
+    snprintf(m, sizeof m, "%s #%lld: %s", p->label, sq(p), why ? why + 2 : ebuf);
+    return dl_err(EM_PG_PASS, m);
+  }
   if (!strstr(ebuf, "timed out")) return pass(rc);
   char who[300];
   census(p, who, sizeof who);
-  return dl_err(EM_PG_TIMEOUT, name, (long long)p->seq, p->timeout, who);
+  return dl_err(EM_PG_TIMEOUT, nm(p, name), sq(p), p->timeout, who);
 }
 
 typedef struct call { int64_t seq, numel; int32_t kind, arg, dtype, pad; } call;
@@ -70,7 +87,7 @@ typedef struct call { int64_t seq, numel; int32_t kind, arg, dtype, pad; } call;
 ** first: a fixed-size all_gather that cannot itself mismatch, whereas
 ** mismatched sizes reaching Gloo end the process (gloo.cc). */
 static int begin(gpg *p, const char *name, int kind, int arg, int dtype, int64_t numel) {
-  if (p->why[0]) return dl_err(EM_PG_BROKEN, name, p->why);
+  if (p->why[0]) return dl_err(EM_PG_BROKEN, nm(p, name), p->why);
   p->seq++;
   if (!p->debug) return 0;
   call mine = { p->seq, numel, kind, arg, dtype, 0 };
@@ -91,7 +108,7 @@ static int begin(gpg *p, const char *name, int kind, int arg, int dtype, int64_t
     n += (size_t)snprintf(msg + n, sizeof msg - n, "%srank %d called %s", r ? "; " : "", r, d);
   }
   free(all);
-  dl_err(EM_PG_MISMATCH, name, (long long)p->seq, msg);
+  dl_err(EM_PG_MISMATCH, nm(p, name), sq(p), msg);
   snprintf(p->why, sizeof p->why, "%s", dl_last_error());
   return -1;
 }

@@ -16,11 +16,23 @@ typedef struct hier {
   void *leaders;  /* gloo: local rank 0 of every node, else NULL */
   void *all;      /* gloo: every rank */
   int world;
+  int64_t seq;    /* the user's calls, which the parts' messages name */
 } hier;
+
+/* Every part of call `name` reports as the user's call (#seq of this
+** group), not as the step that failed: that a node-local broadcast timed
+** out is the internals of an all_reduce. */
+static void label(hier *h, const char *name) {
+  h->seq++;
+  shm_label(h->local, name, h->seq);
+  if (h->leaders) gloo_pg_label(h->leaders, name, h->seq);
+  gloo_pg_label(h->all, name, h->seq);
+}
 
 static int h_all_reduce(void *impl, dl_tensor *t, int op) {
   hier *h = impl;
   int sub = op == DL_PG_AVG ? DL_PG_SUM : op;
+  label(h, "all_reduce");
   if (shm_ops.all_reduce(h->local, t, sub)) return -1;
   if (h->leaders && gloo_pg_ops.all_reduce(h->leaders, t, sub)) return -1;
   if (shm_ops.broadcast(h->local, t, 0)) return -1;
@@ -32,14 +44,17 @@ static int h_all_reduce(void *impl, dl_tensor *t, int op) {
 }
 
 static int h_broadcast(void *impl, dl_tensor *t, int src) {
+  label(impl, "broadcast");
   return gloo_pg_ops.broadcast(((hier *)impl)->all, t, src);
 }
 
 static int h_all_gather(void *impl, dl_tensor *out, const dl_tensor *t) {
+  label(impl, "all_gather");
   return gloo_pg_ops.all_gather(((hier *)impl)->all, out, t);
 }
 
 static int h_reduce_scatter(void *impl, dl_tensor *out, const dl_tensor *t, int op) {
+  label(impl, "reduce_scatter");
   return gloo_pg_ops.reduce_scatter(((hier *)impl)->all, out, t, op);
 }
 
@@ -53,6 +68,7 @@ static int h_recv(void *impl, dl_tensor *t, int src) {
 
 static int h_barrier(void *impl) {
   hier *h = impl;
+  label(h, "barrier");
   if (shm_ops.barrier(h->local)) return -1;
   if (h->leaders && gloo_pg_ops.barrier(h->leaders)) return -1;
   return shm_ops.barrier(h->local);

@@ -78,6 +78,9 @@ typedef struct shm {
   size_t bytes;
   size_t slot_bytes, stride, data_off;
   int rank, world, debug, node, group;
+  int rank0;      /* the job's rank of local rank 0 (node * world), for messages */
+  const char *label;  /* set by hier: the user's call its messages name, */
+  int64_t label_seq;  /* and that call's number (not this group's own) */
   int unchecked;  /* the current call's records are still to be compared */
   uint64_t epoch, step;
   int64_t seq;
@@ -113,8 +116,18 @@ static int fail(shm *g, int rc) {
   return rc;
 }
 
+/* The call a message names: the caller's (hier) where it set one. */
+static const char *nm(shm *g, const char *name) { return g->label ? g->label : name; }
+static long long sq(shm *g) { return (long long)(g->label ? g->label_seq : g->seq); }
+
+DL_HIDDEN void shm_label(void *impl, const char *name, int64_t seq) {
+  shm *g = impl;
+  g->label = name;
+  g->label_seq = seq;
+}
+
 static int check_usable(shm *g, const char *name) {
-  if (g->broken) return dl_err(EM_PG_BROKEN, name, g->why);
+  if (g->broken) return dl_err(EM_PG_BROKEN, nm(g, name), g->why);
   return 0;
 }
 
@@ -149,7 +162,7 @@ static int ready(shm *g, const waiter *w) {
 static void missing(shm *g, const waiter *w, char *who, size_t cap, int *dead) {
   *dead = -1;
   if (w->peer >= 0) {
-    snprintf(who, cap, "rank %d %s", w->peer, w->what);
+    snprintf(who, cap, "rank %d %s", g->rank0 + w->peer, w->what);
     if (gone(g, w->peer)) *dead = w->peer;
     return;
   }
@@ -160,7 +173,7 @@ static void missing(shm *g, const waiter *w, char *who, size_t cap, int *dead) {
   for (int q = 0; q < g->world && n < cap - 16; q++) {
     if (arrived(g, q, w->e)) continue;
     if (*dead < 0 && gone(g, q)) *dead = q;
-    n += (size_t)snprintf(who + n, cap - n, first ? "%d" : ", %d", q);
+    n += (size_t)snprintf(who + n, cap - n, first ? "%d" : ", %d", g->rank0 + q);
     first = 0;
   }
   if (n < cap - 16) snprintf(who + n, cap - n, " %s", w->what);
@@ -190,9 +203,9 @@ static int wait_for(shm *g, const waiter *w) {
     int dead;
     missing(g, w, who, sizeof who, &dead);
     if (dead >= 0)
-      return fail(g, dl_err(EM_PG_DEAD, w->name, (long long)g->seq, dead,
+      return fail(g, dl_err(EM_PG_DEAD, nm(g, w->name), sq(g), g->rank0 + dead,
                             (int)ctl_of(g, dead)->pid, who));
-    if (late) return fail(g, dl_err(EM_PG_TIMEOUT, w->name, (long long)g->seq, g->timeout, who));
+    if (late) return fail(g, dl_err(EM_PG_TIMEOUT, nm(g, w->name), sq(g), g->timeout, who));
   }
 }
 
@@ -229,9 +242,9 @@ static int check_calls(shm *g, const char *name) {
     char d[120];
     const rec *o = &ctl_of(g, r)->r[g->seq & 1];
     pg_describe(d, sizeof d, o->kind, o->arg, o->dtype, o->numel, o->seq);
-    n += snprintf(msg + n, sizeof msg - n, "%srank %d called %s", r ? "; " : "", r, d);
+    n += snprintf(msg + n, sizeof msg - n, "%srank %d called %s", r ? "; " : "", g->rank0 + r, d);
   }
-  return fail(g, dl_err(EM_PG_MISMATCH, name, (long long)g->seq, msg));
+  return fail(g, dl_err(EM_PG_MISMATCH, nm(g, name), sq(g), msg));
 }
 
 /* Starts a call: its number and its record, which the call's first sync
@@ -693,6 +706,7 @@ DL_HIDDEN void *shm_new(dl_store *store, int rank, int world, const char *job_id
   g->rank = rank;
   g->world = world;
   g->node = node;
+  g->rank0 = node * world;  /* hier: node k holds ranks k * world and up */
   g->store = store;
   g->timeout = timeout_s > 0 ? timeout_s : 600;
   const char *dbg = getenv("DDP_DEBUG");
