@@ -41,6 +41,7 @@ namespace {
 // Gloo's own slot prefixes are 0x01..0x08.
 constexpr uint8_t kRsSlotPrefix = 0x40;
 constexpr uint8_t kP2pSlotPrefix = 0x41;
+constexpr uint8_t kDescSlotPrefix = 0x42;  // dlg_exchange: one slot per exchange
 // Large buffers go in pieces (each its own tag or slot): no single Gloo
 // operation sees more than 1 GiB.
 constexpr size_t kChunkBytes = size_t(1) << 30;
@@ -315,6 +316,10 @@ struct dlg {
   std::string poison;  // the first failure's message; empty while usable
   std::unique_ptr<char[]> scratch;  // reduce-scatter's window and partial block
   size_t scratch_n = 0;
+  // dlg_exchange's transfers in flight (send of this rank's bytes, one recv per peer)
+  uint32_t xslot = 0;
+  std::unique_ptr<gloo::transport::UnboundBuffer> xsend;
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> xrecv;
 };
 
 namespace {
@@ -670,6 +675,43 @@ int dlg_recv(dlg *g, void *buf, int64_t nbytes, int src, char *err, size_t errle
     put(err, errlen, m);
     return -1;
   }
+  return rc;
+}
+
+int dlg_exchange(dlg *g, const void *mine, void *all, size_t n, char *err, size_t errlen) {
+  if (!mine || !all || !n) return bad_arg(err, errlen, "exchange", "bad buffer");
+  return guard(g, "exchange", err, errlen, [&] {
+    memcpy(static_cast<char *>(all) + size_t(g->rank) * n, mine, n);
+    if (g->world == 1) return;
+    const uint64_t slot = gloo::Slot::build(kDescSlotPrefix, g->xslot++);
+    g->xrecv.resize(size_t(g->world));
+    for (int r = 0; r < g->world; r++) {
+      if (r == g->rank) continue;
+      g->xrecv[size_t(r)] = g->ctx->createUnboundBuffer(static_cast<char *>(all) + size_t(r) * n, n);
+      g->xrecv[size_t(r)]->recv(r, slot, 0, n);
+    }
+    g->xsend = g->ctx->createUnboundBuffer(static_cast<char *>(all) + size_t(g->rank) * n, n);
+    for (int r = 0; r < g->world; r++)
+      if (r != g->rank) g->xsend->send(r, slot, 0, n);
+  });
+}
+
+int dlg_exchange_wait(dlg *g, char *err, size_t errlen) {
+  if (g && g->world > 1 && !g->xsend) return bad_arg(err, errlen, "exchange", "nothing posted");
+  // runs on a poisoned context too: the exchange went out before the failure
+  if (!g || g->world == 1) return 0;
+  std::string saved;
+  std::swap(saved, g->poison);
+  int rc = guard(g, "exchange", err, errlen, [&] {
+    Deadline dl(g->timeout);
+    for (int r = 0; r < g->world; r++)
+      if (r != g->rank) g->xrecv[size_t(r)]->waitRecv(dl.left());
+    for (int r = 0; r < g->world; r++)
+      if (r != g->rank) g->xsend->waitSend(dl.left());
+  });
+  if (!saved.empty()) g->poison = saved;
+  g->xsend.reset();
+  for (auto &b : g->xrecv) b.reset();
   return rc;
 }
 

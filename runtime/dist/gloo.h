@@ -62,6 +62,14 @@ DLG_API int dlg_send(dlg *g, const void *buf, int64_t nbytes, int dst,
 DLG_API int dlg_recv(dlg *g, void *buf, int64_t nbytes, int src,
                      char *err, size_t errlen);
 DLG_API int dlg_barrier(dlg *g, char *err, size_t errlen);
+/* Every rank's n bytes into all (world * n, rank order), without waiting:
+** dlg_exchange posts the transfers, dlg_exchange_wait (which must follow,
+** before the next exchange; all stays in use until then) waits for them.
+** Other calls may run in between: the collectives' descriptors go out this
+** way beside the data and cost no round trip of their own.  The wait works
+** on a context that failed after the post (the bytes may have arrived). */
+DLG_API int dlg_exchange(dlg *g, const void *mine, void *all, size_t n, char *err, size_t errlen);
+DLG_API int dlg_exchange_wait(dlg *g, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

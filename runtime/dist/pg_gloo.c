@@ -10,6 +10,8 @@
 #include "dist/gloo.h"
 #include "dist/pg.h"
 
+typedef struct call { int64_t seq, numel; int32_t kind, arg, dtype, pad; } call;
+
 typedef struct gpg {
   dlg *g;
   dl_store *store;
@@ -18,6 +20,8 @@ typedef struct gpg {
   double timeout;
   char prefix[160];
   char why[300];  /* set once a DDP_DEBUG check failed: the group is unusable */
+  int pending;    /* the call's descriptors are still to be compared */
+  call *all;      /* every rank's descriptor of the current call */
   const char *label;  /* set by hier: the user's call its messages name, */
   int64_t label_seq;  /* and that call's number (not this group's own) */
 } gpg;
@@ -32,6 +36,12 @@ DL_HIDDEN void gloo_pg_label(void *impl, const char *name, int64_t seq) {
 }
 
 static _Thread_local char ebuf[1024];
+
+/* Calls of at least this many bytes compare descriptors before the data;
+** smaller ones after.  TEMP check_mode (DDP_GLOO_CHECK): 0 none, 1 all
+** before, 2 small after (for measuring). */
+#define DESC_FIRST (64 << 10)
+static int check_mode = 2;
 
 static int pass(int rc) { return rc ? dl_err(EM_PG_PASS, ebuf) : 0; }
 
@@ -81,67 +91,94 @@ static int done(gpg *p, const char *name, int rc) {
   return dl_err(EM_PG_TIMEOUT, nm(p, name), sq(p), p->timeout, who);
 }
 
-typedef struct call { int64_t seq, numel; int32_t kind, arg, dtype, pad; } call;
+static size_t nbytes(const dl_tensor *t) {
+  return (size_t)dl_tensor_numel(t) * dl_dtype_sizes[t->dtype];
+}
 
-/* Numbers the call and, under DDP_DEBUG=1, compares every rank's call
-** first: a fixed-size all_gather that cannot itself mismatch, whereas
-** mismatched sizes reaching Gloo end the process (gloo.cc). */
-static int begin(gpg *p, const char *name, int kind, int arg, int dtype, int64_t numel) {
-  if (p->why[0]) return dl_err(EM_PG_BROKEN, nm(p, name), p->why);
-  p->seq++;
-  if (!p->debug) return 0;
-  call mine = { p->seq, numel, kind, arg, dtype, 0 };
-  call *all = calloc((size_t)p->world, sizeof *all);
-  if (!all) return dl_err(EM_PG_OS, name, "calloc", "out of memory");
-  if (dlg_all_gather(p->g, all, &mine, sizeof mine, ebuf, sizeof ebuf)) {
-    free(all);
-    return pass(-1);
-  }
+/* Every call's descriptor (struct call) is compared across ranks: ranks
+** making different calls (kind, op, dtype or size) would otherwise get
+** garbage, a hang or a crash from Gloo. */
+
+/* Names each rank's call, poisons the group and fails, if the ranks' calls
+** (in p->all, arrived) differ. */
+static int compare(gpg *p, const char *name) {
   int same = 1;
-  for (int r = 0; r < p->world; r++) same &= !memcmp(&all[r], &mine, sizeof mine);
-  if (same) { free(all); return 0; }
+  for (int r = 0; r < p->world; r++) same &= !memcmp(&p->all[r], &p->all[p->rank], sizeof(call));
+  if (same) return 0;
   char msg[900];
   size_t n = 0;
   for (int r = 0; r < p->world && n < sizeof msg - 100; r++) {
     char d[120];
-    pg_describe(d, sizeof d, all[r].kind, all[r].arg, all[r].dtype, all[r].numel, all[r].seq);
-    n += (size_t)snprintf(msg + n, sizeof msg - n, "%srank %d called %s", r ? "; " : "", r, d);
+    const call *c = &p->all[r];
+    pg_describe(d, sizeof d, c->kind, c->arg, c->dtype, c->numel, c->seq);
+    n += (size_t)snprintf(msg + n, sizeof msg - n, "%srank %d called %s", r ? "; " : "",
+                          r * p->stride, d);
   }
-  free(all);
   dl_err(EM_PG_MISMATCH, nm(p, name), sq(p), msg);
   snprintf(p->why, sizeof p->why, "%s", dl_last_error());
   return -1;
 }
 
-static size_t nbytes(const dl_tensor *t) {
-  return (size_t)dl_tensor_numel(t) * dl_dtype_sizes[t->dtype];
+/* Numbers the call and sends its descriptor to every rank, beside the
+** data: no round trip of its own (an all_gather first cost ~N us on a
+** 4 KiB all_reduce).  Calls large enough that a round trip is noise wait
+** for every descriptor first, so mismatched sizes never reach Gloo;
+** small ones compare in finish(), after the data (which cannot crash a
+** small call: see DESC_FIRST). */
+static int begin(gpg *p, const char *name, int kind, int arg, int dtype, int64_t numel,
+                 int64_t bytes) {
+  if (p->why[0]) return dl_err(EM_PG_BROKEN, nm(p, name), p->why);
+  p->seq++;
+  call mine = { p->seq, numel, kind, arg, dtype, 0 };
+  p->pending = 0;
+  if (check_mode == 0) return 0;
+  if (dlg_exchange(p->g, &mine, p->all, sizeof mine, ebuf, sizeof ebuf)) return pass(-1);
+  p->pending = 1;
+  if (check_mode == 2 && !p->debug && bytes < DESC_FIRST) return 0;
+  p->pending = 0;
+  if (done(p, name, dlg_exchange_wait(p->g, ebuf, sizeof ebuf))) return -1;
+  return compare(p, name);
+}
+
+/* Ends a call: the descriptors' comparison still owed, then the data's
+** result.  A mismatch explains a failure of the data better than the
+** failure itself does. */
+static int finish(gpg *p, const char *name, int rc) {
+  if (p->pending) {
+    p->pending = 0;
+    char keep[sizeof ebuf];
+    snprintf(keep, sizeof keep, "%s", ebuf);
+    if (dlg_exchange_wait(p->g, ebuf, sizeof ebuf) == 0 && compare(p, name)) return -1;
+    snprintf(ebuf, sizeof ebuf, "%s", keep);
+  }
+  return done(p, name, rc);
 }
 
 static int g_all_reduce(void *impl, dl_tensor *t, int op) {
   gpg *p = impl;
-  if (begin(p, "all_reduce", PG_ALL_REDUCE, op, t->dtype, dl_tensor_numel(t))) return -1;
-  return done(p, "all_reduce", dlg_all_reduce(p->g, tensor_first(t), dl_tensor_numel(t),
+  if (begin(p, "all_reduce", PG_ALL_REDUCE, op, t->dtype, dl_tensor_numel(t), (int64_t)nbytes(t))) return -1;
+  return finish(p, "all_reduce", dlg_all_reduce(p->g, tensor_first(t), dl_tensor_numel(t),
                                                t->dtype, op, ebuf, sizeof ebuf));
 }
 
 static int g_broadcast(void *impl, dl_tensor *t, int src) {
   gpg *p = impl;
-  if (begin(p, "broadcast", PG_BROADCAST, src, t->dtype, dl_tensor_numel(t))) return -1;
-  return done(p, "broadcast", dlg_broadcast(p->g, tensor_first(t), (int64_t)nbytes(t), src,
+  if (begin(p, "broadcast", PG_BROADCAST, src, t->dtype, dl_tensor_numel(t), (int64_t)nbytes(t))) return -1;
+  return finish(p, "broadcast", dlg_broadcast(p->g, tensor_first(t), (int64_t)nbytes(t), src,
                                              ebuf, sizeof ebuf));
 }
 
 static int g_all_gather(void *impl, dl_tensor *out, const dl_tensor *t) {
   gpg *p = impl;
-  if (begin(p, "all_gather", PG_ALL_GATHER, 0, t->dtype, dl_tensor_numel(t))) return -1;
-  return done(p, "all_gather", dlg_all_gather(p->g, tensor_first(out), tensor_first(t),
+  if (begin(p, "all_gather", PG_ALL_GATHER, 0, t->dtype, dl_tensor_numel(t), (int64_t)nbytes(t))) return -1;
+  return finish(p, "all_gather", dlg_all_gather(p->g, tensor_first(out), tensor_first(t),
                                                (int64_t)nbytes(t), ebuf, sizeof ebuf));
 }
 
 static int g_reduce_scatter(void *impl, dl_tensor *out, const dl_tensor *t, int op) {
   gpg *p = impl;
-  if (begin(p, "reduce_scatter", PG_REDUCE_SCATTER, op, t->dtype, dl_tensor_numel(t))) return -1;
-  return done(p, "reduce_scatter",
+  if (begin(p, "reduce_scatter", PG_REDUCE_SCATTER, op, t->dtype, dl_tensor_numel(t), (int64_t)nbytes(t))) return -1;
+  return finish(p, "reduce_scatter",
               dlg_reduce_scatter(p->g, tensor_first(out), tensor_first(t), dl_tensor_numel(out),
                                  t->dtype, op, ebuf, sizeof ebuf));
 }
@@ -158,8 +195,8 @@ static int g_recv(void *impl, dl_tensor *t, int src) {
 
 static int g_barrier(void *impl) {
   gpg *p = impl;
-  if (begin(p, "barrier", PG_BARRIER, 0, 0, 0)) return -1;
-  return done(p, "barrier", dlg_barrier(p->g, ebuf, sizeof ebuf));
+  if (begin(p, "barrier", PG_BARRIER, 0, 0, 0, 0)) return -1;
+  return finish(p, "barrier", dlg_barrier(p->g, ebuf, sizeof ebuf));
 }
 
 static void g_set_timeout(void *impl, double s) {
@@ -171,6 +208,7 @@ static void g_free(void *impl) {
   gpg *p = impl;
   if (!p) return;
   if (p->g) dlg_free(p->g);
+  free(p->all);
   free(p);
 }
 
@@ -194,6 +232,10 @@ DL_HIDDEN void *gloo_pg_new(dl_store *store, const char *prefix, int rank, int w
   p->world = world;
   p->rank = rank;
   p->stride = stride;
+  p->all = calloc((size_t)world, sizeof *p->all);
+  if (!p->all) { free(p); return dl_errp(EM_PG_OS, "gloo", "calloc", "out of memory"); }
+  const char *cm = getenv("DDP_GLOO_CHECK");
+  if (cm && *cm) check_mode = atoi(cm);
   p->store = store;
   p->timeout = timeout_s > 0 ? timeout_s : 600;
   snprintf(p->prefix, sizeof p->prefix, "%s", prefix);
@@ -202,6 +244,7 @@ DL_HIDDEN void *gloo_pg_new(dl_store *store, const char *prefix, int rank, int w
   p->g = dlg_new(store, prefix, rank, world, host, timeout_s > 0 ? timeout_s : 600, ebuf,
                  sizeof ebuf);
   if (!p->g) {
+    free(p->all);
     free(p);
     dl_err(EM_PG_PASS, ebuf);
     return NULL;
