@@ -35,6 +35,7 @@ enum { PARKED_SLACK = 1 << 20, READ_CHUNK = 256 * 1024 };
 ** UNAUTH_BUF - HDR bytes), for at most the handshake deadline
 ** (DDPLUA_STORE_HANDSHAKE_TIMEOUT seconds, default HANDSHAKE_S). */
 enum { UNAUTH_MAX = 256, UNAUTH_BUF = 4096, HANDSHAKE_S = 10 };
+#define EVICT_AGE_S 0.5  /* out of descriptors, unauthenticated ones this old go first */
 
 /* Log lines about refused or closed connections: at most LOG_BURST per
 ** second, then one summary, so a flood of bad peers cannot flood the log. */
@@ -420,11 +421,14 @@ static conn *conn_new(int fd, const char *peer) {
 }
 
 /* Closes the oldest connection still owing the token (connections are kept
-** in accept order); 0 when there is none. */
-static int evict_oldest_unauth(server *s, const char *why) {
+** in accept order) if it has been waiting at least min_age seconds; 0 when
+** there is none. */
+static int evict_oldest_unauth(server *s, const char *why, double min_age) {
+  double now = mono_s();
   for (int i = 0; i < s->nconns; i++) {
     conn *c = s->conns[i];
     if (c->authed || c->dead) continue;
+    if (now - c->born < min_age) return 0;  /* the oldest is young: a client mid-handshake */
     conn_log(c, why);
     close(c->fd);  /* now: the descriptor may be what the caller needs */
     c->fd = -1, c->dead = 1;
@@ -486,8 +490,14 @@ static void server_accept(server *s) {
     if (fd < 0) {
       int err = errno;
       if (err == EMFILE || err == ENFILE) {
-        /* an idle unauthenticated connection is worth less than a new one */
-        if (evict_oldest_unauth(s, "out of file descriptors; making room for a new connection"))
+        /* accept takes the descriptor before the connection: EMFILE comes
+        ** with an empty backlog too, and then there is nothing to do */
+        struct pollfd lp = { .fd = s->lfd, .events = POLLIN };
+        if (poll(&lp, 1, 0) != 1) return;
+        /* an unauthenticated connection idle for a while is worth less
+        ** than a new one; one younger is likely a rank mid-handshake */
+        if (evict_oldest_unauth(s, "out of file descriptors; making room for a new connection",
+                                EVICT_AGE_S))
           continue;
         refuse_pending(s, err);
       } else if (err == ENOBUFS || err == ENOMEM) {
@@ -512,7 +522,7 @@ static void server_accept(server *s) {
       for (int k = 0; k < s->nconns; k++) s->nunauth += !s->conns[k]->authed && !s->conns[k]->dead;
     }
     if (s->nunauth >= UNAUTH_MAX)
-      evict_oldest_unauth(s, "too many connections without a handshake; closing the oldest");
+      evict_oldest_unauth(s, "too many connections without a handshake; closing the oldest", 0);
     c->born = mono_s();
     s->conns[s->nconns++] = c;
     s->nunauth++;
