@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -247,7 +248,20 @@ static int read_script(job *j) {
 
 /* -- Main ---------------------------------------------------------------- */
 
+/* The store holds a descriptor per rank (and node 0's launcher serves all
+** of them), so the usual soft limit of 1,024 caps a job near 1,000 ranks:
+** raise it to the hard limit, as a job scheduler would not.  Best effort;
+** workers inherit it. */
+static void raise_nofile(void) {
+  struct rlimit r;
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
 int launcher_run(const launch_opts *o, char **argv) {
+  raise_nofile();
   job j;
   memset(&j, 0, sizeof j);
   int status = 1;

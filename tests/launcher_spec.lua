@@ -375,6 +375,18 @@ if rank == 0 then print("count=" .. st:get("count")) end
     assert.equals("[0] count=3\n", out)
   end)
 
+  it("raises its soft open-file limit to the hard one, so the store fits a big job", function()
+    local s = script([[
+pcall(ffi.cdef, "struct dl_rl { unsigned long cur, max; }; int getrlimit(int, struct dl_rl *);")
+local r = ffi.new("struct dl_rl")
+ffi.C.getrlimit(7, r)  -- RLIMIT_NOFILE
+print("nofile " .. tostring(r.cur == r.max))
+]])
+    local out = sh("ulimit -Sn 1024 && timeout 60 " .. q(ddplua) .. " --nproc 1 " .. q(s)
+      .. " 2>/dev/null </dev/null")
+    assert.equals("nofile true\n", out)
+  end)
+
   it("says so when --master-port is in use", function()
     local s = script([[print("ran")]])
     local srv = store.server{}

@@ -154,6 +154,7 @@ ERRDEF(STORE_REFUSED, DL_ESTATE, "%s: the server at %s:%d closed the connection 
 ERRDEF(STORE_LOST, DL_EIO, "%s: lost the connection to the store at %s:%d (%s)")
 ERRDEF(STORE_GONE, DL_EIO, "%s: the store at %s:%d is gone (%s); the process that served it (node 0's launcher) has ended")
 ERRDEF(STORE_REPLY, DL_ESTATE, "%s: %.*s")
+ERRDEF(STORE_SAID, DL_EIO, "%s: the store at %s:%d refused the connection: %.*s")
 ERRDEF(STORE_LIMIT, DL_EINVAL, "%s: %s of %lld bytes exceeds the limit of %d bytes")
 
 /* Launcher helpers: SLURM node lists */

@@ -162,6 +162,12 @@ static int client_connect(dl_store *s, const char *op, double timeout) {
   const char *tok = s->token ? s->token : "";
   double hs_deadline = deadline > now_s() + 1 ? deadline : now_s() + 1;
   int rc = exchange(s, OP_AUTH, tok, strlen(tok), NULL, 0, NULL, 0, hs_deadline, &st, &body, &blen);
+  if (!rc && st == ST_ERR) {  /* the server said why (out of descriptors) */
+    drop(s);
+    int r = dl_err(EM_STORE_SAID, op, s->host, s->port, (int)blen, body);
+    free(body);
+    return r;
+  }
   free(body);
   if (rc || st != ST_OK) {
     int e = errno;

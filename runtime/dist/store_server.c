@@ -12,11 +12,13 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dist/store.h"
@@ -25,6 +27,25 @@
 ** is a protocol violation: a real client sends nothing until it has its
 ** reply. */
 enum { PARKED_SLACK = 1 << 20, READ_CHUNK = 256 * 1024 };
+
+/* Connections that have not presented the token cost the server only what
+** it chooses: at most UNAUTH_MAX of them at once (a new one closes the
+** oldest; authenticated clients are never counted or dropped), each buffering
+** at most UNAUTH_BUF bytes (one auth frame: the token is at most
+** UNAUTH_BUF - HDR bytes), for at most the handshake deadline
+** (DDPLUA_STORE_HANDSHAKE_TIMEOUT seconds, default HANDSHAKE_S). */
+enum { UNAUTH_MAX = 256, UNAUTH_BUF = 4096, HANDSHAKE_S = 10 };
+#define EVICT_AGE_S 0.5  /* out of descriptors, unauthenticated ones this old go first */
+
+/* Log lines about refused or closed connections: at most LOG_BURST per
+** second, then one summary, so a flood of bad peers cannot flood the log. */
+enum { LOG_BURST = 5 };
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 /* -- Table (chained hash of byte-string keys) ------------------------- */
 
@@ -120,6 +141,7 @@ static void tab_free(table *t) {
 
 typedef struct conn {
   int fd, authed, dead;
+  double born;          /* mono_s() at accept: the handshake deadline counts from it */
   char peer[64];
   unsigned char *in, *out;
   size_t inoff, inlen, incap, outoff, outlen, outcap;
@@ -136,13 +158,55 @@ struct store_server {
   table tab;
   conn **conns;
   int nconns, capconns;
+  int nunauth;          /* live connections still owing the token */
+  double hs_timeout;    /* seconds a connection has to present the token */
+  int spare;            /* /dev/null, given up to accept-and-refuse on EMFILE */
+  double lpause_until;  /* listening socket not polled before this (fd exhaustion) */
   unsigned char *rbuf;  /* READ_CHUNK bytes, for the server thread's recv */
   pthread_t thread;
 };
 typedef store_server server;
 
+/* One rate limiter for every server in the process (there is usually one;
+** tests run several), so it needs a lock; only error paths take it. */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static double log_t0;
+static int log_n;
+static long log_dropped;
+
+/* Prints the summary of suppressed lines once their second is over. */
+static void log_flush_locked(double now) {
+  if (now - log_t0 < 1.0) return;
+  if (log_dropped)
+    fprintf(stderr, "ddplua store: %ld more refused or closed connections in the last %.0f s\n",
+            log_dropped, now - log_t0 < 2 ? 1.0 : now - log_t0);
+  log_t0 = now, log_n = 0, log_dropped = 0;
+}
+
+static void log_flush(void) {
+  pthread_mutex_lock(&log_mu);
+  if (log_dropped) log_flush_locked(mono_s());
+  pthread_mutex_unlock(&log_mu);
+}
+
+__attribute__((format(printf, 1, 2)))
+static void slog(const char *fmt, ...) {
+  pthread_mutex_lock(&log_mu);
+  log_flush_locked(mono_s());
+  if (log_n < LOG_BURST) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    log_n++;
+  } else {
+    log_dropped++;
+  }
+  pthread_mutex_unlock(&log_mu);
+}
+
 static void conn_log(const conn *c, const char *why) {
-  fprintf(stderr, "ddplua store: closing connection from %s: %s\n", c->peer, why);
+  slog("ddplua store: closing connection from %s: %s\n", c->peer, why);
 }
 
 static void conn_free(conn *c) {
@@ -205,10 +269,11 @@ static int handle(server *s, conn *c, int op, const char *k, uint32_t kn,
   case OP_AUTH:
     if (c->authed) { conn_log(c, "second handshake"); return -1; }
     if (s->tlen && (kn != s->tlen || memcmp(k, s->token, kn))) {
-      fprintf(stderr, "ddplua store: refused connection from %s: wrong token\n", c->peer);
+      slog("ddplua store: refused connection from %s: wrong token\n", c->peer);
       return -1;
     }
     c->authed = 1;
+    s->nunauth--;
     return reply(c, ST_OK, NULL, 0);
   case OP_SET:
     if (tab_put(&s->tab, k, kn, v, vn)) return reply_err(c, "out of memory storing key \"%.*s\"", k, kn);
@@ -278,6 +343,8 @@ static int conn_process(server *s, conn *c) {
       snprintf(why, sizeof why, "value of %u bytes (limit %d)", vn, STORE_MAX_VALUE);
     else if (!c->authed && op != OP_AUTH)
       snprintf(why, sizeof why, "request before the handshake");
+    else if (!c->authed && kn > UNAUTH_BUF - HDR)
+      snprintf(why, sizeof why, "handshake with a token of %u bytes (limit %d)", kn, UNAUTH_BUF - HDR);
     else if ((op == OP_ADD && vn != 8) || (op == OP_CAS && vn < 4) ||
              (op != OP_SET && op != OP_ADD && op != OP_CAS && vn != 0))
       snprintf(why, sizeof why, "opcode %d with a value of %u bytes", op, vn);
@@ -319,7 +386,13 @@ static int conn_append(conn *c, const void *p, size_t n) {
 /* One recv per poll round, so a peer streaming garbage is caught by the
 ** header check before it has sent much. */
 static int conn_read(conn *c, unsigned char *buf) {
-  ssize_t n = recv(c->fd, buf, READ_CHUNK, 0);
+  size_t room = READ_CHUNK;
+  if (!c->authed) {  /* at most one auth frame buffered before the token is checked */
+    size_t held = c->inlen - c->inoff;
+    if (held >= UNAUTH_BUF) { conn_log(c, "handshake larger than an auth frame"); return -1; }
+    room = UNAUTH_BUF - held;
+  }
+  ssize_t n = recv(c->fd, buf, room, 0);
   if (n > 0) return conn_append(c, buf, (size_t)n);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
   if (n < 0) conn_log(c, strerror(errno));
@@ -347,17 +420,95 @@ static conn *conn_new(int fd, const char *peer) {
   return c;
 }
 
+/* Closes the oldest connection still owing the token (connections are kept
+** in accept order) if it has been waiting at least min_age seconds; 0 when
+** there is none. */
+static int evict_oldest_unauth(server *s, const char *why, double min_age) {
+  double now = mono_s();
+  for (int i = 0; i < s->nconns; i++) {
+    conn *c = s->conns[i];
+    if (c->authed || c->dead) continue;
+    if (now - c->born < min_age) return 0;  /* the oldest is young: a client mid-handshake */
+    conn_log(c, why);
+    close(c->fd);  /* now: the descriptor may be what the caller needs */
+    c->fd = -1, c->dead = 1;
+    s->nunauth--;
+    return 1;
+  }
+  return 0;
+}
+
+static void peer_name(const struct sockaddr_in *a, char *out, size_t n) {
+  char ip[INET_ADDRSTRLEN] = "?";
+  inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+  snprintf(out, n, "%s:%d", ip, ntohs(a->sin_port));
+}
+
+/* Out of descriptors with only authenticated clients: refuse the pending
+** connection rather than leave it in the backlog, where it would keep the
+** listening socket readable and the poll loop spinning.  The spare
+** descriptor makes room for accept; the client is told why before the
+** close, so a rank that cannot join names the cause. */
+static void refuse_pending(server *s, int err) {
+  if (s->spare >= 0) {
+    close(s->spare);
+    s->spare = -1;
+  }
+  struct sockaddr_in a;
+  socklen_t al = sizeof a;
+  int fd = accept4(s->lfd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd >= 0) {
+    char peer[64], msg[200];
+    peer_name(&a, peer, sizeof peer);
+    int n = snprintf(msg, sizeof msg,
+                     "the store server is out of file descriptors (%s; %d connections): "
+                     "raise ulimit -n where the launcher of node 0 runs",
+                     strerror(err), s->nconns);
+    unsigned char frame[RHDR + sizeof msg];
+    frame[0] = ST_ERR;
+    put32(frame + 1, (uint32_t)n);
+    memcpy(frame + RHDR, msg, (size_t)n);
+    char sink[256];
+    while (recv(fd, sink, sizeof sink, 0) > 0) {}  /* unread input would turn close into a reset */
+    if (send(fd, frame, RHDR + (size_t)n, MSG_NOSIGNAL) < 0) {}
+    shutdown(fd, SHUT_WR);
+    close(fd);
+    slog("ddplua store: refused connection from %s: out of file descriptors (%s, %d open "
+         "connections; raise ulimit -n)\n", peer, strerror(err), s->nconns);
+  }
+  s->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  /* Without a spare (or when accept still failed) the backlog cannot be
+  ** drained: stop polling the listening socket for a moment instead. */
+  if (s->spare < 0 || fd < 0) s->lpause_until = mono_s() + 0.1;
+}
+
 static void server_accept(server *s) {
   for (int i = 0; i < 64; i++) {  /* bounded: the others come next round */
     struct sockaddr_in a;
     socklen_t al = sizeof a;
     int fd = accept4(s->lfd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) {
+      int err = errno;
+      if (err == EMFILE || err == ENFILE) {
+        /* accept takes the descriptor before the connection: EMFILE comes
+        ** with an empty backlog too, and then there is nothing to do */
+        struct pollfd lp = { .fd = s->lfd, .events = POLLIN };
+        if (poll(&lp, 1, 0) != 1) return;
+        /* an unauthenticated connection idle for a while is worth less
+        ** than a new one; one younger is likely a rank mid-handshake */
+        if (evict_oldest_unauth(s, "out of file descriptors; making room for a new connection",
+                                EVICT_AGE_S))
+          continue;
+        refuse_pending(s, err);
+      } else if (err == ENOBUFS || err == ENOMEM) {
+        s->lpause_until = mono_s() + 0.1;
+      }
+      return;
+    }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    char peer[64], ip[INET_ADDRSTRLEN] = "?";
-    inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
-    snprintf(peer, sizeof peer, "%s:%d", ip, ntohs(a.sin_port));
+    char peer[64];
+    peer_name(&a, peer, sizeof peer);
     if (s->nconns == s->capconns) {
       int cap = s->capconns ? s->capconns * 2 : 16;
       conn **cs = realloc(s->conns, (size_t)cap * sizeof *cs);
@@ -366,15 +517,48 @@ static void server_accept(server *s) {
     }
     conn *c = conn_new(fd, peer);
     if (!c) { close(fd); return; }
+    if (s->nunauth >= UNAUTH_MAX) {  /* the count may include ones that died this round */
+      s->nunauth = 0;
+      for (int k = 0; k < s->nconns; k++) s->nunauth += !s->conns[k]->authed && !s->conns[k]->dead;
+    }
+    if (s->nunauth >= UNAUTH_MAX)
+      evict_oldest_unauth(s, "too many connections without a handshake; closing the oldest", 0);
+    c->born = mono_s();
     s->conns[s->nconns++] = c;
+    s->nunauth++;
   }
+}
+
+/* Closes connections past the handshake deadline; returns the milliseconds
+** until the next one expires (at most 1000). */
+static int expire_handshakes(server *s) {
+  double now = mono_s(), next = 1.0;
+  for (int i = 0; i < s->nconns; i++) {
+    conn *c = s->conns[i];
+    if (c->authed || c->dead) continue;
+    double left = c->born + s->hs_timeout - now;
+    if (left <= 0) {
+      char why[96];
+      snprintf(why, sizeof why, "no handshake within %g s", s->hs_timeout);
+      conn_log(c, why);
+      c->dead = 1;
+      s->nunauth--;
+    } else if (left < next) {
+      next = left;
+    }
+  }
+  return (int)(next * 1000) + 1;
 }
 
 static void *server_main(void *arg) {
   server *s = arg;
   struct pollfd *pfd = NULL;
   int pcap = 0;
+  int wait_ms = 1000;
   while (!atomic_load(&s->stop)) {
+    log_flush();
+    double lpause = s->lpause_until - mono_s();
+    if (lpause > 0 && lpause * 1000 < wait_ms) wait_ms = (int)(lpause * 1000) + 1;
     int np = 2 + s->nconns;
     if (np > pcap) {
       struct pollfd *p = realloc(pfd, (size_t)np * 2 * sizeof *p);
@@ -382,14 +566,14 @@ static void *server_main(void *arg) {
       pfd = p, pcap = np * 2;
     }
     pfd[0] = (struct pollfd){ .fd = s->wake[0], .events = POLLIN };
-    pfd[1] = (struct pollfd){ .fd = s->lfd, .events = POLLIN };
+    pfd[1] = (struct pollfd){ .fd = lpause > 0 ? -1 : s->lfd, .events = POLLIN };
     for (int i = 0; i < s->nconns; i++) {
       conn *c = s->conns[i];
       pfd[2 + i] = (struct pollfd){ .fd = c->fd,
         .events = (short)(POLLIN | (c->outoff < c->outlen ? POLLOUT : 0)) };
     }
     int nc = s->nconns;
-    if (poll(pfd, (nfds_t)np, 1000) < 0) {
+    if (poll(pfd, (nfds_t)np, wait_ms) < 0) {
       if (errno == EINTR) continue;
       fprintf(stderr, "ddplua store: poll: %s; server stops\n", strerror(errno));
       break;
@@ -417,14 +601,15 @@ static void *server_main(void *arg) {
         else progress |= n > 0;
       }
     }
-    int j = 0;
+    wait_ms = expire_handshakes(s);
+    int j = 0, unauth = 0;
     for (int i = 0; i < s->nconns; i++) {
       conn *c = s->conns[i];
       if (!c->dead && conn_flush(c)) c->dead = 1;
       if (c->dead) conn_free(c);
-      else s->conns[j++] = c;
+      else s->conns[j++] = c, unauth += !c->authed;
     }
-    s->nconns = j;
+    s->nconns = j, s->nunauth = unauth;
   }
   free(pfd);
   return NULL;
@@ -442,6 +627,7 @@ DL_HIDDEN void store_server_free(server *s) {
   if (s->lfd >= 0) close(s->lfd);
   if (s->wake[0] >= 0) close(s->wake[0]);
   if (s->wake[1] >= 0) close(s->wake[1]);
+  if (s->spare >= 0) close(s->spare);
   tab_free(&s->tab);
   free(s->rbuf);
   free(s->token);
@@ -454,7 +640,10 @@ DL_HIDDEN store_server *store_server_start(const char *host, int port, const cha
   const char *op = "store.server";
   server *sv = calloc(1, sizeof *sv);
   if (!sv) return dl_errp(EM_NOMEM, op, (long long)sizeof *sv, 0ll);
-  sv->lfd = sv->wake[0] = sv->wake[1] = -1;
+  sv->lfd = sv->wake[0] = sv->wake[1] = sv->spare = -1;
+  sv->hs_timeout = HANDSHAKE_S;
+  const char *hs = getenv("DDPLUA_STORE_HANDSHAKE_TIMEOUT");  /* for tests */
+  if (hs && atof(hs) > 0) sv->hs_timeout = atof(hs);
   struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
   int one = 1;
   socklen_t al = sizeof a;
@@ -472,6 +661,7 @@ DL_HIDDEN store_server *store_server_start(const char *host, int port, const cha
   sv->port = ntohs(a.sin_port);
   if (pipe2(sv->wake, O_NONBLOCK | O_CLOEXEC) < 0) goto os;
   if (!(sv->rbuf = malloc(READ_CHUNK))) goto os;
+  sv->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);  /* best effort: refuse_pending copes */
   int e = pthread_create(&sv->thread, NULL, server_main, sv);
   if (e) { errno = e; goto os; }
   sv->started = 1;
@@ -487,7 +677,7 @@ os:;
 DL_HIDDEN int store_server_port(const store_server *s) { return s->port; }
 
 DL_HIDDEN int store_fuzz_feed(const uint8_t *data, size_t n, size_t chunk) {
-  server s = { .lfd = -1, .wake = { -1, -1 } };
+  server s = { .lfd = -1, .wake = { -1, -1 }, .spare = -1, .nunauth = 1 };
   conn *c = conn_new(-1, "fuzz");
   int rc = 0;
   if (!c) return 0;
