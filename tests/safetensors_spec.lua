@@ -494,6 +494,39 @@ describe("atomic saves", function()
     assert.same({}, tmp_files())
     assert.is_true(ddp.load(path).good:equal(good))
   end)
+
+  it("fails a save larger than ulimit -f with File too large, not SIGXFSZ, and leaves no temp file", function()
+    ddp.save({ good = good }, path)
+    local child = dir .. "/ulimit.lua"
+    writefile(child, [[
+      local ddp = require "ddp"
+      local ok, err = pcall(ddp.save, {big = ddp.zeros(5 * 1024 * 1024)}, arg[1])  -- 20 MB
+      print(ok, err)
+    ]])
+    -- no trap: the program itself must keep SIGXFSZ from killing it (exit 153)
+    local out = sh(("timeout 60 sh -c %s; echo \"exit $?\""):format(q(("ulimit -f 2048; exec %s %s %s")
+                                                 :format(q(ddplua), q(child), q(path)))))
+    assert.matches("false\t.*save: .*atomic%.safetensors: write failed: File too large", out)
+    assert.matches("exit 0", out)
+    assert.same({}, tmp_files())
+    assert.is_true(ddp.load(path).good:equal(good))
+    -- an embedder that leaves SIGXFSZ alone (plain luajit): the library checks
+    -- the limit before writing, so the save fails the same way
+    out = sh(("timeout 60 sh -c %s; echo \"exit $?\""):format(q(("ulimit -f 2048; LUA_PATH=%s exec luajit %s %s")
+      :format(q(root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. root .. "/bindings/?.lua;" .. root .. "/build/lua/?.lua;;"),
+              q(child), q(path)))))
+    assert.matches("false\t.*save: .*atomic%.safetensors: write failed: File too large", out)
+    assert.matches("exit 0", out)
+    assert.same({}, tmp_files())
+    -- and any other write past the limit is an error too (SIGXFSZ is ignored)
+    out = sh(("timeout 60 sh -c %s; echo \"exit $?\""):format(q(("ulimit -f 8; exec %s -e %s")
+      :format(q(ddplua), q(("local f = assert(io.open(%q, 'w')) local ok, e = f:write(('x'):rep(65536)) "
+                           .. "if ok then ok, e = f:flush() end print(ok, e)")
+                           :format(dir .. "/big.txt"))))))
+    os.remove(dir .. "/big.txt")
+    assert.matches("nil\t.*File too large", out)
+    assert.matches("exit 0", out)
+  end)
 end)
 
 -- -- Checkpoints -------------------------------------------------------------

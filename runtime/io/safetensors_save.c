@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/internal.h"
@@ -233,6 +234,16 @@ DL_API int dl_st_save(const char *path, const char *const *names,
   if (h.oom) { rc = dl_err(EM_NOMEM, "save", (long long)h.n, 0LL); goto done; }
   if (h.n > ST_MAX_HEADER) {
     rc = dl_err(EM_ST_HDR_SIZE, "save", path, (long long)h.n, ST_MAX_HEADER);
+    goto done;
+  }
+
+  /* -- a file size limit (ulimit -f) fails the save here, before a byte is
+  ** written: past it, write() would raise SIGXFSZ, which kills a process
+  ** that does not ignore it (the ddplua program does) */
+  struct rlimit fsz;
+  if (getrlimit(RLIMIT_FSIZE, &fsz) == 0 && fsz.rlim_cur != RLIM_INFINITY &&
+      8 + (uint64_t)h.n + off > (uint64_t)fsz.rlim_cur) {
+    rc = dl_err(EM_ST_OS, "save", path, "write failed", strerror(EFBIG));
     goto done;
   }
 
