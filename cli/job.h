@@ -56,6 +56,8 @@ typedef struct job {
   int port;        /* the one workers get */
   const char *bind_addr;
   char token[33], job_id[33];
+  char launch_id[17];   /* this launch on this node: names its /dev/shm files */
+  char shm_prefix[96];  /* "ddplua-<job_id>-<launch_id>-", as dist/pg_shm.c names them */
   double grace;
   int max_restarts, restart;
   int prefix, quiet_ranks, bind_cores;

@@ -177,21 +177,43 @@ static int open_store(job *j) {
   return 0;
 }
 
-/* Removes the shared-memory arenas of this job's process groups
-** ("/ddplua-<job_id>-<n>" and point-to-point links, see dist/pg_shm.c).  Rank 0 unlinks each once every
+/* The job id and a launch id of this launcher's own: workers get both
+** (DDP_JOB_ID, DDP_LAUNCH_ID), and dist/pg_shm.c names its files
+** "/ddplua-<job_id>-<launch_id>-<n>...", so that two launches sharing a job
+** id (SLURM job steps of one allocation share SLURM_JOB_ID) never use, or
+** clean up, each other's.  The launch id is per node: every node has its
+** own /dev/shm, and only one node's workers (all started by this launcher)
+** share a name; the job id, which keys the store across nodes, is the same
+** on every node. */
+static void setup_ids(job *j) {
+  const char *id = getenv("DDP_JOB_ID");
+  if (!id || !*id) id = getenv("SLURM_JOB_ID");
+  if (id && *id) snprintf(j->job_id, sizeof j->job_id, "%.32s", id);
+  else random_hex(j->job_id);
+  char r[33];
+  random_hex(r);
+  if (r[0]) snprintf(j->launch_id, sizeof j->launch_id, "%.16s", r);
+  else /* no /dev/urandom: our pid is unique on this node while we live */
+    snprintf(j->launch_id, sizeof j->launch_id, "p%ld", (long)getpid());
+  /* as pg_clean_id spells the id in names: other bytes become '_' */
+  int n = snprintf(j->shm_prefix, sizeof j->shm_prefix, "ddplua-%s-%s-", j->job_id, j->launch_id);
+  for (char *c = j->shm_prefix + 7; c < j->shm_prefix + n - 1; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+          *c == '-' || *c == '_' || *c == '.')) *c = '_';
+}
+
+/* Removes the shared-memory files of this launch's process groups (arenas,
+** point-to-point links and DDP's buffers, see dist/pg_shm.c).  Rank 0 unlinks each once every
 ** rank mapped it, but a rank that dies in between leaves it: with every
 ** worker gone, nothing can use it any more. */
 static void remove_arenas(const job *j) {
-  char prefix[64];
-  int n = snprintf(prefix, sizeof prefix, "ddplua-%s-", j->job_id);
-  for (char *c = prefix + 7; *c && c < prefix + n - 1; c++)
-    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-          *c == '-' || *c == '_' || *c == '.')) *c = '_';
+  const char *prefix = j->shm_prefix;
+  size_t n = strlen(prefix);
   DIR *d = opendir("/dev/shm");
   if (!d) return;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
-    if (strncmp(e->d_name, prefix, (size_t)n) != 0) continue;
+    if (strncmp(e->d_name, prefix, n) != 0) continue;
     /* only "<prefix><n>" and pair links "<prefix><n>p<g>x<a>x<b>": not another job's */
     const char *k = e->d_name + n;
     if (!*k || strspn(k, "0123456789px") != strlen(k)) continue;
@@ -288,10 +310,7 @@ int launcher_run(const launch_opts *o, char **argv) {
   const char *tok = getenv("DDP_STORE_TOKEN");
   if (tok && *tok) snprintf(j.token, sizeof j.token, "%.32s", tok);
   else if (j.nnodes == 1) random_hex(j.token);
-  const char *id = getenv("DDP_JOB_ID");
-  if (!id || !*id) id = getenv("SLURM_JOB_ID");
-  if (id && *id) snprintf(j.job_id, sizeof j.job_id, "%.32s", id);
-  else random_hex(j.job_id);
+  setup_ids(&j);
 
   j.w = calloc((size_t)j.nproc, sizeof *j.w);
   if (!j.w) {

@@ -317,7 +317,7 @@ static char **worker_env(const job *j, const worker *w, int ctl_r, int ctl_w) {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
     "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "DDP_JOB_ID",
     "DDP_STORE_TOKEN", "DDP_RESTART_COUNT", "DDP_MAX_RESTARTS", "DDP_TTY",
-    "DDPLUA_CTRL",
+    "DDPLUA_CTRL", "DDP_LAUNCH_ID",
   };
   enum { NOURS = sizeof ours / sizeof ours[0] };
   char vals[NOURS][300];
@@ -338,6 +338,7 @@ static char **worker_env(const job *j, const worker *w, int ctl_r, int ctl_w) {
   snprintf(vals[12], 300, "%d", isatty(STDOUT_FILENO) && !(j->quiet_ranks && w->rank != 0));
   /* the control channel's ends, in the worker (cli/link.c) */
   snprintf(vals[13], 300, "%d,%d", ctl_r, ctl_w);
+  snprintf(vals[14], 300, "%s", j->launch_id);
 
   size_t n = 0;
   while (environ[n]) n++;

@@ -55,25 +55,27 @@ describe("ddplua --nproc", function()
 
   it("gives each worker torchrun's environment and prefixes its lines", function()
     local s = script([[
-print(("ENV %s %s %s %s %s %s %s %s %s %d %s"):format(os.getenv("RANK"), os.getenv("LOCAL_RANK"),
+print(("ENV %s %s %s %s %s %s %s %s %s %d %s %s"):format(os.getenv("RANK"), os.getenv("LOCAL_RANK"),
   os.getenv("WORLD_SIZE"), os.getenv("LOCAL_WORLD_SIZE"), os.getenv("NODE_RANK"),
   os.getenv("GROUP_RANK"), os.getenv("MASTER_ADDR"), os.getenv("MASTER_PORT"),
-  os.getenv("DDP_JOB_ID"), #os.getenv("DDP_STORE_TOKEN"), os.getenv("DDP_RESTART_COUNT")))
+  os.getenv("DDP_JOB_ID"), #os.getenv("DDP_STORE_TOKEN"), os.getenv("DDP_RESTART_COUNT"),
+  os.getenv("DDP_LAUNCH_ID")))
 print("args", ...)
 ]])
     local out, err, rc = run("--nproc 3 " .. q(s) .. " a 'b c'")
     assert.equals(0, rc, err)
     local ranks, ports, ids = {}, {}, {}
     for _, l in ipairs(lines(out)) do
-      local p, r, lr, ws, lws, nr, gr, addr, port, id, tok, rs =
-        l:match("^%[(%d)%] ENV (%d) (%d) (%d) (%d) (%d) (%d) (%S+) (%d+) (%x+) (%d+) (%d+)$")
+      local p, r, lr, ws, lws, nr, gr, addr, port, id, tok, rs, launch =
+        l:match("^%[(%d)%] ENV (%d) (%d) (%d) (%d) (%d) (%d) (%S+) (%d+) (%x+) (%d+) (%d+) (%x+)$")
       if p then
         assert.equals(p, r)
         assert.equals(r, lr)
         assert.same({ "3", "3", "0", "0", "127.0.0.1", "32", "0" }, { ws, lws, nr, gr, addr, tok, rs })
         ranks[#ranks + 1] = tonumber(r)
         ports[port] = true
-        ids[id] = true
+        ids[id .. " " .. launch] = true  -- one job id and one launch id for all
+        assert.equals(16, #launch)
       else
         assert.truthy(l:match("^%[%d%] args\ta\tb c$"), l)
       end
