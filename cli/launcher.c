@@ -1,6 +1,5 @@
 /* launcher.c -- `ddplua --nproc N script.lua`: sets up a job (nodes, threads, store, logs) and runs its workers until done, after torchrun. */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -11,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -202,28 +200,6 @@ static void setup_ids(job *j) {
           *c == '-' || *c == '_' || *c == '.')) *c = '_';
 }
 
-/* Removes the shared-memory files of this launch's process groups (arenas,
-** point-to-point links and DDP's buffers, see dist/pg_shm.c).  Rank 0 unlinks each once every
-** rank mapped it, but a rank that dies in between leaves it: with every
-** worker gone, nothing can use it any more. */
-static void remove_arenas(const job *j) {
-  const char *prefix = j->shm_prefix;
-  size_t n = strlen(prefix);
-  DIR *d = opendir("/dev/shm");
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (strncmp(e->d_name, prefix, n) != 0) continue;
-    /* only "<prefix><n>" and pair links "<prefix><n>p<g>x<a>x<b>": not another job's */
-    const char *k = e->d_name + n;
-    if (!*k || strspn(k, "0123456789px") != strlen(k)) continue;
-    char name[300];
-    snprintf(name, sizeof name, "/%s", e->d_name);
-    shm_unlink(name);
-  }
-  closedir(d);
-}
-
 static int open_logs(job *j) {
   if (!j->log_dir) return 0;
   if (mkdir(j->log_dir, 0777) != 0 && errno != EEXIST) {
@@ -272,6 +248,7 @@ static int read_script(job *j) {
 int launcher_run(const launch_opts *o, char **argv) {
   job j;
   memset(&j, 0, sizeof j);
+  j.guard_fd = -1;
   int status = 1;
   j.argv = argv;
   j.prefix = !o->no_prefix;
@@ -323,6 +300,10 @@ int launcher_run(const launch_opts *o, char **argv) {
     j.w[i].log = -1;
     j.w[i].out.fd = j.w[i].err.fd = j.w[i].ctl.fd = j.w[i].ctl_w = -1;
   }
+  /* before any worker: if this process is killed, it cleans up */
+  if (guardian_start(&j) != 0)
+    job_say("warning: cannot start the guardian process (%s); if the launcher is killed, "
+            "processes its workers started and files in /dev/shm may be left", strerror(errno));
   j.interactive = o->interactive;
   if (o->stdin_script && read_script(&j) != 0) goto done;
   setup_threads(&j);
@@ -338,7 +319,9 @@ int launcher_run(const launch_opts *o, char **argv) {
     if (open_store(&j) != 0) goto done;
     int ix = -1;
     int r = job_run_group(&j, &ix);
-    remove_arenas(&j);
+    /* a rank that died between making a file and every rank mapping it
+    ** left it; with every worker gone, nothing can use it any more */
+    job_remove_shm(j.shm_prefix);
     if (j.store) {
       dl_store_close(j.store);
       j.store = NULL;
@@ -362,6 +345,7 @@ int launcher_run(const launch_opts *o, char **argv) {
     break;
   }
 done:
+  guardian_stop(&j);
   for (int i = 0; i < j.nproc; i++) {
     if (j.w[i].log >= 0) close(j.w[i].log);
     free(j.w[i].out.buf);

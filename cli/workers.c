@@ -452,6 +452,7 @@ static int start_worker(job *j, worker *w) {
     goto fail_os;
   }
   setpgid(pid, pid); /* also here, so a signal sent right away finds the group */
+  guardian_watch(j, pid);
   w->pid = pid;
   w->status = 0;
   w->out.fd = out[0];
@@ -490,6 +491,7 @@ static void reap(job *j, int *first_failed) {
       continue;
     kill(-w->pid, SIGKILL);
     if (waitpid(w->pid, &status, 0) != w->pid) continue;
+    guardian_forget(j, w->pid);
     w->pid = 0;
     w->status = status;
     if (w->ctl_w >= 0) { close(w->ctl_w); w->ctl_w = -1; }

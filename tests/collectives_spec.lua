@@ -309,7 +309,7 @@ ddp.all_reduce(ddp.ones(3))
     -- job id): A ends while B's rank 0 has made a send/recv link (a file in
     -- /dev/shm until rank 1 maps it) and rank 1 has not mapped it yet
     local dir = require("helpers.shell").tempdir()
-    local id = ("twojobs%d"):format(math.random(1, 1e9))
+    local id = "twojobs" .. dir:match("[%w_]+$")  -- unique: the temporary directory's name
     local a = script(([[
 local dir = %q
 ddp.init()

@@ -252,6 +252,45 @@ sleep(30)
     assert.is_false(any, "a worker outlived its launcher")
   end)
 
+  it("leaves nothing behind after kill -9 of the launcher: the workers' children, a half-made link", function()
+    local dir = tempdir()
+    local id = "kill9" .. dir:match("[%w_]+$")  -- unique: the temporary directory's name
+    local s = script(([[
+local ddp = require "ddp"
+local dir = %q
+-- a child of the worker, as os.execute("cmd &") makes one: in the worker's process group
+os.execute("sleep 300 </dev/null >/dev/null 2>&1 & echo $! >" .. dir .. "/child" .. rank)
+ddp.init()
+-- rank 1 never receives: the link rank 0 made stays in /dev/shm, half made
+if rank == 0 then ddp.send(ddp.ones(4), 1) io.open(dir .. "/linked", "w"):close() end
+local f = io.open(dir .. "/pid" .. rank, "w") f:write(pid(), "\n") f:close()
+sleep(60)
+]]):format(dir))
+    local res = tempname()
+    sh("(" .. jobs.CLEAN .. "DDP_JOB_ID=" .. id .. " " .. q(ddplua) .. " --nproc 2 " .. q(s)
+      .. " >/dev/null 2>&1 & echo $! >" .. q(res) .. "; wait) >/dev/null 2>&1 &")
+    local pids = wait_pids(dir, 2)
+    for i = 0, 1 do pids[#pids + 1] = tonumber(slurp(dir .. "/child" .. i):match("%d+")) end
+    local function shm_files() return sh("ls /dev/shm | grep -F " .. q("ddplua-" .. id) .. " || true") end
+    for _ = 1, 100 do
+      if slurp(dir .. "/linked") then break end
+      os.execute("sleep 0.1")
+    end
+    assert.is_not.equals("", shm_files())  -- the link, mapped by rank 0 only
+    os.execute("kill -9 " .. tonumber(slurp(res)))
+    local left, files
+    for _ = 1, 50 do
+      left = {}
+      for _, p in ipairs(pids) do if alive(p) then left[#left + 1] = p end end
+      files = shm_files()
+      if #left == 0 and files == "" then break end
+      os.execute("sleep 0.1")
+    end
+    for _, p in ipairs(pids) do os.execute("kill -9 " .. p .. " 2>/dev/null") end
+    assert.same({}, left, "processes of the job outlived its launcher")
+    assert.equals("", files, "files of the job are left in /dev/shm")
+  end)
+
   it("pins workers to their share of the CPUs with --bind-cores", function()
     local s = script([[print(io.open("/proc/self/status"):read("*a"):match("Cpus_allowed_list:%s*(%S+)"))]])
     local out, err, rc = run("--nproc 2 --no-prefix --bind-cores " .. q(s))
