@@ -56,6 +56,10 @@ typedef struct job {
   int port;        /* the one workers get */
   const char *bind_addr;
   char token[33], job_id[33];
+  char launch_id[17];   /* this launch on this node: names its /dev/shm files */
+  char shm_prefix[96];  /* "ddplua-<job_id>-<launch_id>-", as dist/pg_shm.c names them */
+  int guard_fd;         /* to the guardian (guardian.c), or -1 */
+  pid_t guard_pid;
   double grace;
   int max_restarts, restart;
   int prefix, quiet_ranks, bind_cores;
@@ -114,6 +118,17 @@ int job_send(worker *w, const char *kind, long seq, const char *payload, size_t 
 /* Lets SIGINT reach the job (the prompt's own handler saved in *saved). */
 void job_catch_sigint(struct sigaction *saved);
 const char *job_describe(int status);
+
+/* guardian.c: a process that outlives the launcher to kill what the
+** workers left running and remove the launch's /dev/shm files.  Started
+** before any worker; told of each worker started (watch) and reaped
+** (forget); stop closes its pipe and waits for it. */
+int guardian_start(job *j);
+void guardian_watch(job *j, pid_t pid);
+void guardian_forget(job *j, pid_t pid);
+void guardian_stop(job *j);
+/* Removes /dev/shm/<prefix><n> and point-to-point links <prefix><n>p<g>x<a>x<b>. */
+void job_remove_shm(const char *prefix);
 
 /* repl_dist.c: the prompt over ranks; target -1 for every rank, or the
 ** index of the worker at a breakpoint. */

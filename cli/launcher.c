@@ -1,6 +1,5 @@
 /* launcher.c -- `ddplua --nproc N script.lua`: sets up a job (nodes, threads, store, logs) and runs its workers until done, after torchrun. */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -11,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -178,29 +176,29 @@ static int open_store(job *j) {
   return 0;
 }
 
-/* Removes the shared-memory arenas of this job's process groups
-** ("/ddplua-<job_id>-<n>" and point-to-point links, see dist/pg_shm.c).  Rank 0 unlinks each once every
-** rank mapped it, but a rank that dies in between leaves it: with every
-** worker gone, nothing can use it any more. */
-static void remove_arenas(const job *j) {
-  char prefix[64];
-  int n = snprintf(prefix, sizeof prefix, "ddplua-%s-", j->job_id);
-  for (char *c = prefix + 7; *c && c < prefix + n - 1; c++)
+/* The job id and a launch id of this launcher's own: workers get both
+** (DDP_JOB_ID, DDP_LAUNCH_ID), and dist/pg_shm.c names its files
+** "/ddplua-<job_id>-<launch_id>-<n>...", so that two launches sharing a job
+** id (SLURM job steps of one allocation share SLURM_JOB_ID) never use, or
+** clean up, each other's.  The launch id is per node: every node has its
+** own /dev/shm, and only one node's workers (all started by this launcher)
+** share a name; the job id, which keys the store across nodes, is the same
+** on every node. */
+static void setup_ids(job *j) {
+  const char *id = getenv("DDP_JOB_ID");
+  if (!id || !*id) id = getenv("SLURM_JOB_ID");
+  if (id && *id) snprintf(j->job_id, sizeof j->job_id, "%.32s", id);
+  else random_hex(j->job_id);
+  char r[33];
+  random_hex(r);
+  if (r[0]) snprintf(j->launch_id, sizeof j->launch_id, "%.16s", r);
+  else /* no /dev/urandom: our pid is unique on this node while we live */
+    snprintf(j->launch_id, sizeof j->launch_id, "p%ld", (long)getpid());
+  /* as pg_clean_id spells the id in names: other bytes become '_' */
+  int n = snprintf(j->shm_prefix, sizeof j->shm_prefix, "ddplua-%s-%s-", j->job_id, j->launch_id);
+  for (char *c = j->shm_prefix + 7; c < j->shm_prefix + n - 1; c++)
     if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
           *c == '-' || *c == '_' || *c == '.')) *c = '_';
-  DIR *d = opendir("/dev/shm");
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (strncmp(e->d_name, prefix, (size_t)n) != 0) continue;
-    /* only "<prefix><n>" and pair links "<prefix><n>p<g>x<a>x<b>": not another job's */
-    const char *k = e->d_name + n;
-    if (!*k || strspn(k, "0123456789px") != strlen(k)) continue;
-    char name[300];
-    snprintf(name, sizeof name, "/%s", e->d_name);
-    shm_unlink(name);
-  }
-  closedir(d);
 }
 
 static int open_logs(job *j) {
@@ -264,6 +262,7 @@ int launcher_run(const launch_opts *o, char **argv) {
   raise_nofile();
   job j;
   memset(&j, 0, sizeof j);
+  j.guard_fd = -1;
   int status = 1;
   j.argv = argv;
   j.prefix = !o->no_prefix;
@@ -302,10 +301,7 @@ int launcher_run(const launch_opts *o, char **argv) {
   const char *tok = getenv("DDP_STORE_TOKEN");
   if (tok && *tok) snprintf(j.token, sizeof j.token, "%.32s", tok);
   else if (j.nnodes == 1) random_hex(j.token);
-  const char *id = getenv("DDP_JOB_ID");
-  if (!id || !*id) id = getenv("SLURM_JOB_ID");
-  if (id && *id) snprintf(j.job_id, sizeof j.job_id, "%.32s", id);
-  else random_hex(j.job_id);
+  setup_ids(&j);
 
   j.w = calloc((size_t)j.nproc, sizeof *j.w);
   if (!j.w) {
@@ -318,6 +314,10 @@ int launcher_run(const launch_opts *o, char **argv) {
     j.w[i].log = -1;
     j.w[i].out.fd = j.w[i].err.fd = j.w[i].ctl.fd = j.w[i].ctl_w = -1;
   }
+  /* before any worker: if this process is killed, it cleans up */
+  if (guardian_start(&j) != 0)
+    job_say("warning: cannot start the guardian process (%s); if the launcher is killed, "
+            "processes its workers started and files in /dev/shm may be left", strerror(errno));
   j.interactive = o->interactive;
   if (o->stdin_script && read_script(&j) != 0) goto done;
   setup_threads(&j);
@@ -333,7 +333,9 @@ int launcher_run(const launch_opts *o, char **argv) {
     if (open_store(&j) != 0) goto done;
     int ix = -1;
     int r = job_run_group(&j, &ix);
-    remove_arenas(&j);
+    /* a rank that died between making a file and every rank mapping it
+    ** left it; with every worker gone, nothing can use it any more */
+    job_remove_shm(j.shm_prefix);
     if (j.store) {
       dl_store_close(j.store);
       j.store = NULL;
@@ -357,6 +359,7 @@ int launcher_run(const launch_opts *o, char **argv) {
     break;
   }
 done:
+  guardian_stop(&j);
   for (int i = 0; i < j.nproc; i++) {
     if (j.w[i].log >= 0) close(j.w[i].log);
     free(j.w[i].out.buf);

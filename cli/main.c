@@ -507,6 +507,10 @@ static void tame_openblas(char **argv) {
 }
 
 int main(int argc, char **argv) {
+  /* A write past `ulimit -f` fails with EFBIG ("File too large": a save
+  ** reports it and removes its temporary file) instead of killing the
+  ** program; Python does the same.  Children started by a script inherit it. */
+  signal(SIGXFSZ, SIG_IGN);
   tame_openblas(argv);
   link_open(); /* a launched worker: the launcher's control channel */
   cli_args a;

@@ -317,7 +317,7 @@ static char **worker_env(const job *j, const worker *w, int ctl_r, int ctl_w) {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
     "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "DDP_JOB_ID",
     "DDP_STORE_TOKEN", "DDP_RESTART_COUNT", "DDP_MAX_RESTARTS", "DDP_TTY",
-    "DDPLUA_CTRL",
+    "DDPLUA_CTRL", "DDP_LAUNCH_ID",
   };
   enum { NOURS = sizeof ours / sizeof ours[0] };
   char vals[NOURS][300];
@@ -338,6 +338,7 @@ static char **worker_env(const job *j, const worker *w, int ctl_r, int ctl_w) {
   snprintf(vals[12], 300, "%d", isatty(STDOUT_FILENO) && !(j->quiet_ranks && w->rank != 0));
   /* the control channel's ends, in the worker (cli/link.c) */
   snprintf(vals[13], 300, "%d,%d", ctl_r, ctl_w);
+  snprintf(vals[14], 300, "%s", j->launch_id);
 
   size_t n = 0;
   while (environ[n]) n++;
@@ -451,6 +452,7 @@ static int start_worker(job *j, worker *w) {
     goto fail_os;
   }
   setpgid(pid, pid); /* also here, so a signal sent right away finds the group */
+  guardian_watch(j, pid);
   w->pid = pid;
   w->status = 0;
   w->out.fd = out[0];
@@ -510,6 +512,7 @@ static void reap(job *j, int *first_failed) {
       continue;
     kill(-w->pid, SIGKILL);
     if (waitpid(w->pid, &status, 0) != w->pid) continue;
+    guardian_forget(j, w->pid);
     w->pid = 0;
     w->status = status;
     if (w->ctl_w >= 0) { close(w->ctl_w); w->ctl_w = -1; }

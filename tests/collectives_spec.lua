@@ -291,7 +291,9 @@ ddp.init()
 ddp.all_reduce(ddp.ones(3))
 -- as if a rank had died before rank 0 unlinked an arena: the launcher
 -- removes what is left of the job's arenas
-if ddp.rank() == 0 then assert(io.open("/dev/shm/ddplua-" .. os.getenv("DDP_JOB_ID") .. "-99", "w")):close() end
+if ddp.rank() == 0 then
+  assert(io.open("/dev/shm/ddplua-" .. os.getenv("DDP_JOB_ID") .. "-" .. os.getenv("DDP_LAUNCH_ID") .. "-99", "w")):close()
+end
 ddp.barrier()
 if ddp.rank() == 1 then ffi.C.kill(ffi.C.getpid(), 9) end
 ddp.all_reduce(ddp.ones(3))
@@ -299,6 +301,65 @@ ddp.all_reduce(ddp.ones(3))
     local _, err, rc, id = run("--nproc 2 " .. q(s), "DDP_TIMEOUT=5")
     assert.is_not.equals(0, rc)
     assert.truthy(err:find("SIGKILL", 1, true), err)
+    assert.equals("", arenas_left(id))
+  end)
+
+  it("keeps two launches with one job id apart: one ending never removes the other's arena", function()
+    -- two job steps of one SLURM allocation share SLURM_JOB_ID (and so the
+    -- job id): A ends while B's rank 0 has made a send/recv link (a file in
+    -- /dev/shm until rank 1 maps it) and rank 1 has not mapped it yet
+    local dir = require("helpers.shell").tempdir()
+    local id = "twojobs" .. dir:match("[%w_]+$")  -- unique: the temporary directory's name
+    local a = script(([[
+local dir = %q
+ddp.init()
+ddp.all_reduce(ddp.ones(3))
+if ddp.rank() == 0 then io.open(dir .. "/a_ready", "w"):close() end
+while not io.open(dir .. "/a_go") do sleep(0.02) end
+ddp.all_reduce(ddp.ones(3))
+]]):format(dir))
+    local b = script(([[
+local dir = %q
+ddp.init()
+local t
+for _ = 1, 100 do t = ddp.all_reduce(ddp.ones(1000)) end
+if ddp.rank() == 0 then
+  ddp.send(t * 2, 1)  -- buffered: returns before rank 1 receives
+  io.open(dir .. "/b_linked", "w"):close()
+else
+  while not io.open(dir .. "/a_done") do sleep(0.02) end
+  ddp.recv(t, 0)
+end
+for _ = 1, 100 do ddp.all_reduce(ddp.ones(10)) end
+print("B ok " .. t:max():item())
+]]):format(dir))
+    local function start(s, tag)
+      local f = dir .. "/" .. tag
+      sh("(" .. CLEAN .. "SLURM_JOB_ID=" .. id .. " DDP_TIMEOUT=30 timeout 60 " .. q(ddplua) .. " --nproc 2 " .. q(s)
+        .. " </dev/null >" .. q(f .. ".out") .. " 2>" .. q(f .. ".err") .. "; echo $? >" .. q(f .. ".rc")
+        .. ") >/dev/null 2>&1 &")
+      return f
+    end
+    local function wait_for(cond, what)
+      for _ = 1, 400 do
+        if cond() then return end
+        os.execute("sleep 0.05")
+      end
+      error("timed out waiting for " .. what)
+    end
+    local function exists(p) local f = io.open(p) if f then f:close() end return f ~= nil end
+    local fa = start(a, "a")
+    wait_for(function() return exists(dir .. "/a_ready") end, "job A")
+    local fb = start(b, "b")
+    wait_for(function() return exists(dir .. "/b_linked") end, "job B's link")
+    assert.is_not.equals("", arenas_left(id))  -- B's link, not mapped by rank 1 yet
+    io.open(dir .. "/a_go", "w"):close()
+    wait_for(function() return exists(fa .. ".rc") end, "job A's end")
+    assert.equals("0", slurp(fa .. ".rc"):match("%d+"), slurp(fa .. ".err"))
+    io.open(dir .. "/a_done", "w"):close()
+    wait_for(function() return exists(fb .. ".rc") end, "job B's end")
+    assert.equals("0", slurp(fb .. ".rc"):match("%d+"), slurp(fb .. ".err"))
+    assert.equals("[1] B ok 4", slurp(fb .. ".out"):match("%[1%] B ok %d+"))
     assert.equals("", arenas_left(id))
   end)
 

@@ -55,25 +55,27 @@ describe("ddplua --nproc", function()
 
   it("gives each worker torchrun's environment and prefixes its lines", function()
     local s = script([[
-print(("ENV %s %s %s %s %s %s %s %s %s %d %s"):format(os.getenv("RANK"), os.getenv("LOCAL_RANK"),
+print(("ENV %s %s %s %s %s %s %s %s %s %d %s %s"):format(os.getenv("RANK"), os.getenv("LOCAL_RANK"),
   os.getenv("WORLD_SIZE"), os.getenv("LOCAL_WORLD_SIZE"), os.getenv("NODE_RANK"),
   os.getenv("GROUP_RANK"), os.getenv("MASTER_ADDR"), os.getenv("MASTER_PORT"),
-  os.getenv("DDP_JOB_ID"), #os.getenv("DDP_STORE_TOKEN"), os.getenv("DDP_RESTART_COUNT")))
+  os.getenv("DDP_JOB_ID"), #os.getenv("DDP_STORE_TOKEN"), os.getenv("DDP_RESTART_COUNT"),
+  os.getenv("DDP_LAUNCH_ID")))
 print("args", ...)
 ]])
     local out, err, rc = run("--nproc 3 " .. q(s) .. " a 'b c'")
     assert.equals(0, rc, err)
     local ranks, ports, ids = {}, {}, {}
     for _, l in ipairs(lines(out)) do
-      local p, r, lr, ws, lws, nr, gr, addr, port, id, tok, rs =
-        l:match("^%[(%d)%] ENV (%d) (%d) (%d) (%d) (%d) (%d) (%S+) (%d+) (%x+) (%d+) (%d+)$")
+      local p, r, lr, ws, lws, nr, gr, addr, port, id, tok, rs, launch =
+        l:match("^%[(%d)%] ENV (%d) (%d) (%d) (%d) (%d) (%d) (%S+) (%d+) (%x+) (%d+) (%d+) (%x+)$")
       if p then
         assert.equals(p, r)
         assert.equals(r, lr)
         assert.same({ "3", "3", "0", "0", "127.0.0.1", "32", "0" }, { ws, lws, nr, gr, addr, tok, rs })
         ranks[#ranks + 1] = tonumber(r)
         ports[port] = true
-        ids[id] = true
+        ids[id .. " " .. launch] = true  -- one job id and one launch id for all
+        assert.equals(16, #launch)
       else
         assert.truthy(l:match("^%[%d%] args\ta\tb c$"), l)
       end
@@ -248,6 +250,45 @@ sleep(30)
       os.execute("sleep 0.1")
     end
     assert.is_false(any, "a worker outlived its launcher")
+  end)
+
+  it("leaves nothing behind after kill -9 of the launcher: the workers' children, a half-made link", function()
+    local dir = tempdir()
+    local id = "kill9" .. dir:match("[%w_]+$")  -- unique: the temporary directory's name
+    local s = script(([[
+local ddp = require "ddp"
+local dir = %q
+-- a child of the worker, as os.execute("cmd &") makes one: in the worker's process group
+os.execute("sleep 300 </dev/null >/dev/null 2>&1 & echo $! >" .. dir .. "/child" .. rank)
+ddp.init()
+-- rank 1 never receives: the link rank 0 made stays in /dev/shm, half made
+if rank == 0 then ddp.send(ddp.ones(4), 1) io.open(dir .. "/linked", "w"):close() end
+local f = io.open(dir .. "/pid" .. rank, "w") f:write(pid(), "\n") f:close()
+sleep(60)
+]]):format(dir))
+    local res = tempname()
+    sh("(" .. jobs.CLEAN .. "DDP_JOB_ID=" .. id .. " " .. q(ddplua) .. " --nproc 2 " .. q(s)
+      .. " >/dev/null 2>&1 & echo $! >" .. q(res) .. "; wait) >/dev/null 2>&1 &")
+    local pids = wait_pids(dir, 2)
+    for i = 0, 1 do pids[#pids + 1] = tonumber(slurp(dir .. "/child" .. i):match("%d+")) end
+    local function shm_files() return sh("ls /dev/shm | grep -F " .. q("ddplua-" .. id) .. " || true") end
+    for _ = 1, 100 do
+      if slurp(dir .. "/linked") then break end
+      os.execute("sleep 0.1")
+    end
+    assert.is_not.equals("", shm_files())  -- the link, mapped by rank 0 only
+    os.execute("kill -9 " .. tonumber(slurp(res)))
+    local left, files
+    for _ = 1, 50 do
+      left = {}
+      for _, p in ipairs(pids) do if alive(p) then left[#left + 1] = p end end
+      files = shm_files()
+      if #left == 0 and files == "" then break end
+      os.execute("sleep 0.1")
+    end
+    for _, p in ipairs(pids) do os.execute("kill -9 " .. p .. " 2>/dev/null") end
+    assert.same({}, left, "processes of the job outlived its launcher")
+    assert.equals("", files, "files of the job are left in /dev/shm")
   end)
 
   it("pins workers to their share of the CPUs with --bind-cores", function()

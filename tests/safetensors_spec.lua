@@ -494,6 +494,101 @@ describe("atomic saves", function()
     assert.same({}, tmp_files())
     assert.is_true(ddp.load(path).good:equal(good))
   end)
+
+  it("fails a save larger than ulimit -f with File too large, not SIGXFSZ, and leaves no temp file", function()
+    ddp.save({ good = good }, path)
+    local child = dir .. "/ulimit.lua"
+    writefile(child, [[
+      local ddp = require "ddp"
+      local ok, err = pcall(ddp.save, {big = ddp.zeros(5 * 1024 * 1024)}, arg[1])  -- 20 MB
+      print(ok, err)
+    ]])
+    -- no trap: the program itself must keep SIGXFSZ from killing it (exit 153)
+    local out = sh(("timeout 60 sh -c %s; echo \"exit $?\""):format(q(("ulimit -f 2048; exec %s %s %s")
+                                                 :format(q(ddplua), q(child), q(path)))))
+    assert.matches("false\t.*save: .*atomic%.safetensors: write failed: File too large", out)
+    assert.matches("exit 0", out)
+    assert.same({}, tmp_files())
+    assert.is_true(ddp.load(path).good:equal(good))
+    -- an embedder that leaves SIGXFSZ alone (plain luajit): the library checks
+    -- the limit before writing, so the save fails the same way
+    out = sh(("timeout 60 sh -c %s; echo \"exit $?\""):format(q(("ulimit -f 2048; LUA_PATH=%s exec luajit %s %s")
+      :format(q(root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. root .. "/bindings/?.lua;" .. root .. "/build/lua/?.lua;;"),
+              q(child), q(path)))))
+    assert.matches("false\t.*save: .*atomic%.safetensors: write failed: File too large", out)
+    assert.matches("exit 0", out)
+    assert.same({}, tmp_files())
+    -- and any other write past the limit is an error too (SIGXFSZ is ignored)
+    out = sh(("timeout 60 sh -c %s; echo \"exit $?\""):format(q(("ulimit -f 8; exec %s -e %s")
+      :format(q(ddplua), q(("local f = assert(io.open(%q, 'w')) local ok, e = f:write(('x'):rep(65536)) "
+                           .. "if ok then ok, e = f:flush() end print(ok, e)")
+                           :format(dir .. "/big.txt"))))))
+    os.remove(dir .. "/big.txt")
+    assert.matches("nil\t.*File too large", out)
+    assert.matches("exit 0", out)
+  end)
+end)
+
+-- -- What a save replaces -----------------------------------------------------
+
+describe("saving over a file", function()
+  local sub = dir .. "/sub"
+  os.execute("mkdir -p " .. q(sub))
+  local t = ddp.arange(10, { dtype = "float32" })
+  local function mode(p) return sh("stat -c %a " .. q(p)):match("%d+") end
+  local function is_link(p)
+    local r = os.execute("test -L " .. q(p))
+    return r == 0 or r == true
+  end
+  local function leftovers(d)  -- temporary files of this describe's saves
+    return (sh("ls -A " .. q(d) .. " | grep -E '^(secret|target|link2?|loop_[ab])[.a-z]*\\.tmp\\.' || true"))
+  end
+
+  it("keeps the old file's mode", function()
+    local p = dir .. "/secret.safetensors"
+    for _, m in ipairs { "600", "640", "666", "444" } do
+      ddp.save({ t = t }, p)
+      os.execute("chmod " .. m .. " " .. q(p))
+      ddp.save({ t = t * 2 }, p)
+      assert.equals(m, mode(p))
+      assert.is_true(ddp.load(p).t:equal(t * 2))
+    end
+    os.remove(p)
+    ddp.save({ t = t }, p)  -- a new file: 0666 less the umask, as open() makes it
+    local umask = tonumber(sh("umask"):match("%d+"), 8)
+    assert.equals(("%o"):format(bit.band(tonumber("666", 8), bit.bnot(umask))), mode(p))
+    os.remove(p)
+  end)
+
+  it("writes through a symbolic link to its target, in the target's directory", function()
+    local target, link = sub .. "/target.safetensors", dir .. "/link.safetensors"
+    ddp.save({ t = t }, target)
+    os.execute("chmod 600 " .. q(target))
+    os.execute("ln -sfn sub/target.safetensors " .. q(link))  -- relative, as ln -s makes it
+    ddp.save({ t = t * 3 }, link)
+    assert.is_true(is_link(link))
+    assert.equals("sub/target.safetensors", sh("readlink " .. q(link)):match("[^\n]+"))
+    assert.is_true(ddp.load(target).t:equal(t * 3))
+    assert.equals("600", mode(target))
+    assert.equals("", leftovers(dir) .. leftovers(sub))
+    -- a chain of links, and a link whose target does not exist yet
+    local link2 = dir .. "/link2.safetensors"
+    os.execute("ln -sfn " .. q(link) .. " " .. q(link2))
+    ddp.save({ t = t * 4 }, link2)
+    assert.is_true(is_link(link2) and is_link(link))
+    assert.is_true(ddp.load(target).t:equal(t * 4))
+    os.remove(target)
+    ddp.save({ t = t * 5 }, link2)
+    assert.is_true(is_link(link2) and is_link(link))
+    assert.is_true(ddp.load(target).t:equal(t * 5))
+    -- a loop is an error naming the path
+    local a, b = dir .. "/loop_a", dir .. "/loop_b"
+    os.execute("ln -sfn loop_b " .. q(a) .. "; ln -sfn loop_a " .. q(b))
+    assert.matches("save: .*loop_a: .*[Ss]ymbolic links", err(function() ddp.save({ t = t }, a) end))
+    assert.is_true(is_link(a) and is_link(b))
+    for _, p in ipairs { link, link2, target, a, b } do os.remove(p) end
+    assert.equals("", leftovers(dir) .. leftovers(sub))
+  end)
 end)
 
 -- -- Checkpoints -------------------------------------------------------------

@@ -31,7 +31,9 @@ local FORMAT_KEY, STATE_KEY, FORMAT = "ddplua.format", "ddplua.state", "checkpoi
 -- -- save / load ------------------------------------------------------------
 
 -- ddp.save(tensors, path[, metadata]): tensors maps names to tensors,
--- metadata maps strings to strings.
+-- metadata maps strings to strings.  Atomic (dl_st_save): a new file renamed
+-- over the old one, which keeps the old one's mode; a symbolic link is
+-- written through to its target.
 function M.save(tensors, path, metadata)
   if type(tensors) ~= "table" or core.is_tensor(tensors) then
     raise("save: expected a table mapping names to tensors, got " .. core.describe(tensors))

@@ -218,12 +218,22 @@ local function pick_backend(st, e)
   return st.backend
 end
 
+-- The id that names this job's shared-memory files (dist/pg_shm.c): the job
+-- id and the launcher's id of this launch on this node, so that two
+-- launches with one job id (SLURM job steps of one allocation) never share
+-- a name, and one ending never removes the other's files.
+local function shm_job_id()
+  local id, launch = os.getenv("DDP_JOB_ID"), os.getenv("DDP_LAUNCH_ID")
+  if launch and launch ~= "" then return (id or "") .. "-" .. launch end
+  return id
+end
+
 local function new_group(st, store_h, e, timeout)
   local b = pick_backend(st, e)
   -- a world of one has no store: shared memory with itself, or NCCL
   if store_h == nil and b ~= "nccl" then b = "auto" end
   local pg = C.dl_pg_new(store_h, e.rank, e.world_size, e.local_world_size, b,
-                         os.getenv("DDP_JOB_ID"), timeout)
+                         shm_job_id(), timeout)
   if pg == nil and b ~= st.backend then
     -- every rank meets the same failure (rank 0 publishes its reason)
     if e.rank == 0 then
@@ -231,7 +241,7 @@ local function new_group(st, store_h, e, timeout)
     end
     b = st.backend
     pg = C.dl_pg_new(store_h, e.rank, e.world_size, e.local_world_size, b,
-                     os.getenv("DDP_JOB_ID"), timeout)
+                     shm_job_id(), timeout)
   end
   return pg
 end

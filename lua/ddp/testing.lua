@@ -544,7 +544,7 @@ end
 -- The variables of an outer job (and of SLURM, which the launcher reads)
 -- are not the inner job's.
 local CLEAN = "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u NODE_RANK -u GROUP_RANK "
-  .. "-u MASTER_ADDR -u MASTER_PORT -u DDP_STORE_TOKEN -u DDP_JOB_ID -u DDP_RESTART_COUNT -u DDP_MAX_RESTARTS "
+  .. "-u MASTER_ADDR -u MASTER_PORT -u DDP_STORE_TOKEN -u DDP_JOB_ID -u DDP_LAUNCH_ID -u DDP_RESTART_COUNT -u DDP_MAX_RESTARTS "
   .. "-u DDP_TTY -u SLURM_JOB_ID -u SLURM_JOB_NUM_NODES -u SLURM_NNODES -u SLURM_NODEID "
   .. "-u SLURM_JOB_NODELIST -u SLURM_NODELIST "
 

@@ -95,7 +95,10 @@ DL_API dl_pg *dl_pg_new(dl_store *store, int rank, int world, int local_world,
                         const char *backend, const char *job_id, double timeout_s);
 /* All ranks of one node through a shared-memory arena: rank 0 creates
 ** "/ddplua-<job_id>-<n>" and publishes it through the store; every rank maps
-** it; rank 0 unlinks it once all have (nothing stays in /dev/shm). */
+** it; rank 0 unlinks it once all have (nothing stays in /dev/shm).  job_id
+** only names files, so each launch should have its own on a node (ddp.init
+** passes "<DDP_JOB_ID>-<DDP_LAUNCH_ID>"); cleaning up after a crash by the
+** "/ddplua-<job_id>-" prefix then touches no other launch's files. */
 DL_API dl_pg *dl_pg_shm_new(dl_store *store, int rank, int world,
                             const char *job_id, double timeout_s);
 /* Waits for the group's asynchronous calls to finish first. */

@@ -17,7 +17,13 @@ extern "C" {
 ** format (any layout; written row-major, little-endian).  Atomic: the data
 ** goes to a temporary file beside path, is fsynced and renamed over path, so
 ** path holds the old file or the new one, never a mix.  Temporary files left
-** by writers that died are removed by the next save of the same path.
+** by writers that died are removed by the next save of the same path.  The
+** new file keeps the old one's permission bits (and, where allowed, owner
+** and group); a symbolic link is written through: its target is replaced,
+** in the target's directory, and the link stays.  A file larger than the
+** size limit (RLIMIT_FSIZE) fails before a byte is written ("File too
+** large"); a program that may otherwise write past that limit should
+** ignore SIGXFSZ (the library leaves it alone).
 ** Returns DL_EIO naming the path and the system's reason on failure. */
 DL_API int dl_st_save(const char *path, const char *const *names,
                       dl_tensor *const *tensors, int n,

@@ -2,15 +2,20 @@
 ** safetensors_save.c -- writing checkpoints in the safetensors format,
 ** atomically: laid out as the reference implementation does (tensors sorted
 ** by descending dtype alignment, then by name, so each starts aligned), into
-** a temporary file beside the target that is fsynced and renamed over it.
+** a temporary file beside the target that is fsynced and renamed over it
+** (the target: where the path's symbolic links lead; the new file takes the
+** old one's permissions).
 */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/internal.h"
@@ -127,6 +132,38 @@ static void remove_stale(const char *dir, const char *base) {
 
 static atomic_uint tmp_counter;
 
+/* The file a save of path replaces: path itself, or where its chain of
+** symbolic links ends -- an existing file or one to create, as a shell's
+** `>` writes through a link -- so the rename replaces that file and never
+** the link.  A new string, or NULL with errno set (ELOOP, ENOMEM, ...). */
+static char *save_target(const char *path) {
+  char *p = strdup(path);
+  for (int hops = 0; p; hops++) {
+    struct stat st;
+    if (lstat(p, &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    char link[PATH_MAX];
+    ssize_t n = hops < 40 ? readlink(p, link, sizeof link) : -1;
+    if (hops >= 40) errno = ELOOP;
+    else if (n >= (ssize_t)sizeof link) errno = ENAMETOOLONG;
+    if (n < 0 || n >= (ssize_t)sizeof link) {
+      free(p);
+      return NULL;
+    }
+    link[n] = '\0';
+    /* a relative link is relative to the directory holding it */
+    const char *slash = link[0] == '/' ? NULL : strrchr(p, '/');
+    size_t keep = slash ? (size_t)(slash - p) + 1 : 0;
+    char *next = malloc(keep + (size_t)n + 1);
+    if (next) {
+      memcpy(next, p, keep);
+      memcpy(next + keep, link, (size_t)n + 1);
+    }
+    free(p);
+    p = next;
+  }
+  return NULL;
+}
+
 /* The file body: header, then each tensor contiguous (copied when not; a
 ** CUDA tensor through a host copy, one tensor at a time). */
 static int write_file(int fd, const sbuf *h, const save_item *it, int n) {
@@ -159,7 +196,7 @@ DL_API int dl_st_save(const char *path, const char *const *names,
   save_item *it = calloc((size_t)n + 1, sizeof *it);
   const char ***ptrs = calloc((size_t)(n > nmeta ? n : nmeta) + 1, sizeof *ptrs);
   sbuf h = {0};
-  char *tmp = NULL, *dir = NULL;
+  char *tmp = NULL, *dir = NULL, *target = NULL;
   int fd = -1, rc = -1;
   if (!it || !ptrs) {
     rc = dl_err(EM_NOMEM, "save", (long long)n * 32, 0LL);
@@ -236,18 +273,52 @@ DL_API int dl_st_save(const char *path, const char *const *names,
     goto done;
   }
 
-  /* -- write beside path, fsync, rename over it, fsync the directory */
-  const char *slash = strrchr(path, '/');
-  dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-  tmp = malloc(strlen(path) + 48);
+  /* -- a file size limit (ulimit -f) fails the save here, before a byte is
+  ** written: past it, write() would raise SIGXFSZ, which kills a process
+  ** that does not ignore it (the ddplua program does) */
+  struct rlimit fsz;
+  if (getrlimit(RLIMIT_FSIZE, &fsz) == 0 && fsz.rlim_cur != RLIM_INFINITY &&
+      8 + (uint64_t)h.n + off > (uint64_t)fsz.rlim_cur) {
+    rc = dl_err(EM_ST_OS, "save", path, "write failed", strerror(EFBIG));
+    goto done;
+  }
+
+  /* -- write beside the target (the end of path's symbolic links), fsync,
+  ** rename over it, fsync the directory */
+  target = save_target(path);
+  if (!target) {
+    rc = errno == ENOMEM ? dl_err(EM_NOMEM, "save", (long long)strlen(path), 0LL)
+                         : dl_err(EM_ST_OS, "save", path, "cannot follow its symbolic links",
+                                  strerror(errno));
+    goto done;
+  }
+  const char *slash = strrchr(target, '/');
+  dir = slash ? strndup(target, slash == target ? 1 : (size_t)(slash - target)) : strdup(".");
+  tmp = malloc(strlen(target) + 48);
   if (!dir || !tmp) { rc = dl_err(EM_NOMEM, "save", (long long)strlen(path), 0LL); goto done; }
-  remove_stale(dir, slash ? slash + 1 : path);
-  sprintf(tmp, "%s.tmp.%d.%u", path, (int)getpid(), atomic_fetch_add(&tmp_counter, 1));
-  fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  remove_stale(dir, slash ? slash + 1 : target);
+  sprintf(tmp, "%s.tmp.%d.%u", target, (int)getpid(), atomic_fetch_add(&tmp_counter, 1));
+  /* the old file's permissions (a 0600 checkpoint stays private, also while
+  ** it is written) and, where allowed, its owner; a new file gets 0666 less
+  ** the umask, as open() gives it */
+  struct stat old;
+  int replaces = stat(target, &old) == 0 && S_ISREG(old.st_mode);
+  fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, replaces ? old.st_mode & 0777 : 0666);
   if (fd < 0) {
     rc = dl_err(EM_ST_OS, "save", path, "cannot create a temporary file beside it",
                 strerror(errno));
     goto done;
+  }
+  if (replaces) {
+    if ((old.st_uid != geteuid() || old.st_gid != getegid()) &&
+        fchown(fd, old.st_uid, old.st_gid) != 0 && fchown(fd, (uid_t)-1, old.st_gid) != 0) {
+      /* not allowed (another user's file): the new file is ours */
+    }
+    if (fchmod(fd, old.st_mode & 0777)) {  /* the umask took bits away */
+      rc = dl_err(EM_ST_OS, "save", path, "cannot give the new file the old one's mode",
+                  strerror(errno));
+      goto done;
+    }
   }
   int w = write_file(fd, &h, it, n);
   if (w == -2) {  /* out of memory copying a view: the error is set */
@@ -259,7 +330,7 @@ DL_API int dl_st_save(const char *path, const char *const *names,
   int cr = close(fd);
   fd = -1;
   if (cr) { rc = dl_err(EM_ST_OS, "save", path, "close failed", strerror(errno)); goto done; }
-  if (rename(tmp, path)) {
+  if (rename(tmp, target)) {
     rc = dl_err(EM_ST_OS, "save", path, "cannot rename the temporary file over it",
                 strerror(errno));
     goto done;
@@ -285,6 +356,7 @@ done:
     free(tmp);
   }
   free(dir);
+  free(target);
   free(h.p);
   free(ptrs);
   free(it);

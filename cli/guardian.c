@@ -1,0 +1,164 @@
+/* guardian.c -- a small process beside the launcher that outlives it: when the launcher dies, even by kill -9, it kills what the workers left running and removes the launch's /dev/shm files. */
+/*
+** Workers die with the launcher (PR_SET_PDEATHSIG), but nothing kills the
+** processes a worker started (`os.execute("cmd &")`), and a file in
+** /dev/shm that one rank made and the others had not mapped yet (an arena,
+** a half-made send/recv link) stays until someone unlinks it.  So the
+** launcher forks this guardian first.  It holds the read end of a pipe
+** whose only writer is the launcher: end of file means the launcher is
+** gone, however it went.  Through the pipe the launcher tells it each
+** worker it starts (+pid) and reaps (-pid); at end of file the guardian
+** sends SIGKILL to the process group of every worker still listed (each
+** worker leads its own group, and its children stay in it unless they
+** leave it: setsid, a shell's job control), waits briefly for those
+** groups to empty, removes the files named after this launch (the launch
+** id makes them this launch's only), and exits.
+** After a normal end the list is empty and the files are gone: it just
+** exits, and the launcher waits for it.
+**
+** It runs in its own process group, ignoring the terminal's and a group's
+** signals (Ctrl-C, `timeout`'s SIGTERM and SIGKILL to the launcher's group),
+** which are the launcher's to handle.  Forked from a process that may have
+** threads (OpenBLAS starts its own), it makes only system calls.
+*/
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "job.h"
+
+/* Removes the files in /dev/shm named "<prefix><n>" or, for point-to-point
+** links, "<prefix><n>p<g>x<a>x<b>" (dist/pg_shm.c): this launch's, never
+** another's.  System calls only, so the guardian may call it. */
+void job_remove_shm(const char *prefix) {
+  size_t n = strlen(prefix);
+  int d = open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (d < 0) return;
+  _Alignas(8) char buf[8192];
+  ssize_t got;
+  while ((got = getdents64(d, buf, sizeof buf)) > 0) {
+    for (ssize_t off = 0; off < got;) {
+      struct dirent64 *e = (struct dirent64 *)(buf + off);
+      off += e->d_reclen;
+      const char *k = e->d_name + n;
+      if (strncmp(e->d_name, prefix, n) != 0 || !*k || strspn(k, "0123456789px") != strlen(k))
+        continue;
+      unlinkat(d, e->d_name, 0);
+    }
+  }
+  close(d);
+}
+
+static void pause_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+/* The guardian's life: the pids the pipe lists, then the cleaning. */
+static _Noreturn void guard(int fd, const char *prefix, pid_t *pids, int max) {
+  static const int ignored[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE};
+  for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++) signal(ignored[i], SIG_IGN);
+  signal(SIGCHLD, SIG_DFL);
+  setpgid(0, 0);
+  prctl(PR_SET_NAME, "ddplua-guard");
+  /* hold no terminal and no pipe of whoever started the launcher: a reader
+  ** of its output sees the end when the launcher ends */
+  int null = open("/dev/null", O_RDWR);
+  if (null >= 0) {
+    dup2(null, STDIN_FILENO);
+    dup2(null, STDOUT_FILENO);
+    dup2(null, STDERR_FILENO);
+  }
+  if (fd != 3 && dup2(fd, 3) == 3) fd = 3;
+  close_range(4, ~0U, 0);
+  int n = 0;
+  int32_t recs[256];
+  size_t have = 0; /* bytes of recs filled */
+  for (;;) {
+    ssize_t r = read(fd, (char *)recs + have, sizeof recs - have);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break; /* the launcher is gone */
+    have += (size_t)r;
+    size_t whole = have / sizeof recs[0];
+    for (size_t i = 0; i < whole; i++) {
+      pid_t p = recs[i] > 0 ? recs[i] : -recs[i];
+      int at = -1;
+      for (int k = 0; k < n && at < 0; k++)
+        if (pids[k] == p) at = k;
+      if (recs[i] > 0 && at < 0 && n < max) pids[n++] = p;
+      else if (recs[i] < 0 && at >= 0) pids[at] = pids[--n];
+    }
+    have -= whole * sizeof recs[0];
+    memmove(recs, recs + whole, have);
+  }
+  for (int k = 0; k < n; k++) kill(-pids[k], SIGKILL);
+  /* until every group is empty, so that no process of it is still making
+  ** a file; at most 250 ms, as zombies count and not every container's
+  ** init reaps them (a killed process ends its system call and dies in far
+  ** less) */
+  for (int t = 0; t < 25; t++) {
+    int left = 0;
+    for (int k = 0; k < n; k++) left += kill(-pids[k], 0) == 0;
+    if (!left) break;
+    pause_ms(10);
+  }
+  job_remove_shm(prefix);
+  _exit(0);
+}
+
+int guardian_start(job *j) {
+  j->guard_fd = -1;
+  j->guard_pid = 0;
+  int p[2];
+  /* twice the workers: a restarted group's pids come before the old ones go */
+  pid_t *pids = calloc((size_t)j->nproc * 2, sizeof *pids);
+  if (!pids || pipe2(p, O_CLOEXEC) != 0) {
+    free(pids);
+    return -1;
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(p[1]);
+    guard(p[0], j->shm_prefix, pids, j->nproc * 2);
+  }
+  int saved = errno;
+  free(pids);
+  close(p[0]);
+  if (pid < 0) {
+    close(p[1]);
+    errno = saved;
+    return -1;
+  }
+  /* never block the launcher: a record lost to a stopped guardian only
+  ** weakens the cleaning */
+  fcntl(p[1], F_SETFL, O_NONBLOCK);
+  j->guard_fd = p[1];
+  j->guard_pid = pid;
+  return 0;
+}
+
+static void tell(job *j, int32_t rec) {
+  if (j->guard_fd < 0) return;
+  ssize_t r;
+  do r = write(j->guard_fd, &rec, sizeof rec); /* 4 bytes: one atomic write */
+  while (r < 0 && errno == EINTR);
+}
+
+void guardian_watch(job *j, pid_t pid) { tell(j, (int32_t)pid); }
+void guardian_forget(job *j, pid_t pid) { tell(j, -(int32_t)pid); }
+
+void guardian_stop(job *j) {
+  if (j->guard_fd >= 0) close(j->guard_fd);
+  j->guard_fd = -1;
+  if (j->guard_pid > 0)
+    while (waitpid(j->guard_pid, NULL, 0) < 0 && errno == EINTR) {}
+  j->guard_pid = 0;
+}
