@@ -90,6 +90,90 @@ describe("views", function()
   end)
 end)
 
+describe("in-place writes into views", function()
+  local msg = "unsupported operation: more than one element of the written%-to tensor refers to a single memory location"
+  local function refused(f, op)
+    local ok, err = pcall(f)
+    assert.is_false(ok)
+    assert.matches("^[^:]*:%d+: " .. op .. ": " .. msg, err)
+    return err
+  end
+
+  it("refuse an expanded view, whose elements share one place (they raced: 40232 for 65536)", function()
+    local n = ddp.get_num_threads()
+    ddp.set_num_threads(2)
+    local z = ddp.zeros(1)
+    local x = z:expand(65536)
+    local err = refused(function() x:add_(1) end, "add_")
+    assert.matches("(an expanded view: dim 0 of size 65536 has stride 0); clone() it first", err, 1, true)
+    ddp.set_num_threads(n)
+    assert.equal(0, z:item())  -- refused before anything was written
+    assert.equal(65536, x:clone():add_(1):sum():item())  -- the way out the message gives
+  end)
+
+  it("refuse it for every in-place op", function()
+    local x = ddp.zeros(3):unsqueeze(0):expand(4, 3)
+    local mask, idx = ddp.ones(4, 3):bool(), ddp.zeros(4, 3):long()
+    for op, f in pairs {
+      add_ = function() x:add_(x) end, mul_ = function() x:mul_(2) end,
+      sub_ = function() x:sub_(1, 2) end, div_ = function() x:div_(2) end,
+      fill_ = function() x:fill_(1) end, zero_ = function() x:zero_() end,
+      copy_ = function() x:copy_(ddp.ones(4, 3)) end,
+      uniform_ = function() x:uniform_() end, normal_ = function() x:normal_() end,
+      clamp_ = function() x:clamp_(0, 1) end, relu_ = function() x:relu_() end,
+      exp_ = function() x:exp_() end, gelu_ = function() x:gelu_() end,
+      masked_fill_ = function() x:masked_fill_(mask, 1) end,
+      scatter_ = function() x:scatter_(0, idx, ddp.ones(4, 3)) end,
+      scatter_add_ = function() x:scatter_add_(0, idx, ddp.ones(4, 3)) end,
+    } do
+      refused(f, op)
+    end
+    assert.equal(0, x:abs():sum():item())
+    -- a strided view whose strides collide: element (0, 2) and (1, 0) are both 2
+    local a = ddp.zeros(12)
+    refused(function() a:as_strided({ 3, 3 }, { 2, 1 }):fill_(1) end, "fill_")
+    refused(function() a:as_strided({ 4, 3 }, { 1, 1 }):add_(1) end, "add_")  -- unfold(0, 3, 1)
+  end)
+
+  it("write views whose elements have places of their own", function()
+    local a = ddp.zeros(4, 6)
+    a:t():add_(1)
+    a:narrow(1, 2, 3):mul_(3)
+    a:select(0, 1):fill_(7)
+    a:as_strided({ 3, 2 }, { 2, 3 }):add_(10)  -- interleaved, apart: 0 2 4 3 5 7
+    a:view(-1):as_strided({ 2, 2 }, { 12, 2 }):zero_()  -- steps
+    ddp.zeros(0, 1):expand(0, 5):fill_(1)  -- no elements
+    ddp.zeros(1):expand(1, 1):fill_(1)  -- one element
+    assert.same({ { 0, 1, 0, 13, 13, 11 }, { 7, 17, 7, 7, 7, 7 }, { 0, 1, 0, 3, 3, 1 }, { 1, 1, 3, 3, 3, 1 } },
+                a:totable())
+  end)
+
+  it("write one element of an expanded view (one place), as PyTorch's t[i] = v", function()
+    local z = ddp.zeros(1)
+    z:expand(4):set(2, 5)
+    assert.equal(5, z:item())
+  end)
+
+  it("read an input sharing the written tensor's memory as it was before the op", function()
+    -- PyTorch refuses these ("some elements of the input tensor and the
+    -- written-to tensor refer to a single memory location"); ddplua reads
+    -- such an input from a copy, as NumPy does, so the result is defined.
+    local n = ddp.get_num_threads()
+    ddp.set_num_threads(2)
+    local a = ddp.arange(200000):float()
+    a:narrow(0, 1, 199999):copy_(a:narrow(0, 0, 199999))
+    assert.same({ 0, 0, 1, 2 }, a:narrow(0, 0, 4):totable())
+    assert.equal(199998, a:get(199999))
+    local b = ddp.arange(200000):float()
+    b:narrow(0, 1, 199999):add_(b:narrow(0, 0, 199999))
+    assert.equal(199999 + 199998, b:get(199999))
+    local m = ddp.arange(9):float():view(3, 3)
+    m:copy_(m:t())
+    assert.same({ { 0, 3, 6 }, { 1, 4, 7 }, { 2, 5, 8 } }, m:totable())
+    ddp.set_num_threads(n)
+  end)
+end)
+
 describe("operators and methods", function()
   it("broadcast with Lua numbers on either side", function()
     local t = ddp.tensor({ 1, 2, 3 })

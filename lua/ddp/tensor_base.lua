@@ -136,7 +136,11 @@ function m.fill_(t, v)
   check(C.dl_fill_(t, v))
   return t
 end
-function m.zero_(t) return T.fill_(t, 0) end
+-- zero_ is fill_(0) in C; its errors name zero_, the op the user called.
+function m.zero_(t)
+  if C.dl_fill_(t, 0) ~= 0 then core.raise((core.last_error():gsub("^fill_:", "zero_:"))) end
+  return t
+end
 
 -- -- Element access -------------------------------------------------------
 
