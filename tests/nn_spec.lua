@@ -266,6 +266,55 @@ describe("optimizers", function()
     assert.is_true(w1:equal(w2))
   end)
 
+  it("load_state_dict refuses a corrupt state, naming the key, before changing anything", function()
+    local p = ddp.ones(4):requires_grad_()
+    local function state_of(opt)
+      (p * p):sum():backward()
+      opt:step()
+      return opt:state_dict()
+    end
+    local function copy(sd)  -- one level deeper than the tables broken below
+      local r = { state = { [0] = {} }, param_groups = { {} } }
+      for k, v in pairs(sd.state[0]) do r.state[0][k] = v end
+      for k, v in pairs(sd.param_groups[1]) do r.param_groups[1][k] = v end
+      return r
+    end
+    local good = state_of(optim.Adam({ p }, { amsgrad = true }))
+    for _, case in ipairs {
+      { function(sd) sd.state[0].exp_avg = "x" end, 'state 0.exp_avg must be a tensor of the parameter\'s 4 elements, got "x"' },
+      { function(sd) sd.state[0].exp_avg_sq = ddp.ones(3) end, "state 0.exp_avg_sq has 3 elements, the parameter 4" },
+      { function(sd) sd.state[0].step = "1" end, 'state 0.step must be a non-negative integer, got "1"' },
+      { function(sd) sd.state[0].step = -1 end, "state 0.step must be a non-negative integer, got -1" },
+      { function(sd) sd.state[0].max_exp_avg_sq = nil end,
+        "state 0 has no max_exp_avg_sq (Adam's state needs step, exp_avg, exp_avg_sq, max_exp_avg_sq)" },
+      { function(sd) sd.state[0] = 5 end, "state 0 must be a table of the parameter's state, got 5" },
+      { function(sd) sd.param_groups[1].lr = "0.1" end, 'param_groups[1].lr must be a number, got "0.1"' },
+      { function(sd) sd.param_groups[1].amsgrad = 1 end, "param_groups[1].amsgrad must be a boolean, got 1" },
+    } do
+      local sd = copy(good)
+      case[1](sd)
+      local opt = optim.Adam({ p }, { amsgrad = true })
+      local ok, err = pcall(function() opt:load_state_dict(sd) end)
+      assert.is_false(ok)
+      assert.truthy(err:find("Adam.load_state_dict: " .. case[2], 1, true), err)
+      assert.same({}, opt.state)  -- nothing was loaded
+      opt:step()  -- and the optimizer still works
+    end
+    local sgd = state_of(optim.SGD({ p }, { momentum = 0.9 }))
+    sgd.state[0].momentum_buffer = {}
+    local ok, err = pcall(function() optim.SGD({ p }, { momentum = 0.9 }):load_state_dict(sgd) end)
+    assert.is_false(ok)
+    assert.truthy(err:find("SGD.load_state_dict: state 0.momentum_buffer must be a tensor of the parameter's 4 elements, got a table", 1, true), err)
+    -- PyTorch 1.13 keeps step as a one-element tensor: read as the count
+    local sd = copy(good)
+    sd.state[0].step = ddp.tensor(1.0)
+    local opt = optim.Adam({ p }, { amsgrad = true })
+    opt:load_state_dict(sd)
+    assert.equal(1, opt.state[0].step)
+    opt:step()
+    assert.equal(2, opt.state[0].step)
+  end)
+
   it("reject bad options with clear errors", function()
     local p = ddp.ones(2):requires_grad_()
     assert.has_error(function() optim.SGD({ p }, { lr = 0.1, momentun = 0.9 }) end)
