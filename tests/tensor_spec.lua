@@ -14,6 +14,23 @@ describe("creation", function()
     assert.equal("float32", ddp.empty(3):dtype())
   end)
 
+  it("refuse a nil size or none at all, as torch.zeros() does; {} is the 0-dim shape", function()
+    local function fails(f, msg)
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(msg, 1, true), err)
+    end
+    local sizes = "; give sizes (2, 3), a table {2, 3}, or {} for a 0-dim shape"
+    fails(function() return ddp.zeros(nil) end, "zeros: size is nil" .. sizes)
+    fails(function() return ddp.randn(nil, nil) end, "randn: size is nil")
+    fails(function() return ddp.ones() end, "ones: no size given" .. sizes)
+    fails(function() return ddp.empty({ dtype = "float64" }) end, "empty: no size given")
+    fails(function() return ddp.ones(3):view() end, "view: no size given")
+    assert.same({ 2 }, ddp.zeros(2, nil):shape())  -- an absent options table
+    assert.equal("float64", ddp.zeros({}, { dtype = "float64" }):dtype())
+    assert.same({}, ddp.ones(1):view({}):shape())
+  end)
+
   it("infers dtypes from Lua values as PyTorch does from Python literals", function()
     assert.equal("int64", ddp.tensor({ 1, 2 }):dtype())
     assert.equal("float32", ddp.tensor({ 1.5, 2 }):dtype())

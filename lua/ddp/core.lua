@@ -273,17 +273,25 @@ M.shape_buf = shape_buf
 
 -- Reads a shape given as varargs (2, 3), a table ({2, 3}) or a tensor's
 -- shape, optionally followed by an options table.  Fills buf (shape_buf by
--- default) and returns ndim, opts.
+-- default) and returns ndim, opts.  A 0-dim shape is {}: no size at all, or
+-- nil for it, is an error, as torch.zeros() is (a nil after the sizes is an
+-- absent options table, as in zeros(2, 3, opts) with opts nil).
 function M.shape_args(op, allow_neg, ...)
   local n = select("#", ...)
   local opts
   if n > 0 then
     local last = select(n, ...)
-    if last == nil then
+    if last == nil and n > 1 then
       n = n - 1
     elseif type(last) == "table" and (is_opts(last) or (n > 1 and next(last) == nil)) then
       opts, n = last, n - 1
     end
+  end
+  if n == 0 then
+    raise(("%s: no size given; give sizes (2, 3), a table {2, 3}, or {} for a 0-dim shape"):format(op))
+  end
+  if n == 1 and (...) == nil then
+    raise(("%s: size is nil; give sizes (2, 3), a table {2, 3}, or {} for a 0-dim shape"):format(op))
   end
   -- Debian's `luajit` package (2.1.0-beta3, 2022) loads `...` one slot off
   -- here in traces that start in this function (ones(4, {dtype = ...}) gave
