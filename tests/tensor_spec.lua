@@ -347,6 +347,33 @@ describe("printing", function()
       assert.equal(c.expected, tostring(t))
     end)
   end
+
+  it("set_printoptions refuses values printing could not use, and keeps the old ones", function()
+    local t = ddp.ones(2) / 3
+    for _, case in ipairs {
+      { { precision = -1 }, "precision must be an integer from 0 to 99 (a double has 17 significant digits), got -1" },
+      { { precision = 120 }, "precision must be an integer from 0 to 99" },
+      { { precision = 2.5 }, "precision must be an integer from 0 to 99" },
+      { { threshold = -1 }, "threshold must be a number >= 0 (math.huge: never summarise), got -1" },
+      { { threshold = 0 / 0 }, "threshold must be a number >= 0" },
+      { { edgeitems = -2 }, "edgeitems must be an integer >= 0, got -2" },
+      { { linewidth = 0 }, "linewidth must be an integer > 0, got 0" },
+      { { linewidth = "80" }, 'linewidth must be an integer > 0, got "80"' },
+      { { sci_mode = 1 }, "sci_mode must be a boolean, got 1" },
+      { { profile = "long" }, 'profile must be "default", "short" or "full", got "long"' },
+      { { precison = 2 }, 'unknown option "precison"' },
+      { { precision = 2, edgeitems = -1 }, "edgeitems must be" },  -- precision not taken either
+    } do
+      local ok, err = pcall(ddp.set_printoptions, case[1])
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("set_printoptions: " .. case[2], 1, true), err)
+      assert.equal("tensor([0.3333, 0.3333])", tostring(t))
+    end
+    ddp.set_printoptions({ profile = "short", precision = 3 })
+    assert.equal("tensor([0.333, 0.333])", tostring(t))
+    ddp.set_printoptions({ profile = "default" })
+    assert.equal("tensor([0.3333, 0.3333])", tostring(t))
+  end)
 end)
 
 describe("random numbers", function()
