@@ -536,6 +536,30 @@ describe("free", function()
     assert.matches("freed", err)
   end)
 
+  it("is what every read of a freed tensor reports, not its empty shape", function()
+    local t = ddp.ones(3)
+    t:free()
+    for op, f in pairs {
+      get = function() return t:get(0) end, set = function() return t:set(0, 1) end,
+      item = function() return t:item() end, totable = function() return t:totable() end,
+      is_nonzero = function() return t:is_nonzero() end, ["=="] = function() return t == 1 end,
+      ["<, <=, >, >="] = function() return t < 1 end, select = function() return t:select(0, 0) end,
+      equal = function() return t:equal(ddp.ones(3)) end, allclose = function() return t:allclose(ddp.ones(3)) end,
+      unflatten = function() return t:unflatten(0, { 3, 1 }) end, unbind = function() return t:unbind(0) end,
+      split = function() return t:split(1) end, chunk = function() return t:chunk(3) end,
+      data_ptr = function() return t:data_ptr() end, sum = function() return t:sum() end,
+    } do
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(op .. ": tensor was freed with t:free() and cannot be used any more", 1, true), err)
+    end
+    local ok, err = pcall(function() return ddp.ones(3):equal(t) end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("equal: tensor was freed", 1, true), err)
+    assert.equal("tensor(<freed>)", tostring(t))
+    assert.same({ 0 }, t:shape())  -- metadata still answers: the shape reads [0]
+  end)
+
   it("leaves other views of the storage intact", function()
     local t = ddp.arange(4)
     local v = t:view(2, 2)

@@ -368,9 +368,20 @@ function M.read(t, linear)
   return dval[0]
 end
 
+-- Raises the runtime's own error for a tensor dropped with t:free(), whose
+-- shape reads [0]: checks that find no element (item, get, ...) call it
+-- before theirs, so they say "freed" and not "0 elements" or "out of range".
+function M.live(t, op)
+  if C.dl_tensor_is_freed(t) ~= 0 then
+    raise(op .. ": tensor was freed with t:free() and cannot be used any more")
+  end
+  return t
+end
+
 function M.item(t)
   local n = C.dl_tensor_numel(t)
   if n ~= 1 then
+    M.live(t, "item")
     raise(("item: a tensor with %d elements cannot be converted to a number (need exactly 1)"):format(tonumber(n)))
   end
   return M.read(t, 0)
