@@ -23,6 +23,20 @@ function M.same(a, b) return ffi.cast(voidp, a) == ffi.cast(voidp, b) end
 local floor, huge = math.floor, math.huge
 local type, select, tostring = type, select, tostring
 
+-- Seconds on the monotonic clock, for deadlines and rates (ddp.dist's
+-- rendezvous, ddp.progress).  Declared under a name of our own (bound to
+-- libc's symbol): a script's own declaration of clock_gettime, with its
+-- own types, must still work.
+pcall(ffi.cdef, [[
+typedef struct { long tv_sec; long tv_nsec; } dl_core_ts;
+int dl_core_clock_gettime(int, dl_core_ts *) __asm__("clock_gettime");
+]])
+local clock_ts = ffi.new("dl_core_ts")
+function M.clock()
+  ffi.C.dl_core_clock_gettime(1, clock_ts)  -- CLOCK_MONOTONIC
+  return tonumber(clock_ts.tv_sec) + tonumber(clock_ts.tv_nsec) * 1e-9
+end
+
 -- -- Errors ---------------------------------------------------------------
 
 -- Our own files: an error is reported at the first frame outside them, so

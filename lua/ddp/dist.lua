@@ -10,7 +10,8 @@
 -- `ddplua --nproc N`.  A world of one under the launcher needs no store
 -- either.
 --
--- Store keys: "ddp/init/<rank>" (check-in), and "ddp/<seq>/..." for every
+-- Store keys: "ddp/node/<node>" (each node's layout, checked alike on
+-- every node), "ddp/init/<rank>" (check-in), and "ddp/<seq>/..." for every
 -- later call, seq counting the calls, which every rank makes in the same
 -- order (as with PyTorch's collectives).
 local core = require "ddp.core"
@@ -150,15 +151,57 @@ end
 
 -- Waits for every rank's key; on a timeout, names the ranks that never
 -- set theirs.
-local function wait_all(op, keys, what)
+local function wait_all(op, keys, what, left)
   local s, t = state.store, state.timeout
-  local ok, err = pcall(s.wait, s, keys, t)
+  local ok, err = pcall(s.wait, s, keys, left or t)
   if ok then return end
   local who = missing_ranks(s, keys)
   if who then
     raise(("%s: timed out after %s; %s of %d did not %s"):format(op, fmt_s(t), who, #keys, what))
   end
   raise(op .. ": " .. tostring(err):gsub("^[^:]*:%d+: ", ""))
+end
+
+-- Every node must run as many workers as every other (the launcher's
+-- --nproc, and be started for as many nodes, --nnodes): ranks are numbered
+-- node by node (rank = node * nproc + local rank), so a node started with
+-- another --nproc shares rank numbers with its neighbours and waits for
+-- ranks that never come.  Each rank publishes its node's layout under the
+-- node's key and compares every node's with its own, node by node, so the
+-- ranks of both sides refuse a mismatch as soon as they meet it, naming
+-- both values.  deadline: on core.clock.
+local function check_layout(s, e, deadline)
+  local lws, ws = e.local_world_size, e.world_size
+  if ws % lws ~= 0 then
+    raise(("ddp.init: every node must run the same number of ranks (LOCAL_WORLD_SIZE=%d must divide WORLD_SIZE=%d)")
+          :format(lws, ws))
+  end
+  local nnodes, node = ws / lws, floor(e.rank / lws)
+  local mine = ("%d %d"):format(lws, ws)
+  s:set("ddp/node/" .. node, mine)
+  for n = 0, nnodes - 1 do
+    local key = "ddp/node/" .. n
+    local ok, err = pcall(s.wait, s, { key }, math.max(deadline - core.clock(), 1e-3))
+    if not ok then
+      local there, present = pcall(s.check, s, { key })
+      if there and not present then
+        raise(("ddp.init: timed out after %s; node %d of %d (ranks %d to %d) did not arrive")
+              :format(fmt_s(state.timeout), n, nnodes, n * lws, (n + 1) * lws - 1))
+      end
+      raise("ddp.init: " .. tostring(err):gsub("^[^:]*:%d+: ", ""))
+    end
+    local theirs = s:get(key)
+    if theirs ~= mine then
+      local tl, tw = theirs:match("^(%d+) (%d+)$")
+      tl, tw = tonumber(tl), tonumber(tw)
+      if tl ~= lws then
+        raise(("ddp.init: the nodes were started with different --nproc: node %d runs %d worker%s, node %d runs %d; "
+               .. "start every node with the same --nproc"):format(node, lws, lws == 1 and "" or "s", n, tl))
+      end
+      raise(("ddp.init: the nodes were started with different --nnodes: node %d counts %d nodes, node %d counts %d; "
+             .. "start every node with the same --nnodes"):format(node, nnodes, n, tw / tl))
+    end
+  end
 end
 
 local sentinel  -- closes the store when the Lua state is closed
@@ -230,8 +273,10 @@ function M.init(opts)
     local keys = {}
     for r = 0, e.world_size - 1 do keys[r + 1] = "ddp/init/" .. r end
     local ok2, err = pcall(function()
+      local deadline = core.clock() + timeout
+      check_layout(s, e, deadline)
       s:set(keys[e.rank + 1], "1")
-      wait_all("ddp.init", keys, "arrive")
+      wait_all("ddp.init", keys, "arrive", math.max(deadline - core.clock(), 1e-3))
     end)
     if not ok2 then
       state = nil
