@@ -131,7 +131,7 @@ print("passed init")
     assert.truthy(err:find("ddp.init: timed out after 2 s; rank 2 of 3 did not arrive", 1, true), err)
   end)
 
-  it("refuses nodes started with different --nproc or --nnodes, on every rank, naming both", function()
+  it("refuses nodes started with different --nproc or --nnodes, on both nodes, naming both values", function()
     local s = script([[
 ddp.init()
 print("passed init")
