@@ -55,6 +55,16 @@ static int search(search_t *p, int i, int64_t r, int any) {
 
 DL_HIDDEN int tensor_internal_overlap(const dl_tensor *t, int *zero_dim) {
   if (zero_dim) *zero_dim = -1;
+  /* the usual case first, as every in-place op asks: row-major contiguous
+  ** (a size-1 dim may have any stride) */
+  int64_t expect = 1;
+  int c = t->ndim - 1;
+  for (; c >= 0; c--) {
+    if (t->shape[c] == 1) continue;
+    if (t->stride[c] != expect) break;
+    expect *= t->shape[c];
+  }
+  if (c < 0) return 0;
   for (int i = 0; i < t->ndim; i++)
     if (t->shape[i] == 0) return 0;  /* no elements, nothing shared */
   search_t p;
