@@ -1,6 +1,7 @@
 -- The process group (ddp.dist, on ddp itself): a world of one without the
 -- launcher, then `ddplua --nproc 3`: ranks, printing, barriers, objects,
--- an init timeout naming the late rank, a bad environment.  Every run is
+-- an init timeout naming the late rank, nodes started with different
+-- --nproc or --nnodes, a bad environment.  Every run is
 -- bounded by `timeout`, and every test ends by checking that no process of
 -- its scripts is left.
 local dist = require "ddp.dist"

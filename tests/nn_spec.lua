@@ -1,5 +1,6 @@
 -- Modules, optimizers and schedulers: registration and names, state_dict
--- round trips and their errors, train/eval, initialisation, optimizer state.
+-- round trips and their errors, train/eval, initialisation, functional
+-- arguments (positional or named), optimizer state and its checks.
 local ddp = require "ddp"
 local nn = require "ddp.nn"
 local optim = require "ddp.optim"

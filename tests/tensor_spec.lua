@@ -1,5 +1,6 @@
 -- The Lua tensor API: creation forms, dtype inference, element access,
--- views, printing (against PyTorch's own strings), ownership and threads.
+-- views and in-place writes into them, printing (against PyTorch's own
+-- strings) and its options, ownership, threads and freed tensors.
 local ddp = require "ddp"
 local ffi = require "ffi"
 
