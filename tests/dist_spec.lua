@@ -176,11 +176,7 @@ print("passed init")
     assert.truthy(res[0].err:find("ddp.init: the nodes were started with different --nnodes: node 0 counts 2 nodes, "
                                   .. "node 1 counts 3; start every node with the same --nnodes", 1, true), res[0].err)
     assert.truthy(res[1].err:find("node 1 counts 3 nodes, node 0 counts 2", 1, true), res[1].err)
-    res = two_nodes("--nnodes 2 --nproc 2", "--nnodes 2 --nproc 2")  -- the same: passes
-    for node = 0, 1 do
-      assert.equals(0, res[node].rc, res[node].err)
-      assert.equals(2, count(res[node].out, "passed init"), res[node].out)
-    end
+    -- (nodes that agree pass: collectives_spec's 2-node jobs)
   end)
 
   it("says what is wrong with a bad environment", function()

@@ -169,7 +169,11 @@ end
 -- ranks that never come.  Each rank publishes its node's layout under the
 -- node's key and compares every node's with its own, node by node, so the
 -- ranks of both sides refuse a mismatch as soon as they meet it, naming
--- both values.  deadline: on core.clock.
+-- both values.  Node 0 serves the store and takes it away when it fails:
+-- so a mismatched node can still read node 0's layout, its first rank to
+-- have read it says so ("ddp/node/<n>/read0"; that rank fails at once, and
+-- its launcher stops the others), and node 0's ranks wait for that before
+-- failing.  deadline: on core.clock.
 local function check_layout(s, e, deadline)
   local lws, ws = e.local_world_size, e.world_size
   if ws % lws ~= 0 then
@@ -178,10 +182,11 @@ local function check_layout(s, e, deadline)
   end
   local nnodes, node = ws / lws, floor(e.rank / lws)
   local mine = ("%d %d"):format(lws, ws)
+  local function left() return math.max(deadline - core.clock(), 1e-3) end
   s:set("ddp/node/" .. node, mine)
   for n = 0, nnodes - 1 do
     local key = "ddp/node/" .. n
-    local ok, err = pcall(s.wait, s, { key }, math.max(deadline - core.clock(), 1e-3))
+    local ok, err = pcall(s.wait, s, { key }, left())
     if not ok then
       local there, present = pcall(s.check, s, { key })
       if there and not present then
@@ -191,9 +196,13 @@ local function check_layout(s, e, deadline)
       raise("ddp.init: " .. tostring(err):gsub("^[^:]*:%d+: ", ""))
     end
     local theirs = s:get(key)
+    if n == 0 and node ~= 0 then s:set(("ddp/node/%d/read0"):format(node), "1") end
     if theirs ~= mine then
       local tl, tw = theirs:match("^(%d+) (%d+)$")
       tl, tw = tonumber(tl), tonumber(tw)
+      if node == 0 then  -- bounded by the deadline; fails the same way after it
+        pcall(s.wait, s, { ("ddp/node/%d/read0"):format(n) }, left())
+      end
       if tl ~= lws then
         raise(("ddp.init: the nodes were started with different --nproc: node %d runs %d worker%s, node %d runs %d; "
                .. "start every node with the same --nproc"):format(node, lws, lws == 1 and "" or "s", n, tl))
