@@ -1,6 +1,7 @@
 -- The process group (ddp.dist, on ddp itself): a world of one without the
 -- launcher, then `ddplua --nproc 3`: ranks, printing, barriers, objects,
--- an init timeout naming the late rank, a bad environment.  Every run is
+-- an init timeout naming the late rank, nodes started with different
+-- --nproc or --nnodes, a bad environment.  Every run is
 -- bounded by `timeout`, and every test ends by checking that no process of
 -- its scripts is left.
 local dist = require "ddp.dist"
@@ -175,6 +176,51 @@ os.exit(ok and 0 or 1)
     assert.truthy(err:find("RESULT false", 1, true), err)
     assert.truthy(err:find("the store at 127.0.0.1:" .. port .. " is gone", 1, true), err)
     assert.falsy(err:find("wrong token", 1, true), err)
+  it("refuses nodes started with different --nproc or --nnodes, on both nodes, naming both values", function()
+    local s = script([[
+ddp.init()
+print("passed init")
+]])
+    local srv = require("ddp.store").server {}
+    local port = srv.port
+    srv:close()
+    -- two launchers of one job at once; node 0's and node 1's own options
+    local function two_nodes(opts0, opts1)
+      local res, cmd = {}, {}
+      for node, opts in pairs { [0] = opts0, [1] = opts1 } do
+        local out, err, rc = jobs.tempname(), jobs.tempname(), jobs.tempname()
+        res[node] = { out = out, err = err, rc = rc }
+        cmd[#cmd + 1] = ("( %sDDP_JOB_ID=nproc%d DDP_STORE_TOKEN=nptoken DDP_TIMEOUT=30 timeout 60 %s %s --node-rank %d "
+          .. "--master-addr 127.0.0.1 --master-port %d %s </dev/null >%s 2>%s; echo $? >%s ) &")
+          :format(jobs.CLEAN, port, q(ddplua), opts, node, port, q(s), q(out), q(err), q(rc))
+      end
+      jobs.sh(table.concat(cmd, " ") .. " wait")
+      for node = 0, 1 do
+        local r = res[node]
+        r.out, r.err, r.rc = jobs.slurp(r.out), jobs.slurp(r.err), tonumber(jobs.slurp(r.rc))
+      end
+      return res
+    end
+    local t0 = os.time()
+    local res = two_nodes("--nnodes 2 --nproc 2", "--nnodes 2 --nproc 1")
+    assert.is_true(os.time() - t0 < 20)  -- refused at once, not at the timeout
+    local msg = "ddp.init: the nodes were started with different --nproc: node %d runs %d worker%s, node %d runs %d; "
+      .. "start every node with the same --nproc"
+    -- both nodes say it, with both values (the first rank to, as its
+    -- launcher then stops the others); node 1's rank is 1 (1 * --nproc 1),
+    -- a number node 0 has too: that is why nothing else could work
+    for node, ranks in pairs { [0] = "[01]", [1] = "1" } do
+      local r = res[node]
+      assert.are_not.equal(0, r.rc)
+      assert.falsy(r.out:find("passed init", 1, true), r.out)
+      local want = node == 0 and msg:format(0, 2, "s", 1, 1) or msg:format(1, 1, "", 0, 2)
+      assert.truthy(r.err:find("%[" .. ranks .. "%] [^\n]*" .. want:gsub("%p", "%%%0")), r.err)
+    end
+    res = two_nodes("--nnodes 2 --nproc 1", "--nnodes 3 --nproc 1")
+    assert.truthy(res[0].err:find("ddp.init: the nodes were started with different --nnodes: node 0 counts 2 nodes, "
+                                  .. "node 1 counts 3; start every node with the same --nnodes", 1, true), res[0].err)
+    assert.truthy(res[1].err:find("node 1 counts 3 nodes, node 0 counts 2", 1, true), res[1].err)
+    -- (nodes that agree pass: collectives_spec's 2-node jobs)
   end)
 
   it("says what is wrong with a bad environment", function()

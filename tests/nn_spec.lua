@@ -1,5 +1,6 @@
 -- Modules, optimizers and schedulers: registration and names, state_dict
--- round trips and their errors, train/eval, initialisation, optimizer state.
+-- round trips and their errors, train/eval, initialisation, functional
+-- arguments (positional or named), optimizer state and its checks.
 local ddp = require "ddp"
 local nn = require "ddp.nn"
 local optim = require "ddp.optim"
@@ -214,6 +215,60 @@ describe("functional", function()
   end)
 end)
 
+describe("functional arguments", function()
+  local function fails(f, msg)
+    local ok, err = pcall(f)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find(msg, 1, true), err)
+  end
+
+  it("take PyTorch's positional options, keywords in a table, or both", function()
+    ddp.manual_seed(1)
+    local x, w, b = ddp.randn(1, 2, 7, 7), ddp.randn(4, 2, 3, 3), ddp.randn(4)
+    local kw = F.conv2d(x, w, b, { stride = 2, padding = 1 })
+    assert.same({ 1, 4, 4, 4 }, kw:shape())
+    assert.is_true(F.conv2d(x, w, b, 2, 1):equal(kw))
+    assert.is_true(F.conv2d(x, w, b, 2, { padding = 1 }):equal(kw))
+    assert.is_true(F.conv2d(x, w, b, { 2, 2 }, { 1, 1 }):equal(kw))  -- a pair is a value, not keywords
+    local wg = ddp.randn(4, 1, 3, 3)
+    assert.is_true(F.conv2d(x, wg, nil, 1, 0, 2, 2):equal(F.conv2d(x, wg, nil, { dilation = 2, groups = 2 })))
+    assert.is_true(F.max_pool2d(x, 3, 2, 1, 1, true):equal(F.max_pool2d(x, 3, { stride = 2, padding = 1, ceil_mode = true })))
+    local _, idx = F.max_pool2d(x, 2, 2, 0, 1, false, true)
+    assert.equal("int64", idx:dtype())
+    assert.is_true(F.avg_pool2d(x, 2, 1, 1, false, false)
+                   :equal(F.avg_pool2d(x, 2, { stride = 1, padding = 1, count_include_pad = false })))
+    local bx, rm, rv, bw, bb = ddp.randn(4, 3), ddp.zeros(3), ddp.ones(3), ddp.randn(3), ddp.randn(3)
+    assert.is_true(F.batch_norm(bx, rm, rv, bw, bb, false, 0.1, 1e-3)
+                   :equal(F.batch_norm(bx, rm, rv, { weight = bw, bias = bb, eps = 1e-3 })))
+    local logits, y = ddp.randn(3, 4), ddp.tensor({ 0, 1, -100 })
+    local cw = ddp.tensor({ 1, 2, 3, 4 }, { dtype = "float32" })
+    assert.equal(F.cross_entropy(logits, y, { weight = cw }):item(), F.cross_entropy(logits, y, cw):item())
+    assert.equal(F.cross_entropy(logits, y, { reduction = "sum" }):item(),
+                 F.cross_entropy(logits, y, nil, nil, -100, nil, "sum"):item())
+    local lp = logits:log_softmax(1)
+    assert.equal(F.nll_loss(lp, y, { weight = cw }):item(), F.nll_loss(lp, y, cw):item())
+    assert.equal(F.mse_loss(logits, logits * 2, { reduction = "sum" }):item(),
+                 F.mse_loss(logits, logits * 2, nil, nil, "sum"):item())
+    local ew = ddp.randn(5, 2)
+    assert.is_true(F.embedding(ddp.tensor({ 1, 3 }), ew, 3):equal(F.embedding(ddp.tensor({ 1, 3 }), ew, { padding_idx = 3 })))
+  end)
+
+  it("name the option that is unknown, given twice or one too many", function()
+    local x, w = ddp.randn(1, 1, 4, 4), ddp.randn(1, 1, 3, 3)
+    fails(function() F.conv2d(x, w, nil, 1, { stride = 2 }) end, "conv2d: stride given both by position and by name")
+    fails(function() F.conv2d(x, w, nil, { strides = 2 }) end,
+          'conv2d: unknown option "strides" (options: stride, padding, dilation, groups)')
+    fails(function() F.conv2d(x, w, nil, 1, 0, 1, 1, 1) end,
+          "conv2d: takes at most 4 optional arguments (stride, padding, dilation, groups), got 5")
+    fails(function() F.conv2d(x, w, nil, 1, "same") end, "conv2d: padding must be an integer or a table {h, w} of integers, got string")
+    fails(function() F.conv2d(x, w, nil, 1, 0, 1, 1.5) end, "conv2d: groups must be an integer, got 1.5")
+    fails(function() F.max_pool2d(x, 2, { kernel = 2 }) end, 'max_pool2d: unknown option "kernel"')
+    fails(function() F.cross_entropy(ddp.randn(2, 3), ddp.tensor({ 0, 1 }), nil, true) end,
+          "cross_entropy: size_average is deprecated in PyTorch and not supported; use reduction")
+    fails(function() F.embedding(ddp.tensor({ 0 }), w:view(3, 3), "x") end, 'embedding: padding_idx must be an integer, got "x"')
+  end)
+end)
+
 describe("optimizers", function()
   local function quadratic(opt_fn)
     ddp.manual_seed(0)
@@ -264,6 +319,55 @@ describe("optimizers", function()
     o3:load_state_dict(sd)
     run(3, o3, w2)
     assert.is_true(w1:equal(w2))
+  end)
+
+  it("load_state_dict refuses a corrupt state, naming the key, before changing anything", function()
+    local p = ddp.ones(4):requires_grad_()
+    local function state_of(opt)
+      (p * p):sum():backward()
+      opt:step()
+      return opt:state_dict()
+    end
+    local function copy(sd)  -- one level deeper than the tables broken below
+      local r = { state = { [0] = {} }, param_groups = { {} } }
+      for k, v in pairs(sd.state[0]) do r.state[0][k] = v end
+      for k, v in pairs(sd.param_groups[1]) do r.param_groups[1][k] = v end
+      return r
+    end
+    local good = state_of(optim.Adam({ p }, { amsgrad = true }))
+    for _, case in ipairs {
+      { function(sd) sd.state[0].exp_avg = "x" end, 'state 0.exp_avg must be a tensor of the parameter\'s 4 elements, got "x"' },
+      { function(sd) sd.state[0].exp_avg_sq = ddp.ones(3) end, "state 0.exp_avg_sq has 3 elements, the parameter 4" },
+      { function(sd) sd.state[0].step = "1" end, 'state 0.step must be a non-negative integer, got "1"' },
+      { function(sd) sd.state[0].step = -1 end, "state 0.step must be a non-negative integer, got -1" },
+      { function(sd) sd.state[0].max_exp_avg_sq = nil end,
+        "state 0 has no max_exp_avg_sq (Adam's state needs step, exp_avg, exp_avg_sq, max_exp_avg_sq)" },
+      { function(sd) sd.state[0] = 5 end, "state 0 must be a table of the parameter's state, got 5" },
+      { function(sd) sd.param_groups[1].lr = "0.1" end, 'param_groups[1].lr must be a number, got "0.1"' },
+      { function(sd) sd.param_groups[1].amsgrad = 1 end, "param_groups[1].amsgrad must be a boolean, got 1" },
+    } do
+      local sd = copy(good)
+      case[1](sd)
+      local opt = optim.Adam({ p }, { amsgrad = true })
+      local ok, err = pcall(function() opt:load_state_dict(sd) end)
+      assert.is_false(ok)
+      assert.truthy(err:find("Adam.load_state_dict: " .. case[2], 1, true), err)
+      assert.same({}, opt.state)  -- nothing was loaded
+      opt:step()  -- and the optimizer still works
+    end
+    local sgd = state_of(optim.SGD({ p }, { momentum = 0.9 }))
+    sgd.state[0].momentum_buffer = {}
+    local ok, err = pcall(function() optim.SGD({ p }, { momentum = 0.9 }):load_state_dict(sgd) end)
+    assert.is_false(ok)
+    assert.truthy(err:find("SGD.load_state_dict: state 0.momentum_buffer must be a tensor of the parameter's 4 elements, got a table", 1, true), err)
+    -- PyTorch 1.13 keeps step as a one-element tensor: read as the count
+    local sd = copy(good)
+    sd.state[0].step = ddp.tensor(1.0)
+    local opt = optim.Adam({ p }, { amsgrad = true })
+    opt:load_state_dict(sd)
+    assert.equal(1, opt.state[0].step)
+    opt:step()
+    assert.equal(2, opt.state[0].step)
   end)
 
   it("reject bad options with clear errors", function()

@@ -1,5 +1,6 @@
 -- The Lua tensor API: creation forms, dtype inference, element access,
--- views, printing (against PyTorch's own strings), ownership and threads.
+-- views and in-place writes into them, printing (against PyTorch's own
+-- strings) and its options, ownership, threads and freed tensors.
 local ddp = require "ddp"
 local ffi = require "ffi"
 
@@ -12,6 +13,23 @@ describe("creation", function()
     assert.same({}, ddp.zeros({}):shape())
     assert.equal(0, ddp.zeros({}):dim())
     assert.equal("float32", ddp.empty(3):dtype())
+  end)
+
+  it("refuse a nil size or none at all, as torch.zeros() does; {} is the 0-dim shape", function()
+    local function fails(f, msg)
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(msg, 1, true), err)
+    end
+    local sizes = "; give sizes (2, 3), a table {2, 3}, or {} for a 0-dim shape"
+    fails(function() return ddp.zeros(nil) end, "zeros: size is nil" .. sizes)
+    fails(function() return ddp.randn(nil, nil) end, "randn: size is nil")
+    fails(function() return ddp.ones() end, "ones: no size given" .. sizes)
+    fails(function() return ddp.empty({ dtype = "float64" }) end, "empty: no size given")
+    fails(function() return ddp.ones(3):view() end, "view: no size given")
+    assert.same({ 2 }, ddp.zeros(2, nil):shape())  -- an absent options table
+    assert.equal("float64", ddp.zeros({}, { dtype = "float64" }):dtype())
+    assert.same({}, ddp.ones(1):view({}):shape())
   end)
 
   it("infers dtypes from Lua values as PyTorch does from Python literals", function()
@@ -87,6 +105,90 @@ describe("views", function()
     local s = t:split({ 1, 9 })
     assert.equal(9, s[2]:numel())
     assert.equal(2, #ddp.zeros(2, 3):unbind(0))
+  end)
+end)
+
+describe("in-place writes into views", function()
+  local msg = "unsupported operation: more than one element of the written%-to tensor refers to a single memory location"
+  local function refused(f, op)
+    local ok, err = pcall(f)
+    assert.is_false(ok)
+    assert.matches("^[^:]*:%d+: " .. op .. ": " .. msg, err)
+    return err
+  end
+
+  it("refuse an expanded view, whose elements share one place (they raced: 40232 for 65536)", function()
+    local n = ddp.get_num_threads()
+    ddp.set_num_threads(2)
+    local z = ddp.zeros(1)
+    local x = z:expand(65536)
+    local err = refused(function() x:add_(1) end, "add_")
+    assert.matches("(an expanded view: dim 0 of size 65536 has stride 0); clone() it first", err, 1, true)
+    ddp.set_num_threads(n)
+    assert.equal(0, z:item())  -- refused before anything was written
+    assert.equal(65536, x:clone():add_(1):sum():item())  -- the way out the message gives
+  end)
+
+  it("refuse it for every in-place op", function()
+    local x = ddp.zeros(3):unsqueeze(0):expand(4, 3)
+    local mask, idx = ddp.ones(4, 3):bool(), ddp.zeros(4, 3):long()
+    for op, f in pairs {
+      add_ = function() x:add_(x) end, mul_ = function() x:mul_(2) end,
+      sub_ = function() x:sub_(1, 2) end, div_ = function() x:div_(2) end,
+      fill_ = function() x:fill_(1) end, zero_ = function() x:zero_() end,
+      copy_ = function() x:copy_(ddp.ones(4, 3)) end,
+      uniform_ = function() x:uniform_() end, normal_ = function() x:normal_() end,
+      clamp_ = function() x:clamp_(0, 1) end, relu_ = function() x:relu_() end,
+      exp_ = function() x:exp_() end, gelu_ = function() x:gelu_() end,
+      masked_fill_ = function() x:masked_fill_(mask, 1) end,
+      scatter_ = function() x:scatter_(0, idx, ddp.ones(4, 3)) end,
+      scatter_add_ = function() x:scatter_add_(0, idx, ddp.ones(4, 3)) end,
+    } do
+      refused(f, op)
+    end
+    assert.equal(0, x:abs():sum():item())
+    -- a strided view whose strides collide: element (0, 2) and (1, 0) are both 2
+    local a = ddp.zeros(12)
+    refused(function() a:as_strided({ 3, 3 }, { 2, 1 }):fill_(1) end, "fill_")
+    refused(function() a:as_strided({ 4, 3 }, { 1, 1 }):add_(1) end, "add_")  -- unfold(0, 3, 1)
+  end)
+
+  it("write views whose elements have places of their own", function()
+    local a = ddp.zeros(4, 6)
+    a:t():add_(1)
+    a:narrow(1, 2, 3):mul_(3)
+    a:select(0, 1):fill_(7)
+    a:as_strided({ 3, 2 }, { 2, 3 }):add_(10)  -- interleaved, apart: 0 2 4 3 5 7
+    a:view(-1):as_strided({ 2, 2 }, { 12, 2 }):zero_()  -- steps
+    ddp.zeros(0, 1):expand(0, 5):fill_(1)  -- no elements
+    ddp.zeros(1):expand(1, 1):fill_(1)  -- one element
+    assert.same({ { 0, 1, 0, 13, 13, 11 }, { 7, 17, 7, 7, 7, 7 }, { 0, 1, 0, 3, 3, 1 }, { 1, 1, 3, 3, 3, 1 } },
+                a:totable())
+  end)
+
+  it("write one element of an expanded view (one place), as PyTorch's t[i] = v", function()
+    local z = ddp.zeros(1)
+    z:expand(4):set(2, 5)
+    assert.equal(5, z:item())
+  end)
+
+  it("read an input sharing the written tensor's memory as it was before the op", function()
+    -- PyTorch refuses these ("some elements of the input tensor and the
+    -- written-to tensor refer to a single memory location"); ddplua reads
+    -- such an input from a copy, as NumPy does, so the result is defined.
+    local n = ddp.get_num_threads()
+    ddp.set_num_threads(2)
+    local a = ddp.arange(200000):float()
+    a:narrow(0, 1, 199999):copy_(a:narrow(0, 0, 199999))
+    assert.same({ 0, 0, 1, 2 }, a:narrow(0, 0, 4):totable())
+    assert.equal(199998, a:get(199999))
+    local b = ddp.arange(200000):float()
+    b:narrow(0, 1, 199999):add_(b:narrow(0, 0, 199999))
+    assert.equal(199999 + 199998, b:get(199999))
+    local m = ddp.arange(9):float():view(3, 3)
+    m:copy_(m:t())
+    assert.same({ { 0, 3, 6 }, { 1, 4, 7 }, { 2, 5, 8 } }, m:totable())
+    ddp.set_num_threads(n)
   end)
 end)
 
@@ -246,6 +348,33 @@ describe("printing", function()
       assert.equal(c.expected, tostring(t))
     end)
   end
+
+  it("set_printoptions refuses values printing could not use, and keeps the old ones", function()
+    local t = ddp.ones(2) / 3
+    for _, case in ipairs {
+      { { precision = -1 }, "precision must be an integer from 0 to 99 (a double has 17 significant digits), got -1" },
+      { { precision = 120 }, "precision must be an integer from 0 to 99" },
+      { { precision = 2.5 }, "precision must be an integer from 0 to 99" },
+      { { threshold = -1 }, "threshold must be a number >= 0 (math.huge: never summarise), got -1" },
+      { { threshold = 0 / 0 }, "threshold must be a number >= 0" },
+      { { edgeitems = -2 }, "edgeitems must be an integer >= 0, got -2" },
+      { { linewidth = 0 }, "linewidth must be an integer > 0, got 0" },
+      { { linewidth = "80" }, 'linewidth must be an integer > 0, got "80"' },
+      { { sci_mode = 1 }, "sci_mode must be a boolean, got 1" },
+      { { profile = "long" }, 'profile must be "default", "short" or "full", got "long"' },
+      { { precison = 2 }, 'unknown option "precison"' },
+      { { precision = 2, edgeitems = -1 }, "edgeitems must be" },  -- precision not taken either
+    } do
+      local ok, err = pcall(ddp.set_printoptions, case[1])
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("set_printoptions: " .. case[2], 1, true), err)
+      assert.equal("tensor([0.3333, 0.3333])", tostring(t))
+    end
+    ddp.set_printoptions({ profile = "short", precision = 3 })
+    assert.equal("tensor([0.333, 0.333])", tostring(t))
+    ddp.set_printoptions({ profile = "default" })
+    assert.equal("tensor([0.3333, 0.3333])", tostring(t))
+  end)
 end)
 
 describe("random numbers", function()
@@ -406,6 +535,30 @@ describe("free", function()
     ok, err = pcall(function() return t:view(1, 0):sum() end)
     assert.is_false(ok)
     assert.matches("freed", err)
+  end)
+
+  it("is what every read of a freed tensor reports, not its empty shape", function()
+    local t = ddp.ones(3)
+    t:free()
+    for op, f in pairs {
+      get = function() return t:get(0) end, set = function() return t:set(0, 1) end,
+      item = function() return t:item() end, totable = function() return t:totable() end,
+      is_nonzero = function() return t:is_nonzero() end, ["=="] = function() return t == 1 end,
+      ["<, <=, >, >="] = function() return t < 1 end, select = function() return t:select(0, 0) end,
+      equal = function() return t:equal(ddp.ones(3)) end, allclose = function() return t:allclose(ddp.ones(3)) end,
+      unflatten = function() return t:unflatten(0, { 3, 1 }) end, unbind = function() return t:unbind(0) end,
+      split = function() return t:split(1) end, chunk = function() return t:chunk(3) end,
+      data_ptr = function() return t:data_ptr() end, sum = function() return t:sum() end,
+    } do
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(op .. ": tensor was freed with t:free() and cannot be used any more", 1, true), err)
+    end
+    local ok, err = pcall(function() return ddp.ones(3):equal(t) end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("equal: tensor was freed", 1, true), err)
+    assert.equal("tensor(<freed>)", tostring(t))
+    assert.same({ 0 }, t:shape())  -- metadata still answers: the shape reads [0]
   end)
 
   it("leaves other views of the storage intact", function()

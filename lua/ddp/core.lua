@@ -23,6 +23,20 @@ function M.same(a, b) return ffi.cast(voidp, a) == ffi.cast(voidp, b) end
 local floor, huge = math.floor, math.huge
 local type, select, tostring = type, select, tostring
 
+-- Seconds on the monotonic clock, for deadlines and rates (ddp.dist's
+-- rendezvous, ddp.progress).  Declared under a name of our own (bound to
+-- libc's symbol): a script's own declaration of clock_gettime, with its
+-- own types, must still work.
+pcall(ffi.cdef, [[
+typedef struct { long tv_sec; long tv_nsec; } dl_core_ts;
+int dl_core_clock_gettime(int, dl_core_ts *) __asm__("clock_gettime");
+]])
+local clock_ts = ffi.new("dl_core_ts")
+function M.clock()
+  ffi.C.dl_core_clock_gettime(1, clock_ts)  -- CLOCK_MONOTONIC
+  return tonumber(clock_ts.tv_sec) + tonumber(clock_ts.tv_nsec) * 1e-9
+end
+
 -- -- Errors ---------------------------------------------------------------
 
 -- Our own files: an error is reported at the first frame outside them, so
@@ -273,17 +287,25 @@ M.shape_buf = shape_buf
 
 -- Reads a shape given as varargs (2, 3), a table ({2, 3}) or a tensor's
 -- shape, optionally followed by an options table.  Fills buf (shape_buf by
--- default) and returns ndim, opts.
+-- default) and returns ndim, opts.  A 0-dim shape is {}: no size at all, or
+-- nil for it, is an error, as torch.zeros() is (a nil after the sizes is an
+-- absent options table, as in zeros(2, 3, opts) with opts nil).
 function M.shape_args(op, allow_neg, ...)
   local n = select("#", ...)
   local opts
   if n > 0 then
     local last = select(n, ...)
-    if last == nil then
+    if last == nil and n > 1 then
       n = n - 1
     elseif type(last) == "table" and (is_opts(last) or (n > 1 and next(last) == nil)) then
       opts, n = last, n - 1
     end
+  end
+  if n == 0 then
+    raise(("%s: no size given; give sizes (2, 3), a table {2, 3}, or {} for a 0-dim shape"):format(op))
+  end
+  if n == 1 and (...) == nil then
+    raise(("%s: size is nil; give sizes (2, 3), a table {2, 3}, or {} for a 0-dim shape"):format(op))
   end
   -- Debian's `luajit` package (2.1.0-beta3, 2022) loads `...` one slot off
   -- here in traces that start in this function (ones(4, {dtype = ...}) gave
@@ -360,9 +382,20 @@ function M.read(t, linear)
   return dval[0]
 end
 
+-- Raises the runtime's own error for a tensor dropped with t:free(), whose
+-- shape reads [0]: checks that find no element (item, get, ...) call it
+-- before theirs, so they say "freed" and not "0 elements" or "out of range".
+function M.live(t, op)
+  if C.dl_tensor_is_freed(t) ~= 0 then
+    raise(op .. ": tensor was freed with t:free() and cannot be used any more")
+  end
+  return t
+end
+
 function M.item(t)
   local n = C.dl_tensor_numel(t)
   if n ~= 1 then
+    M.live(t, "item")
     raise(("item: a tensor with %d elements cannot be converted to a number (need exactly 1)"):format(tonumber(n)))
   end
   return M.read(t, 0)

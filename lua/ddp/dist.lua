@@ -10,7 +10,8 @@
 -- `ddplua --nproc N`.  A world of one under the launcher needs no store
 -- either.
 --
--- Store keys: "ddp/init/<rank>" (check-in), and "ddp/<seq>/..." for every
+-- Store keys: "ddp/node/<node>" (each node's layout, checked alike on
+-- every node), "ddp/init/<rank>" (check-in), and "ddp/<seq>/..." for every
 -- later call, seq counting the calls, which every rank makes in the same
 -- order (as with PyTorch's collectives).
 local core = require "ddp.core"
@@ -180,8 +181,8 @@ end
 -- SLICE seconds: between them, a rank that ended is named at once; on the
 -- timeout, the ranks that never set theirs.  A store that is gone ends it
 -- with its own error.
-local function wait_keys(op, keys, what, src)
-  local s, t = state.store, state.timeout
+local function wait_keys(op, keys, what, src, left)
+  local s, t = state.store, left or state.timeout
   local slices = math.max(1, math.ceil(t / SLICE))
   for i = 1, slices do
     local slice = i < slices and SLICE or (t - SLICE * (slices - 1))
@@ -197,7 +198,7 @@ local function wait_keys(op, keys, what, src)
     end
     if i == slices then
       if missing and #missing > 0 then
-        raise(("%s: timed out after %s; %s of %d did not %s"):format(op, fmt_s(t), ranks_text(missing),
+        raise(("%s: timed out after %s; %s of %d did not %s"):format(op, fmt_s(state.timeout), ranks_text(missing),
                                                                        src and env().world_size or #keys, what))
       end
       raise(op .. ": " .. err)
@@ -205,7 +206,59 @@ local function wait_keys(op, keys, what, src)
   end
 end
 
-local function wait_all(op, keys, what) wait_keys(op, keys, what) end
+-- Every node must run as many workers as every other (the launcher's
+-- --nproc, and be started for as many nodes, --nnodes): ranks are numbered
+-- node by node (rank = node * nproc + local rank), so a node started with
+-- another --nproc shares rank numbers with its neighbours and waits for
+-- ranks that never come.  Each rank publishes its node's layout under the
+-- node's key and compares every node's with its own, node by node, so the
+-- ranks of both sides refuse a mismatch as soon as they meet it, naming
+-- both values.  Node 0 serves the store and takes it away when it fails:
+-- so a mismatched node can still read node 0's layout, its first rank to
+-- have read it says so ("ddp/node/<n>/read0"; that rank fails at once, and
+-- its launcher stops the others), and node 0's ranks wait for that before
+-- failing.  deadline: on core.clock.
+local function check_layout(s, e, deadline)
+  local lws, ws = e.local_world_size, e.world_size
+  if ws % lws ~= 0 then
+    raise(("ddp.init: every node must run the same number of ranks (LOCAL_WORLD_SIZE=%d must divide WORLD_SIZE=%d)")
+          :format(lws, ws))
+  end
+  local nnodes, node = ws / lws, floor(e.rank / lws)
+  local mine = ("%d %d"):format(lws, ws)
+  local function left() return math.max(deadline - core.clock(), 1e-3) end
+  s:set("ddp/node/" .. node, mine)
+  for n = 0, nnodes - 1 do
+    local key = "ddp/node/" .. n
+    local ok, err = pcall(s.wait, s, { key }, left())
+    if not ok then
+      local there, present = pcall(s.check, s, { key })
+      if there and not present then
+        raise(("ddp.init: timed out after %s; node %d of %d (ranks %d to %d) did not arrive")
+              :format(fmt_s(state.timeout), n, nnodes, n * lws, (n + 1) * lws - 1))
+      end
+      raise("ddp.init: " .. tostring(err):gsub("^[^:]*:%d+: ", ""))
+    end
+    local theirs = s:get(key)
+    if n == 0 and node ~= 0 then s:set(("ddp/node/%d/read0"):format(node), "1") end
+    if theirs ~= mine then
+      local tl, tw = theirs:match("^(%d+) (%d+)$")
+      tl, tw = tonumber(tl), tonumber(tw)
+      if node == 0 then  -- bounded by the deadline; fails the same way after it
+        pcall(s.wait, s, { ("ddp/node/%d/read0"):format(n) }, left())
+      end
+      if tl ~= lws then
+        raise(("ddp.init: the nodes were started with different --nproc: node %d runs %d worker%s, node %d runs %d; "
+               .. "start every node with the same --nproc"):format(node, lws, lws == 1 and "" or "s", n, tl))
+      end
+      raise(("ddp.init: the nodes were started with different --nnodes: node %d counts %d nodes, node %d counts %d; "
+             .. "start every node with the same --nnodes"):format(node, nnodes, n, tw / tl))
+    end
+  end
+end
+
+-- left: what remains of the timeout (ddp.init's layout check took some).
+local function wait_all(op, keys, what, left) wait_keys(op, keys, what, nil, left) end
 
 local sentinel  -- closes the store when the Lua state is closed
 
@@ -286,8 +339,10 @@ function M.init(opts)
     local keys = {}
     for r = 0, e.world_size - 1 do keys[r + 1] = "ddp/init/" .. r end
     local ok2, err = pcall(function()
+      local deadline = core.clock() + timeout
+      check_layout(s, e, deadline)
       s:set(keys[e.rank + 1], "1")
-      wait_all("ddp.init", keys, "arrive")
+      wait_all("ddp.init", keys, "arrive", math.max(deadline - core.clock(), 1e-3))
     end)
     if not ok2 then
       state = nil

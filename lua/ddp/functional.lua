@@ -14,7 +14,8 @@ local F = {}
 -- -- Activations and linear ----------------------------------------------------------
 
 function F.relu(x) return x:relu() end
-function F.gelu(x, opts) return x:gelu(opts and opts.approximate) end
+-- gelu(x, {approximate = "tanh"}), or gelu(x, "tanh")
+function F.gelu(x, opts) return x:gelu(type(opts) == "table" and opts.approximate or opts) end
 function F.silu(x) return x:silu() end
 function F.tanh(x) return x:tanh() end
 function F.sigmoid(x) return x:sigmoid() end
@@ -60,6 +61,44 @@ local function reduction(r, op)
   return v
 end
 
+-- PyTorch's optional arguments: positional, in its order (names), then,
+-- or instead, keywords in a table given last.  F.conv2d(x, w, b, 2, 1),
+-- F.conv2d(x, w, b, {stride = 2, padding = 1}) and F.conv2d(x, w, b, 2,
+-- {padding = 1}) read alike.  A table with only integer keys is a value
+-- ({h, w}), not keywords.  Returns the options by name.
+local function options(op, names, ...)
+  local n = select("#", ...)
+  local kw = n > 0 and select(n, ...) or nil
+  if type(kw) == "table" and not core.is_tensor(kw) and (core.is_opts(kw) or next(kw) == nil) then
+    n = n - 1
+  else
+    kw = nil
+  end
+  if n > #names then
+    raise(("%s: takes at most %d optional arguments (%s), got %d"):format(op, #names, table.concat(names, ", "), n))
+  end
+  local o = {}
+  for i = 1, n do o[names[i]] = (select(i, ...)) end
+  for k, v in pairs(kw or {}) do
+    local known = false
+    for i = 1, #names do known = known or names[i] == k end
+    if not known then
+      raise(("%s: unknown option %s (options: %s)"):format(op, core.show(k), table.concat(names, ", ")))
+    end
+    if o[k] ~= nil then raise(("%s: %s given both by position and by name"):format(op, k)) end
+    o[k] = v
+  end
+  return o
+end
+
+-- PyTorch's deprecated size_average and reduce (positional before
+-- ignore_index and reduction) are refused rather than half-followed.
+local function no_legacy(o, op)
+  for _, k in ipairs { "size_average", "reduce" } do
+    if o[k] ~= nil then raise(("%s: %s is deprecated in PyTorch and not supported; use reduction"):format(op, k)) end
+  end
+end
+
 local function opt_tensor(v, op, what)
   if v == nil then return nil end
   return tensor_arg(v, op, what)
@@ -67,42 +106,60 @@ end
 
 -- -- Convolution and pooling -------------------------------------------------------------
 
--- conv2d(x, weight, bias, {stride=, padding=, dilation=, groups=})
-function F.conv2d(x, w, b, opts)
-  opts = opts or {}
+-- conv2d(x, weight, bias, stride, padding, dilation, groups), PyTorch's
+-- order, or with the options as {stride=, padding=, dilation=, groups=}
+local conv_names = { "stride", "padding", "dilation", "groups" }
+function F.conv2d(x, w, b, ...)
+  local o = options("conv2d", conv_names, ...)
+  local groups = o.groups or 1
+  if not core.is_integer(groups) then raise("conv2d: groups must be an integer, got " .. core.show(groups)) end
   return new(C.dl_f_conv2d, tensor_arg(x, "conv2d", "input"), tensor_arg(w, "conv2d", "weight"),
-             opt_tensor(b, "conv2d", "bias"), pair(opts.stride, "conv2d", "stride", 1, 1),
-             pair(opts.padding, "conv2d", "padding", 2, 0), pair(opts.dilation, "conv2d", "dilation", 3, 1),
-             opts.groups or 1)
+             opt_tensor(b, "conv2d", "bias"), pair(o.stride, "conv2d", "stride", 1, 1),
+             pair(o.padding, "conv2d", "padding", 2, 0), pair(o.dilation, "conv2d", "dilation", 3, 1),
+             groups)
 end
 
--- max_pool2d(x, kernel, {stride=, padding=, dilation=, ceil_mode=, return_indices=})
-function F.max_pool2d(x, kernel, opts)
-  opts = opts or {}
+-- max_pool2d(x, kernel, stride, padding, dilation, ceil_mode, return_indices),
+-- or with a table of those options
+local max_pool_names = { "stride", "padding", "dilation", "ceil_mode", "return_indices" }
+function F.max_pool2d(x, kernel, ...)
+  local o = options("max_pool2d", max_pool_names, ...)
   local out, idx = core.new2(C.dl_f_max_pool2d, tensor_arg(x, "max_pool2d", "input"),
                              pair(kernel, "max_pool2d", "kernel_size", 1),
-                             pair(opts.stride, "max_pool2d", "stride", 2),
-                             pair(opts.padding, "max_pool2d", "padding", 3, 0),
-                             pair(opts.dilation, "max_pool2d", "dilation", 4, 1),
-                             opts.ceil_mode and 1 or 0)
-  if opts.return_indices then return out, idx end
+                             pair(o.stride, "max_pool2d", "stride", 2),
+                             pair(o.padding, "max_pool2d", "padding", 3, 0),
+                             pair(o.dilation, "max_pool2d", "dilation", 4, 1),
+                             o.ceil_mode and 1 or 0)
+  if o.return_indices then return out, idx end
   return out
 end
 
-function F.avg_pool2d(x, kernel, opts)
-  opts = opts or {}
+-- avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad,
+-- divisor_override), or with a table of those options
+local avg_pool_names = { "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override" }
+function F.avg_pool2d(x, kernel, ...)
+  local o = options("avg_pool2d", avg_pool_names, ...)
   return new(C.dl_f_avg_pool2d, tensor_arg(x, "avg_pool2d", "input"),
-             pair(kernel, "avg_pool2d", "kernel_size", 1), pair(opts.stride, "avg_pool2d", "stride", 2),
-             pair(opts.padding, "avg_pool2d", "padding", 3, 0), opts.ceil_mode and 1 or 0,
-             opts.count_include_pad == false and 0 or 1, opts.divisor_override or 0)
+             pair(kernel, "avg_pool2d", "kernel_size", 1), pair(o.stride, "avg_pool2d", "stride", 2),
+             pair(o.padding, "avg_pool2d", "padding", 3, 0), o.ceil_mode and 1 or 0,
+             o.count_include_pad == false and 0 or 1, o.divisor_override or 0)
 end
 
 -- -- Embedding, normalisation, dropout ---------------------------------------------------
 
-function F.embedding(idx, weight, opts)
-  opts = opts or {}
+-- embedding(idx, weight, padding_idx, max_norm, norm_type,
+-- scale_grad_by_freq, sparse), or with a table of those options (max_norm
+-- and sparse are not supported)
+local embedding_names = { "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse" }
+function F.embedding(idx, weight, ...)
+  local opts = options("embedding", embedding_names, ...)
+  if opts.max_norm ~= nil then raise("embedding: max_norm is not supported") end
+  if opts.sparse then raise("embedding: sparse gradients are not supported") end
   weight = tensor_arg(weight, "embedding", "weight")
   local pad = opts.padding_idx
+  if pad ~= nil and not core.is_integer(pad) then
+    raise("embedding: padding_idx must be an integer, got " .. core.show(pad))
+  end
   if pad == nil then pad = -1 elseif pad < 0 then pad = pad + weight:size(0) end
   return new(C.dl_f_embedding, weight, tensor_arg(idx, "embedding", "input"), pad,
              opts.scale_grad_by_freq and 1 or 0)
@@ -117,9 +174,11 @@ function F.layer_norm(x, normalized_shape, w, b, eps)
              opt_tensor(w, "layer_norm", "weight"), opt_tensor(b, "layer_norm", "bias"), eps or 1e-5)
 end
 
--- batch_norm(x, running_mean, running_var, {weight=, bias=, training=, momentum=, eps=})
-function F.batch_norm(x, running_mean, running_var, opts)
-  opts = opts or {}
+-- batch_norm(x, running_mean, running_var, weight, bias, training, momentum,
+-- eps), or with a table {weight=, bias=, training=, momentum=, eps=}
+local batch_norm_names = { "weight", "bias", "training", "momentum", "eps" }
+function F.batch_norm(x, running_mean, running_var, ...)
+  local opts = options("batch_norm", batch_norm_names, ...)
   return new(C.dl_f_batch_norm, tensor_arg(x, "batch_norm", "input"), opt_tensor(opts.weight, "batch_norm", "weight"),
              opt_tensor(opts.bias, "batch_norm", "bias"), opt_tensor(running_mean, "batch_norm", "running_mean"),
              opt_tensor(running_var, "batch_norm", "running_var"), opts.training and 1 or 0,
@@ -134,23 +193,31 @@ end
 
 -- -- Losses --------------------------------------------------------------------------------
 
--- cross_entropy(logits, target, {weight=, ignore_index=-100, label_smoothing=0, reduction="mean"})
-function F.cross_entropy(x, target, opts)
-  opts = opts or {}
+-- cross_entropy(logits, target, weight, size_average, ignore_index, reduce,
+-- reduction, label_smoothing) as PyTorch, or with a table {weight=,
+-- ignore_index=-100, label_smoothing=0, reduction="mean"}
+local cross_entropy_names = { "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing" }
+function F.cross_entropy(x, target, ...)
+  local opts = options("cross_entropy", cross_entropy_names, ...)
+  no_legacy(opts, "cross_entropy")
   return new(C.dl_f_cross_entropy, tensor_arg(x, "cross_entropy", "input"),
              tensor_arg(target, "cross_entropy", "target"), opt_tensor(opts.weight, "cross_entropy", "weight"),
              opts.ignore_index or -100, opts.label_smoothing or 0, reduction(opts.reduction, "cross_entropy"))
 end
 
-function F.nll_loss(logp, target, opts)
-  opts = opts or {}
+local nll_names = { "weight", "size_average", "ignore_index", "reduce", "reduction" }
+function F.nll_loss(logp, target, ...)
+  local opts = options("nll_loss", nll_names, ...)
+  no_legacy(opts, "nll_loss")
   return new(C.dl_f_nll_loss, tensor_arg(logp, "nll_loss", "input"), tensor_arg(target, "nll_loss", "target"),
              opt_tensor(opts.weight, "nll_loss", "weight"), opts.ignore_index or -100,
              reduction(opts.reduction, "nll_loss"))
 end
 
-function F.mse_loss(input, target, opts)
-  opts = opts or {}
+local mse_names = { "size_average", "reduce", "reduction" }
+function F.mse_loss(input, target, ...)
+  local opts = options("mse_loss", mse_names, ...)
+  no_legacy(opts, "mse_loss")
   return new(C.dl_f_mse_loss, tensor_arg(input, "mse_loss", "input"), tensor_arg(target, "mse_loss", "target"),
              reduction(opts.reduction, "mse_loss"))
 end

@@ -338,7 +338,8 @@ end
 function m.is(a, b) return core.is_tensor(b) and core.same(a, b) end
 
 function m.equal(a, b)
-  b = operand(b, "equal", 2)
+  b = core.live(operand(b, "equal", 2), "equal")
+  core.live(a, "equal")
   local sa, sb = core.shape_of(a), core.shape_of(b)
   if #sa ~= #sb then return false end
   for i = 1, #sa do
@@ -365,7 +366,8 @@ end
 function m.allclose(a, b, rtol, atol, equal_nan)
   if type(rtol) == "table" then rtol, atol, equal_nan = rtol.rtol, rtol.atol, rtol.equal_nan end
   rtol, atol = rtol or 1e-5, atol or 1e-8
-  b = operand(b, "allclose", 2)
+  b = core.live(operand(b, "allclose", 2), "allclose")
+  core.live(a, "allclose")
   check_broadcast(a, b, "allclose")
   local a64, b64 = T.to(a, "float64"), T.to(b, "float64")
   local close = T.le(T.abs(T.sub(a64, b64)), T.add(T.mul(T.abs(b64), rtol), atol))
@@ -395,6 +397,7 @@ local function compare(op, a, b)
   for _, x in ipairs { a, b } do
     if core.is_tensor(x) and C.dl_tensor_numel(x) ~= 1 then
       local n = tonumber(C.dl_tensor_numel(x))
+      core.live(x, op == "eq" and "==" or "<, <=, >, >=")
       if op == "eq" then
         raise(("==: a tensor with %d elements has no single truth value; use t:equal(u) (same shape and values), t:eq(u) (elementwise) or t:is(u) (the same tensor)")
               :format(n))

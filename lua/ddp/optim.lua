@@ -133,6 +133,47 @@ function Optimizer:state_dict()
   return { state = state, param_groups = groups }
 end
 
+-- What a parameter's state may hold, field -> kind ("tensor": one of the
+-- parameter's size; "count": a non-negative integer, or PyTorch 1.13's
+-- one-element tensor), and which fields a state that has any of them needs
+-- (group: the loaded group's options).  load_state_dict checks a state
+-- against them, so a corrupt one fails there, naming the field, rather
+-- than inside the FFI at step().  Fields not listed are kept, as PyTorch.
+Optimizer.state_fields = {}
+function Optimizer.state_needs() return {} end
+
+-- Checks the state st of parameter k (the tensor p) against self's fields;
+-- group: p's group as it will be once loaded.
+local function check_state(self, name, k, st, p, group)
+  if type(st) ~= "table" then
+    raise(("%s: state %s must be a table of the parameter's state, got %s"):format(name, tostring(k), core.show(st)))
+  end
+  local kinds, any = self.state_fields, false
+  for field, v in pairs(st) do
+    local what = ("state %s.%s"):format(tostring(k), tostring(field))
+    local kind = kinds[field]
+    if kind then any = true end
+    if kind == "count" and core.is_tensor(v) and v:numel() == 1 then v = v:item() end
+    if kind == "count" and not (type(v) == "number" and v >= 0 and v == math.floor(v)) then
+      raise(("%s: %s must be a non-negative integer, got %s"):format(name, what, core.show(v)))
+    end
+    if kind == "tensor" and not core.is_tensor(v) then
+      raise(("%s: %s must be a tensor of the parameter's %d elements, got %s"):format(name, what, p:numel(), core.show(v)))
+    end
+    if core.is_tensor(v) and v:numel() ~= p:numel() then
+      raise(("%s: %s has %d elements, the parameter %d"):format(name, what, v:numel(), p:numel()))
+    end
+  end
+  if any then
+    for _, field in ipairs(self.state_needs(group)) do
+      if st[field] == nil then
+        raise(("%s: state %s has no %s (%s's state needs %s)"):format(
+          name, tostring(k), field, self.name, table.concat(self.state_needs(group), ", ")))
+      end
+    end
+  end
+end
+
 function Optimizer:load_state_dict(sd)
   local name = self.name .. ".load_state_dict"
   if type(sd) ~= "table" or type(sd.param_groups) ~= "table" or type(sd.state) ~= "table" then
@@ -143,21 +184,33 @@ function Optimizer:load_state_dict(sd)
   end
   for gi, g in ipairs(self.param_groups) do
     local sg = sd.param_groups[gi]
+    if type(sg) ~= "table" then
+      raise(("%s: param_groups[%d] must be a table, got %s"):format(name, gi, core.show(sg)))
+    end
     if #(sg.params or {}) ~= #g.params then
       raise(("%s: group %d has %d parameters in the state, %d in the optimizer"):format(name, gi, #(sg.params or {}), #g.params))
     end
+    for k, v in pairs(sg) do  -- an option the step passes to C must have its default's type
+      local d = self.defaults[k]
+      if d ~= nil and type(v) ~= type(d) then
+        raise(("%s: param_groups[%d].%s must be a %s, got %s"):format(name, gi, tostring(k), type(d), core.show(v)))
+      end
+    end
   end
-  local params = {}
-  for idx, p in self:each() do params[idx] = p end
+  -- each parameter's group as it will be once loaded: ours, then the state's options
+  local params, loaded = {}, {}
+  for gi, g in ipairs(self.param_groups) do
+    local merged = {}
+    for k, v in pairs(g) do merged[k] = v end
+    for k, v in pairs(sd.param_groups[gi]) do merged[k] = v end
+    loaded[g] = merged
+  end
+  for idx, p, g in self:each() do params[idx] = { p, loaded[g] } end
   for k, s in pairs(sd.state) do
     local idx = tonumber(k)
     local p = idx and params[idx]
     if not p then raise(("%s: state for parameter %s, which the optimizer does not have"):format(name, tostring(k))) end
-    for field, v in pairs(s) do
-      if core.is_tensor(v) and (v:numel() ~= p:numel()) then
-        raise(("%s: state %s.%s has %d elements, the parameter %d"):format(name, tostring(k), field, v:numel(), p:numel()))
-      end
-    end
+    check_state(self, name, k, s, p[1], p[2])
   end
   for gi, g in ipairs(self.param_groups) do
     for k, v in pairs(sd.param_groups[gi]) do
@@ -169,8 +222,10 @@ function Optimizer:load_state_dict(sd)
     local idx = tonumber(k)
     local st = copy_value(s)
     for field, v in pairs(st) do  -- state tensors follow the parameter's dtype, shape and device
-      if core.is_tensor(v) and field ~= "step" then
-        local p = params[idx]
+      if self.state_fields[field] == "count" then
+        if core.is_tensor(v) then st[field] = v:item() end
+      elseif core.is_tensor(v) then
+        local p = params[idx][1]
         st[field] = v:to(p:dtype()):view(p:shape()):to(p:device())
       end
     end
@@ -189,6 +244,8 @@ function optim.SGD:init(params, opts)
     raise("SGD: nesterov needs momentum > 0 and dampening 0")
   end
 end
+
+optim.SGD.state_fields = { momentum_buffer = "tensor" }
 
 function optim.SGD:update(p, grad, st, g)
   local buf, first = nil, 0
@@ -214,6 +271,12 @@ local function adam_class(name, decoupled, wd)
     if type(b) ~= "table" or not (b[1] >= 0 and b[1] < 1 and b[2] >= 0 and b[2] < 1) then
       raise(name .. ": betas must be a table {beta1, beta2} with values in [0, 1)")
     end
+  end
+  cls.state_fields = { step = "count", exp_avg = "tensor", exp_avg_sq = "tensor", max_exp_avg_sq = "tensor" }
+  function cls.state_needs(group)
+    local r = { "step", "exp_avg", "exp_avg_sq" }
+    if group.amsgrad then r[4] = "max_exp_avg_sq" end
+    return r
   end
   function cls:update(p, grad, st, g)
     if not st.step then

@@ -11,22 +11,52 @@ local opts = { precision = 4, threshold = 1000, edgeitems = 3, linewidth = 80, s
 
 local M = {}
 
+local profiles = {
+  default = { precision = 4, threshold = 1000, edgeitems = 3, linewidth = 80 },
+  short = { precision = 2, threshold = 1000, edgeitems = 2, linewidth = 80 },
+  full = { precision = 4, threshold = huge, edgeitems = 3, linewidth = 80 },
+}
+
+-- What each option may be, as a check and its words: refused when set,
+-- so printing never fails on it later.
+local function is_int(v) return type(v) == "number" and v == floor(v) and v ~= huge end
+local limits = {
+  precision = { function(v) return is_int(v) and v >= 0 and v <= 99 end,
+                "an integer from 0 to 99 (a double has 17 significant digits)" },
+  threshold = { function(v) return type(v) == "number" and v >= 0 end, "a number >= 0 (math.huge: never summarise)" },
+  edgeitems = { function(v) return is_int(v) and v >= 0 end, "an integer >= 0" },
+  linewidth = { function(v) return is_int(v) and v > 0 end, "an integer > 0" },
+}
+
+-- set_printoptions{precision=, threshold=, edgeitems=, linewidth=,
+-- sci_mode=, profile=}, as torch.set_printoptions: all checked before any
+-- is taken.
 function M.set_printoptions(o)
-  if type(o) ~= "table" then core.raise("set_printoptions: expected a table of options") end
-  if o.profile == "default" then
-    opts = { precision = 4, threshold = 1000, edgeitems = 3, linewidth = 80 }
-  elseif o.profile == "short" then
-    opts = { precision = 2, threshold = 1000, edgeitems = 2, linewidth = 80 }
-  elseif o.profile == "full" then
-    opts = { precision = 4, threshold = huge, edgeitems = 3, linewidth = 80 }
-  end
-  for _, k in ipairs { "precision", "threshold", "edgeitems", "linewidth" } do
-    if o[k] ~= nil then
-      if type(o[k]) ~= "number" then core.raise("set_printoptions: " .. k .. " must be a number") end
-      opts[k] = o[k]
+  if type(o) ~= "table" or core.is_tensor(o) then core.raise("set_printoptions: expected a table of options") end
+  local new = {}
+  for k, v in pairs(opts) do new[k] = v end
+  for k, v in pairs(o) do
+    if k == "profile" then
+      if not profiles[v] then
+        core.raise(('set_printoptions: profile must be "default", "short" or "full", got %s'):format(core.show(v)))
+      end
+      for pk, pv in pairs(profiles[v]) do new[pk] = pv end
+    elseif k == "sci_mode" then
+      if type(v) ~= "boolean" then core.raise("set_printoptions: sci_mode must be a boolean, got " .. core.show(v)) end
+    elseif limits[k] then
+      if not limits[k][1](v) then
+        core.raise(("set_printoptions: %s must be %s, got %s"):format(k, limits[k][2], core.show(v)))
+      end
+    else
+      core.raise(("set_printoptions: unknown option %s (options: precision, threshold, edgeitems, linewidth, sci_mode, profile)")
+                 :format(core.show(k)))
     end
   end
-  if o.sci_mode ~= nil then opts.sci_mode = o.sci_mode end
+  for k in pairs(limits) do  -- the options given win over the profile's
+    if o[k] ~= nil then new[k] = o[k] end
+  end
+  if o.sci_mode ~= nil then new.sci_mode = o.sci_mode end
+  opts = new
 end
 
 local function isfinite(v) return v == v and v ~= huge and v ~= -huge end

@@ -14,22 +14,16 @@ local raise, show = core.raise, core.show
 local floor, max, fmt = math.floor, math.max, string.format
 
 core.add_lib_file(debug.getinfo(1, "S").source)
--- Declared under names of our own (bound to the libc symbols): ddp loads
--- this module at once, and a script's own declaration of clock_gettime or
--- isatty, with its own types, must still work.
+-- Declared under a name of our own (bound to the libc symbol): ddp loads
+-- this module at once, and a script's own declaration of isatty, with its
+-- own types, must still work.
 pcall(ffi.cdef, [[
-typedef struct { long tv_sec; long tv_nsec; } dl_progress_ts;
-int dl_progress_clock_gettime(int, dl_progress_ts *) __asm__("clock_gettime");
 int dl_progress_isatty(int fd) __asm__("isatty");
 ]])
-local ts = ffi.new("dl_progress_ts")
 
 local Bar = core.class("ddp.progress")
 
-local function clock()
-  ffi.C.dl_progress_clock_gettime(1, ts)  -- CLOCK_MONOTONIC
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
+local clock = core.clock
 
 local function on_terminal()
   local v = os.getenv("DDP_TTY")

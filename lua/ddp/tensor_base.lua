@@ -6,6 +6,7 @@ local core = require "ddp.core"
 local C, ffi = core.C, core.ffi
 local new, check, raise = core.new, core.check, core.raise
 local operand, tensor_arg, is_integer = core.operand, core.tensor_arg, core.is_integer
+local live = core.live
 local dim_arg, shape_args = core.dim_arg, core.shape_args
 local shape_buf = core.shape_buf
 local type, select, tonumber = type, select, tonumber
@@ -60,7 +61,7 @@ function m.is_contiguous(t) return C.dl_tensor_is_contiguous(t) ~= 0 end
 function m.is_floating_point(t) return C.dl_dtype_is_float(C.dl_tensor_dtype(t)) ~= 0 end
 function m.element_size(t) return C.dl_dtype_size(C.dl_tensor_dtype(t)) end
 function m.storage_offset(t) return tonumber(C.dl_tensor_offset(t)) end
-function m.data_ptr(t) return C.dl_tensor_data(t) end
+function m.data_ptr(t) return C.dl_tensor_data(live(t, "data_ptr")) end
 function m.is_shared(t, u) return C.dl_tensor_same_storage(t, tensor_arg(u, "is_shared", "other")) ~= 0 end
 
 -- Drops this handle's reference now instead of at the next collection.
@@ -136,7 +137,11 @@ function m.fill_(t, v)
   check(C.dl_fill_(t, v))
   return t
 end
-function m.zero_(t) return T.fill_(t, 0) end
+-- zero_ is fill_(0) in C; its errors name zero_, the op the user called.
+function m.zero_(t)
+  if C.dl_fill_(t, 0) ~= 0 then core.raise((core.last_error():gsub("^fill_:", "zero_:"))) end
+  return t
+end
 
 -- -- Element access -------------------------------------------------------
 
@@ -148,6 +153,7 @@ m.item = core.item
 function m.is_nonzero(t)
   local n = C.dl_tensor_numel(t)
   if n ~= 1 then
+    live(t, "is_nonzero")
     raise(("is_nonzero: a tensor with %d elements has no single truth value; use t:any() or t:all()"):format(tonumber(n)))
   end
   local v = read(t, 0)
@@ -165,6 +171,7 @@ local function linear_index(t, op, ...)
       raise(("%s: index for dim %d must be an integer, got %s"):format(op, i, core.show(idx)))
     end
     if idx < -size or idx >= size then
+      live(t, op)
       raise(("%s: index %d out of range for dim %d of size %d"):format(op, idx, i, size))
     end
     if idx < 0 then idx = idx + size end
@@ -178,6 +185,7 @@ end
 function m.get(t, ...)
   local n, k = C.dl_tensor_dim(t), select("#", ...)
   if k > n then
+    live(t, "get")
     raise(("get: %d indices given for a %d-dim tensor of shape %s"):format(k, n, core.fmt_shape(core.shape_of(t))))
   end
   if k < n then
@@ -188,6 +196,7 @@ function m.get(t, ...)
         raise(("get: index for dim %d must be an integer, got %s"):format(i - 1, core.show(idx)))
       end
       if idx < -size or idx >= size then
+        live(t, "get")
         raise(("get: index %d out of range for dim %d of size %d"):format(idx, i - 1, size))
       end
       r = T.select(r, 0, idx)
@@ -203,6 +212,7 @@ function m.set(t, ...)
   if k == 0 then raise(("set: expected %d indices and a value, got nothing"):format(n)) end
   local v = select(k, ...)
   if k - 1 ~= n then
+    live(t, "set")
     raise(("set: expected %d indices and a value for a %d-dim tensor, got %d arguments"):format(n, n, k))
   end
   if type(v) == "boolean" then v = v and 1 or 0 end
@@ -294,6 +304,7 @@ function m.flatten(t, s, e)
   return new(C.dl_flatten, t, dim_arg(s or 0, "flatten", "start_dim"), dim_arg(e or -1, "flatten", "end_dim"))
 end
 function m.unflatten(t, dim, sizes)
+  live(t, "unflatten")
   local shape = core.shape_of(t)
   dim = norm_dim(t, dim, "unflatten")
   if type(sizes) ~= "table" or core.is_tensor(sizes) then
@@ -332,6 +343,7 @@ end
 
 -- split(size or {sizes}, dim) and chunk(n, dim) return Lua tables of views.
 function m.split(t, size, dim)
+  live(t, "split")
   if C.dl_tensor_dim(t) == 0 then raise("split: cannot split a 0-dim tensor") end
   dim = norm_dim(t, dim or 0, "split")
   local total = T.size(t, dim)
@@ -366,6 +378,7 @@ function m.split(t, size, dim)
 end
 
 function m.chunk(t, chunks, dim)
+  live(t, "chunk")
   if not is_integer(chunks) or chunks <= 0 then
     raise("chunk: chunks must be a positive integer, got " .. tostring(chunks))
   end
@@ -376,6 +389,7 @@ function m.chunk(t, chunks, dim)
 end
 
 function m.unbind(t, dim)
+  live(t, "unbind")
   if C.dl_tensor_dim(t) == 0 then raise("unbind: cannot unbind a 0-dim tensor") end
   dim = norm_dim(t, dim or 0, "unbind")
   local r = {}

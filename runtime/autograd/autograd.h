@@ -61,6 +61,9 @@ DL_HIDDEN void ag_node_release(ag_node *n);
 DL_HIDDEN ag_node *ag_grad_fn(const dl_tensor *t);
 /* For in-place ops: refuses to modify a tensor that is part of a graph
 ** (grad mode on), and bumps the storage version seen by saved tensors. */
+DL_HIDDEN int ag_check_write(const char *op, dl_tensor *t);
+/* The same after refusing a tensor whose elements share memory (an
+** expanded view): what in-place ops over many elements check. */
 DL_HIDDEN int ag_check_inplace(const char *op, dl_tensor *t);
 DL_HIDDEN void autograd_free(dl_tensor *t);
 

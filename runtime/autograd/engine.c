@@ -353,7 +353,7 @@ DL_HIDDEN dl_tensor *ag_record2(dl_tensor *out, const char *name,
 
 /* -- In-place writes ------------------------------------------------------ */
 
-DL_HIDDEN int ag_check_inplace(const char *op, dl_tensor *t) {
+DL_HIDDEN int ag_check_write(const char *op, dl_tensor *t) {
   if (!grad_disabled && tensor_requires_grad(t)) {
     const ag_meta *m = meta_of(t);
     if (m->grad_fn) return dl_err(EM_AG_INPLACE_GRAPH, op, m->grad_fn->name);
@@ -361,6 +361,14 @@ DL_HIDDEN int ag_check_inplace(const char *op, dl_tensor *t) {
   }
   tensor_bump_version(t);
   return 0;
+}
+
+/* Every public in-place op comes through here, on any device, so the
+** refusal of a written-to tensor whose elements share memory is made once:
+** it is about strides, not about a device's kernel. */
+DL_HIDDEN int ag_check_inplace(const char *op, dl_tensor *t) {
+  if (tensor_check_overlap(op, t)) return -1;
+  return ag_check_write(op, t);
 }
 
 /* -- Backward -------------------------------------------------------------- */

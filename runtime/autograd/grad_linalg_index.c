@@ -201,7 +201,8 @@ DL_API dl_tensor *dl_scatter(const dl_tensor *t, int dim, const dl_tensor *index
 
 DL_API int dl_scatter_(dl_tensor *t, int dim, const dl_tensor *index,
                        const dl_tensor *src, dl_scatter_reduce reduce) {
-  if (check_tensor_any("scatter_", t) || ag_check_inplace("scatter_", t)) return -1;
+  const char *op = reduce == 1 ? "scatter_add_" : "scatter_";
+  if (check_tensor_any(op, t) || ag_check_inplace(op, t)) return -1;
   return fw_scatter_(t, dim, index, src, reduce);
 }
 

@@ -102,11 +102,18 @@ DL_HIDDEN const char *fmt_dtype(int dtype);
 DL_HIDDEN int norm_dim(const char *op, int dim, int ndim, int *out);
 /* For unsqueeze-like ops where dim may equal ndim. */
 DL_HIDDEN int norm_dim_incl(const char *op, int dim, int ndim, int *out);
-/* The check an in-place write makes first (autograd's: refuse a tensor the
-** graph needs, else bump its version), handed down by the public op so the
-** layers below never call autograd; NULL for the runtime's own writes into
-** tensors it made. */
+/* The check an in-place write makes first (autograd's: refuse a tensor
+** whose elements share memory, then one the graph needs, else bump its
+** version), handed down by the public op so the layers below never call
+** autograd; NULL for the runtime's own writes into tensors it made. */
 typedef int (*inplace_check_fn)(const char *op, dl_tensor *t);
+/* Whether two elements of t share one memory location (core/overlap.c):
+** 1 yes (*zero_dim, when given, is the expanded dim with stride 0, or -1),
+** 0 no, -1 undecided (strides too intricate to search). */
+DL_HIDDEN int tensor_internal_overlap(const dl_tensor *t, int *zero_dim);
+/* The error an in-place write into such a tensor gets (0 when there is
+** none, or it is undecided: only a sure overlap is refused). */
+DL_HIDDEN int tensor_check_overlap(const char *op, const dl_tensor *t);
 /* An in-place write happened: saved copies of t are stale. */
 DL_HIDDEN void tensor_bump_version(dl_tensor *t);
 /* What frees a tensor's autograd record (set by autograd when it makes the

@@ -391,7 +391,7 @@ static int scatter_impl(const char *op, dl_tensor *t, int dim,
 
 DL_HIDDEN int fw_scatter_(dl_tensor *t, int dim, const dl_tensor *index,
                        const dl_tensor *src, int reduce) {
-  return scatter_impl("scatter_", t, dim, index, src, reduce);
+  return scatter_impl(reduce == 1 ? "scatter_add_" : "scatter_", t, dim, index, src, reduce);
 }
 
 DL_HIDDEN dl_tensor *fw_scatter(const dl_tensor *t, int dim,

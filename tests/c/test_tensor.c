@@ -1,5 +1,6 @@
 /* test_tensor.c -- C unit tests of tensor lifetime, views sharing storage,
-** alignment, memory accounting, the iterator, threads and the generator. */
+** in-place writes into views whose elements overlap, alignment, memory
+** accounting, the iterator, threads and the generator. */
 #include <math.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -60,6 +61,99 @@ static void test_views_share(void) {
   CHECK(sq && dl_tensor_dim(sq) == 2);
   dl_tensor *list[] = {a, m, row, t, r, c, n, x, u, sq};
   for (size_t i = 0; i < sizeof list / sizeof *list; i++) dl_tensor_release(list[i]);
+}
+
+/* Whether two elements of a view share one place, by listing them all. */
+static int overlaps_brute(const int64_t *shape, const int64_t *stride, int nd,
+                          int64_t offset, int64_t cap) {
+  static char seen[4096];
+  memset(seen, 0, (size_t)cap);
+  int64_t idx[8] = {0}, numel = 1;
+  for (int i = 0; i < nd; i++) numel *= shape[i];
+  for (int64_t k = 0; k < numel; k++) {
+    int64_t off = offset;
+    for (int i = 0; i < nd; i++) off += idx[i] * stride[i];
+    if (seen[off]++) return 1;
+    for (int i = nd - 1; i >= 0 && ++idx[i] == shape[i]; i--) idx[i] = 0;
+  }
+  return 0;
+}
+
+/* In-place writes refuse a view in which two elements share a place (a
+** race across threads), and only such a view: expand, interleaved
+** as_strided (unfold-like) views are refused, transposes, narrows, steps,
+** empty and one-element views and as_strided views whose strides interleave
+** without colliding are written.  Random views are checked against a list
+** of every element's place. */
+static void test_overlap_refused(void) {
+  int64_t one = 1, four = 4;
+  dl_tensor *z = dl_zeros(&one, 1, DL_FLOAT32);
+  dl_tensor *x = dl_expand(z, &four, 1);
+  CHECK(x && dl_fill_(x, 1) < 0 && dl_last_error_code() == DL_EINVAL);
+  CHECK(strstr(dl_last_error(), "fill_: unsupported operation: more than one element of the "
+                                "written-to tensor refers to a single memory location "
+                                "(an expanded view: dim 0 of size 4 has stride 0); clone() it first"));
+  CHECK(dl_binary_(DL_ADD, x, z) < 0 && strstr(dl_last_error(), "add_: unsupported"));
+  CHECK(dl_unary_(DL_EXP, x) < 0 && strstr(dl_last_error(), "exp_: unsupported"));
+  CHECK(dl_clamp_(x, 0, 1) < 0 && strstr(dl_last_error(), "clamp_: unsupported"));
+  CHECK(dl_copy_(x, z) < 0 && strstr(dl_last_error(), "copy_: unsupported"));
+  CHECK(dl_uniform_(x, 0, 1) < 0 && strstr(dl_last_error(), "uniform_: unsupported"));
+  CHECK(dl_normal_(x, 0, 1) < 0 && strstr(dl_last_error(), "normal_: unsupported"));
+  CHECK(at(z, 0) == 0);  /* refused before anything was written */
+  CHECK(dl_set_double(x, 2, 5) == 0 && at(z, 0) == 5);  /* one element is one place */
+
+  int64_t n = 12;
+  dl_tensor *a = dl_zeros(&n, 1, DL_FLOAT32);
+  struct { int64_t shape[2], stride[2]; int nd, refused; } cases[] = {
+    {{3, 4}, {4, 1}, 2, 0},  /* contiguous */
+    {{4, 3}, {1, 4}, 2, 0},  /* transposed */
+    {{2, 2}, {6, 2}, 2, 0},  /* steps */
+    {{3, 2}, {2, 3}, 2, 0},  /* interleaved, apart: 0 2 4 3 5 7 */
+    {{3, 3}, {2, 1}, 2, 1},  /* interleaved, 2 twice */
+    {{4, 3}, {1, 1}, 2, 1},  /* unfold(0, 3, 1) */
+    {{1, 5}, {0, 2}, 2, 0},  /* stride 0 on a size-1 dim */
+    {{0, 5}, {0, 0}, 2, 0},  /* no elements */
+    {{4, 0}, {0, 6}, 2, 0},  /* no elements, after an expanded dim */
+    {{5, 1}, {0, 0}, 1, 1},  /* expanded */
+    {{1, 1}, {0, 0}, 2, 0},  /* one element */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    dl_tensor *v = dl_as_strided(a, cases[i].shape, cases[i].stride, cases[i].nd, 0);
+    CHECK(v && (dl_fill_(v, 1) < 0) == cases[i].refused, "case %zu", i);
+    dl_tensor_release(v);
+  }
+  int64_t sh[2] = {3, 3}, st[2] = {2, 1};
+  dl_tensor *v = dl_as_strided(a, sh, st, 2, 0);
+  CHECK(dl_fill_(v, 1) < 0 && strstr(dl_last_error(), "fill_: unsupported operation: more than "
+                                     "one element of the written-to tensor refers to a single "
+                                     "memory location (shape [3, 3], strides [2, 1])"));
+  dl_tensor_release(v);
+
+  /* random views of up to 4 dims, strides -6..6, against the list */
+  dl_tensor *base = dl_zeros((int64_t[]){4096}, 1, DL_FLOAT32);
+  uint64_t seed = 12345;
+  int disagree = 0, refused = 0;
+  for (int k = 0; k < 3000; k++) {
+    int64_t shape[4], stride[4], offset = 0, hi = 0;
+    int nd = 1 + (int)((seed = seed * 6364136223846793005ULL + 1442695040888963407ULL) >> 62);
+    for (int i = 0; i < nd; i++) {
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      shape[i] = (int64_t)((seed >> 33) % 5);  /* 0..4 */
+      stride[i] = (int64_t)((seed >> 40) % 13) - 6;
+      if (stride[i] < 0) offset -= stride[i] * (shape[i] ? shape[i] - 1 : 0);
+      else hi += stride[i] * (shape[i] ? shape[i] - 1 : 0);
+    }
+    int want = overlaps_brute(shape, stride, nd, offset, offset + hi + 1);
+    dl_tensor *w = dl_as_strided(base, shape, stride, nd, offset);
+    int got = w && dl_fill_(w, 0) < 0;
+    disagree += got != want;
+    refused += got;
+    dl_tensor_release(w);
+  }
+  CHECK(disagree == 0, "%d of 3000 random views judged wrongly", disagree);
+  CHECK(refused > 300 && refused < 2700, "%d refused", refused);  /* both kinds were met */
+  dl_tensor *list[] = {z, x, a, base};
+  for (size_t i = 0; i < 4; i++) dl_tensor_release(list[i]);
 }
 
 static void test_alignment_and_memory(void) {
@@ -193,6 +287,7 @@ static void test_half(void) {
 int main(void) {
   test_refcounts();
   test_views_share();
+  test_overlap_refused();
   test_alignment_and_memory();
   test_from_blob();
   test_errors();

@@ -74,6 +74,22 @@ H.describe("CUDA elementwise ops", function()
     H.check("slice fill_", function(x) local y = x:clone() y:narrow(1, 1, 2):fill_(7) return y end, {a})
   end)
 
+  it("in-place writes into an expanded view are refused as on the cpu", function()
+    local z = ddp.zeros(1):cuda()
+    local x = z:expand(65536)
+    for op, f in pairs {
+      add_ = function() x:add_(1) end, fill_ = function() x:fill_(1) end,
+      copy_ = function() x:copy_(ddp.ones(65536)) end, uniform_ = function() x:uniform_() end,
+      clamp_ = function() x:clamp_(0, 1) end, exp_ = function() x:exp_() end,
+    } do
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(op .. ": unsupported operation: more than one element of the "
+                                       .. "written-to tensor refers to a single memory location", 1, true), err)
+    end
+    assert.equal(0, z:item())
+  end)
+
   it("casts between every pair of dtypes", function()
     for _, from in ipairs(DTYPES) do
       for _, to in ipairs(DTYPES) do
