@@ -176,6 +176,8 @@ os.exit(ok and 0 or 1)
     assert.truthy(err:find("RESULT false", 1, true), err)
     assert.truthy(err:find("the store at 127.0.0.1:" .. port .. " is gone", 1, true), err)
     assert.falsy(err:find("wrong token", 1, true), err)
+  end)
+
   it("refuses nodes started with different --nproc or --nnodes, on both nodes, naming both values", function()
     local s = script([[
 ddp.init()
