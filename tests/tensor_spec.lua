@@ -349,6 +349,28 @@ describe("printing", function()
     end)
   end
 
+  it("set_printoptions applies after the modules are loaded again (busted reloads them per file)", function()
+    -- the tensor metatype keeps the first load's printer; the options
+    -- must be shared with every later load's set_printoptions
+    local saved = {}
+    for k, v in pairs(package.loaded) do
+      if k == "ddp" or k:match("^ddp%.") then saved[k], package.loaded[k] = v, nil end
+    end
+    local ok, text = pcall(function()
+      local again = require "ddp"
+      again.set_printoptions({ precision = 2 })
+      local t = tostring(ddp.ones(1) / 3)
+      again.set_printoptions({ profile = "default" })
+      return t
+    end)
+    for k in pairs(package.loaded) do
+      if k == "ddp" or k:match("^ddp%.") then package.loaded[k] = nil end
+    end
+    for k, v in pairs(saved) do package.loaded[k] = v end
+    assert.is_true(ok, text)
+    assert.equal("tensor([0.33])", text)
+  end)
+
   it("set_printoptions refuses values printing could not use, and keeps the old ones", function()
     local t = ddp.ones(2) / 3
     for _, case in ipairs {

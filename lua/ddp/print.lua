@@ -7,7 +7,15 @@ local fmt, floor, huge = string.format, math.floor, math.huge
 
 core.add_lib_file(debug.getinfo(1, "S").source)
 
-local opts = { precision = 4, threshold = 1000, edgeitems = 3, linewidth = 80, sci_mode = nil }
+-- The options live in the registry, not in this module, as autocast's
+-- state does: the tensor metatype (and its __tostring, M.format of the
+-- first load) is set once per process, so after a reload of these modules
+-- (busted does that between spec files) set_printoptions of the new load
+-- must change what the first load's format reads.
+local reg = debug.getregistry()
+reg.ddp_print_state = reg.ddp_print_state
+  or { opts = { precision = 4, threshold = 1000, edgeitems = 3, linewidth = 80, sci_mode = nil } }
+local state = reg.ddp_print_state
 
 local M = {}
 
@@ -34,7 +42,7 @@ local limits = {
 function M.set_printoptions(o)
   if type(o) ~= "table" or core.is_tensor(o) then core.raise("set_printoptions: expected a table of options") end
   local new = {}
-  for k, v in pairs(opts) do new[k] = v end
+  for k, v in pairs(state.opts) do new[k] = v end
   for k, v in pairs(o) do
     if k == "profile" then
       if not profiles[v] then
@@ -56,7 +64,7 @@ function M.set_printoptions(o)
     if o[k] ~= nil then new[k] = o[k] end
   end
   if o.sci_mode ~= nil then new.sci_mode = o.sci_mode end
-  opts = new
+  state.opts = new
 end
 
 local function isfinite(v) return v == v and v ~= huge and v ~= -huge end
@@ -87,7 +95,7 @@ local function read_tensor(t, summarize)
     C.dl_get_double(t, linear, dval)
     return dval[0]
   end
-  local e = opts.edgeitems
+  local e = state.opts.edgeitems
   local function indices(size)
     if summarize and size > 2 * e then
       local r = {}
@@ -145,7 +153,7 @@ local function make_formatter(values, dtype)
   for _, v in ipairs(values) do
     if isfinite(v) and v ~= 0 then finite[#finite + 1] = v end
   end
-  local prec = opts.precision
+  local prec = state.opts.precision
   local int_mode, sci = true, false
   if #finite > 0 then
     local amin, amax = huge, 0
@@ -161,7 +169,7 @@ local function make_formatter(values, dtype)
       if amax / amin > 1000 or amax > 1e8 or amin < 1e-4 then sci = true end
     end
   end
-  if opts.sci_mode ~= nil then sci = opts.sci_mode end
+  if state.opts.sci_mode ~= nil then sci = state.opts.sci_mode end
   if sci then
     f.fn = function(v) return special(v) or fmt("%." .. prec .. "e", v) end
   elseif int_mode then
@@ -186,7 +194,7 @@ end
 
 local function vector_str(node, indent, f)
   local elem_len = f.width + 2
-  local per_line = math.max(1, floor((opts.linewidth - indent) / elem_len))
+  local per_line = math.max(1, floor((state.opts.linewidth - indent) / elem_len))
   local items = {}
   for _, v in ipairs(node) do
     items[#items + 1] = v == false and " ..." or pad(f.fn(v), f.width)
@@ -236,7 +244,7 @@ function M.format(t)
       suffixes[#suffixes + 1] = "size=(" .. table.concat(shape, ", ") .. (dims == 1 and ",)" or ")")
     end
   else
-    local summarize = numel > opts.threshold
+    local summarize = numel > state.opts.threshold
     local node = read_tensor(t, summarize)
     local f = make_formatter(flatten(node, {}), dtype)
     if dims == 0 then
