@@ -78,7 +78,7 @@ CTESTS   := $(CTEST_SRC:tests/c/%.c=$(BUILD)/%)
 # library of their own, never part of libddplua.so.
 HOOKS    := $(BUILD)/tests/libddplua_testhooks.so $(BUILD)/tests/libdlc_badabi.so
 
-.PHONY: emu all deps run test ctests test-c bench clean install gpu-check fuzz fuzz-build gpu-bundle
+.PHONY: emu all deps run test ctests test-c bench clean install gpu-check fuzz fuzz-build gpu-bundle chaos
 all: $(LIB) $(LIB_A) $(CLI) $(CDEF) $(CUDA_LIB) $(EMU_LIB) $(CTESTS) $(HOOKS)
 
 # `make emu`: only the emulated CUDA library (quick to rebuild).
@@ -183,6 +183,16 @@ run: deps
 test: deps
 	$(BUILD_ALL)
 	@bash scripts/run-tests.sh
+
+# `make chaos`: the fault matrix (tests/chaos/run.lua) -- a rank that exits,
+# segfaults, errors, loops, is stopped or killed, the launcher or the
+# store's host killed -- on shm, gloo and hier (two launchers); a table of
+# seconds to end, the rank named, exit codes, what was left.  A few minutes.
+chaos: deps
+	$(BUILD_ALL)
+	@grep -m1 '^flags' /proc/cpuinfo || true
+	@echo "cores: $$(nproc)"
+	$(CLI) tests/chaos/run.lua
 
 # `make fuzz`: the safetensors reader, then the store's frame parser, under
 # libFuzzer, ASan and UBSan for FUZZ_SECONDS each, seeded with the golden

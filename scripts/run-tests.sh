@@ -116,6 +116,21 @@ if [ -n "$cuda_specs" ]; then
   fi
 fi
 
+# -- chaos, short form: a few rows of `make chaos` (a rank that exits,
+# segfaults, loops or is killed, the launcher killed): each row passes when
+# the job ends within its bound, names the failing rank, exits non-zero
+# and leaves no process and no /dev/shm entry.
+"$BUILD/ddplua" tests/chaos/run.lua --short >"$out/chaos.log" 2>&1
+cp=$(sed -nE 's/^chaos: ([0-9]+) passed, ([0-9]+) failed$/\1/p' "$out/chaos.log")
+cf=$(sed -nE 's/^chaos: ([0-9]+) passed, ([0-9]+) failed$/\2/p' "$out/chaos.log")
+if [ -z "$cp" ]; then
+  echo "FAIL chaos (short): no summary line"; tail -n 30 "$out/chaos.log"; count 0 1 0
+else
+  [ "$cf" -gt 0 ] && { echo "chaos (short) failures:"; grep -vE '^ddplua:' "$out/chaos.log" | head -n 120; }
+  echo "chaos (short): $cp passed, $cf failed"
+  count "$cp" "$cf" 0
+fi
+
 # -- fuzz smoke: the safetensors reader under libFuzzer, ASan and UBSan for
 # 10 s where clang is installed (`make fuzz` runs it longer; FUZZ_SMOKE=0
 # skips it).  A sanitizer build that fails is a failure.
