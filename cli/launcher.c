@@ -34,7 +34,12 @@ static void random_hex(char out[33]) {
 
 static void summary(const job *j, int ix) {
   const worker *w = &j->w[ix];
-  job_say("rank %d (local rank %d) failed with %s", w->rank, w->local_rank, job_describe(w->status));
+  if (ix != j->first_failed && j->first_failed >= 0)  /* workers.c's root_cause */
+    job_say("rank %d (local rank %d) failed: it wrote the error below and was stopped (%s) while exiting; "
+            "rank %d only lost its connection to it", w->rank, w->local_rank, job_describe(w->status),
+            j->w[j->first_failed].rank);
+  else
+    job_say("rank %d (local rank %d) failed with %s", w->rank, w->local_rank, job_describe(w->status));
   if (j->nproc > 1) job_say("stopped the other %d worker%s", j->nproc - 1, j->nproc == 2 ? "" : "s");
   if (w->ntail == 0) {
     job_say("rank %d wrote nothing to stderr", w->rank);
@@ -355,7 +360,8 @@ int launcher_run(const launch_opts *o, char **argv) {
       continue;
     }
     summary(&j, ix);
-    status = job_exit_code(j.w[ix].status);
+    /* a blamed rank we stopped has no code of its own: the first one's */
+    status = job_exit_code(j.w[ix != j.first_failed && j.first_failed >= 0 ? j.first_failed : ix].status);
     break;
   }
 done:

@@ -611,6 +611,45 @@ int job_turn(job *j, int timeout_ms) {
 }
 
 
+/* Whether w's last stderr lines say only that another rank went away. */
+static int peer_loss(const worker *w) {
+  static const char *const says[] = {"lost its connection", "Connection closed by peer", "has exited",
+                                      "Connection reset by peer"};
+  int n = w->ntail < TAIL_LINES ? w->ntail : TAIL_LINES;
+  for (int k = w->ntail - n; k < w->ntail; k++)
+    for (size_t s = 0; s < sizeof says / sizeof says[0]; s++)
+      if (w->tail[k % TAIL_LINES] && strstr(w->tail[k % TAIL_LINES], says[s])) return 1;
+  return 0;
+}
+
+/* Whether w wrote an error of the program's ("ddplua: ..."). */
+static int said_error(const worker *w) {
+  int n = w->ntail < TAIL_LINES ? w->ntail : TAIL_LINES;
+  for (int k = w->ntail - n; k < w->ntail; k++)
+    if (w->tail[k % TAIL_LINES] && strncmp(w->tail[k % TAIL_LINES], CLI_NAME ": ", sizeof CLI_NAME + 1) == 0)
+      return 1;
+  return 0;
+}
+
+/* The rank to blame.  The first to be reaped may have failed only because
+** another rank went first (a Gloo peer sees the connection close while the
+** rank with the real error is still exiting): then a rank that failed on
+** its own -- not stopped by our SIGTERM, and not merely reporting a lost
+** peer -- is the cause. */
+static int root_cause(job *j, int first) {
+  if (first < 0 || !peer_loss(&j->w[first])) return first;
+  for (int i = 0; i < j->nproc; i++) {
+    const worker *w = &j->w[i];
+    if (i == first || !failed(w->status) || peer_loss(w)) continue;
+    /* stopped by us: the cause only if it had said an error of its own
+    ** (our SIGTERM can catch a rank still exiting from it) */
+    int ours = WIFSIGNALED(w->status) &&
+               (WTERMSIG(w->status) == SIGTERM || (WTERMSIG(w->status) == SIGKILL && j->killed));
+    if (!ours || said_error(w)) return i;
+  }
+  return first;
+}
+
 /* After the prompt over every rank: each live worker is told to quit, and
 ** gets a few seconds to do so. */
 static void quit_workers(job *j) {
@@ -697,7 +736,7 @@ int job_run_group(job *j, int *failed_ix) {
   if (j->exit_client) dl_store_close(j->exit_client);
   j->exit_client = NULL;
   j->exit_client_failed = 0;
-  *failed_ix = j->first_failed;
+  *failed_ix = root_cause(j, j->first_failed);
   if (j->forwarded) return RUN_SIGNALED;
   return j->first_failed >= 0 ? RUN_FAILED : RUN_OK;
 }

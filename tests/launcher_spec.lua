@@ -194,6 +194,32 @@ sleep(30)
     assert.falsy(err:find("  [1] first words", 1, true), err) -- only the last 10 lines
   end)
 
+  it("blames the rank with the error, not a peer that only saw it go", function()
+    -- rank 1 says its error and is slow to exit; rank 0, which only saw
+    -- its peer go, fails first (as a Gloo peer does) and is reaped first
+    local flag = shell.tempname()
+    os.remove(flag)
+    local s = script(([[
+local flag = %q
+if rank == 1 then
+  io.stderr:write("ddplua: worker.lua:3: the real error\n")
+  io.stderr:flush()
+  io.open(flag, "w"):close()
+  sleep(30)
+end
+for _ = 1, 100 do if io.open(flag) then break end sleep(0.1) end
+sleep(0.3)
+io.stderr:write("ddplua: ddp.all_reduce: a rank exited or lost its connection (gloo: Connection closed by peer)\n")
+os.exit(1)
+]]):format(flag))
+    local _, err, rc = run("--nproc 2 " .. q(s))
+    os.remove(flag)
+    assert.equals(1, rc, err)
+    assert.truthy(err:find("ddplua: rank 1 (local rank 1) failed: it wrote the error below and was stopped "
+                           .. "(signal SIGTERM) while exiting; rank 0 only lost its connection to it", 1, true), err)
+    assert.falsy(err:find("rank 0 (local rank 0) failed", 1, true), err)
+  end)
+
   it("names the signal that killed a worker", function()
     local s = script([[
 if rank == 0 then os.execute("kill -KILL " .. pid()) end
