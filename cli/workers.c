@@ -474,7 +474,12 @@ fail_os:
 
 static void signal_all(job *j, int sig) {
   for (int i = 0; i < j->nproc; i++)
-    if (j->w[i].pid > 0) kill(-j->w[i].pid, sig); /* the worker's children too */
+    if (j->w[i].pid > 0) {
+      kill(-j->w[i].pid, sig); /* the worker's children too */
+      /* a stopped worker (SIGSTOP, Ctrl-Z) would keep SIGTERM pending
+      ** through the whole grace period: let it run to take it */
+      if (sig == SIGTERM) kill(-j->w[i].pid, SIGCONT);
+    }
 }
 
 /* Tells the job's store that w ended and how ("ddp/exit/<rank>", counted

@@ -194,6 +194,19 @@ sleep(30)
     assert.falsy(err:find("  [1] first words", 1, true), err) -- only the last 10 lines
   end)
 
+  it("stops a stopped (SIGSTOP) worker at once, not after the grace period", function()
+    local s = script([[
+if rank == 1 then os.execute("kill -STOP " .. pid()) end
+sleep(0.5)
+os.exit(3)
+]])
+    local t0 = os.time()
+    local _, err, rc = run("--nproc 2 --grace 20 " .. q(s))
+    assert.equals(3, rc, err)
+    assert.is_true(os.time() - t0 < 10, "took " .. (os.time() - t0) .. " s: " .. err)
+    assert.falsy(err:find("still running after", 1, true), err)
+  end)
+
   it("blames the rank with the error, not a peer that only saw it go", function()
     -- rank 1 says its error and is slow to exit; rank 0, which only saw
     -- its peer go, fails first (as a Gloo peer does) and is reaped first
