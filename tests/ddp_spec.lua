@@ -249,7 +249,10 @@ local model = nn.Sequential(lin1, nn.Linear(40, 3))
 local dm = ddp.DDP(model)
 local maps = 0
 for line in io.lines("/proc/self/maps") do
-  if line:find("/dev/shm/ddplua%-.-%-5%d%d") then maps = maps + 1 end
+  -- /dev/shm/ddplua-<job id>-<launch id>-<n>: the buckets' arenas are
+  -- n = 500...; the ids are hex, and may hold "-5dd" themselves
+  local n = tonumber(line:match("/dev/shm/ddplua%-[^/]*%-(%d+)%s") or line:match("/dev/shm/ddplua%-[^/]*%-(%d+)$"))
+  if n and n >= 500 and n < 600 then maps = maps + 1 end
 end
 local r, w = ddp.rank(), ddp.world_size()
 dm(ddp.ones(4, 50) * (r + 1)):sum():backward()
