@@ -23,29 +23,11 @@ local function sleep(s) ffi.C.poll(nil, 0, math.floor(s * 1000)) end
 local tv = ffi.new("chaos_timeval")
 local function now() ffi.C.gettimeofday(tv, nil) return tonumber(tv.tv_sec) + tonumber(tv.tv_usec) * 1e-6 end
 
-local function q(s) return "'" .. (tostring(s):gsub("'", [['\'']])) .. "'" end
-local function sh(cmd)
-  local p = assert(io.popen(cmd))
-  local s = p:read("*a")
-  p:close()
-  return s
-end
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-local function writefile(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
-
-local ROOT = sh("pwd"):gsub("%s+$", "")
-local DDPLUA = os.getenv("DDPLUA") or "build/ddplua"
-if DDPLUA:sub(1, 1) ~= "/" then DDPLUA = ROOT .. "/" .. DDPLUA end
+-- the specs' shell helpers (quoting, commands, files, the program under test)
+package.path = "tests/?.lua;" .. package.path
+local shell = require "helpers.shell"
+local q, sh, slurp, writefile = shell.q, shell.sh, shell.slurp, shell.writefile
+local DDPLUA = shell.ddplua
 local TIMEOUT = 5   -- DDP_TIMEOUT of every job
 local GRACE = 5     -- the launcher's default --grace (SIGTERM to SIGKILL)
 local MARGIN = 5    -- for a loaded 2-core machine
