@@ -57,10 +57,22 @@ CUDA_SRC := $(wildcard runtime/cuda/kernels/*.cu)
 # NCCL needs real devices and is left out.
 EMU_LIB  := $(BUILD)/libddplua_cudaemu.so
 EMU_SRC  := $(filter-out runtime/cuda/kernels/nccl.cu,$(CUDA_SRC))
-EMU_OBJ  := $(EMU_SRC:runtime/cuda/kernels/%.cu=$(BUILD)/emu/%.o) $(BUILD)/emu/emu.o
+EMU_OBJ  := $(EMU_SRC:runtime/cuda/kernels/%.cu=$(BUILD)/emu/%.o) $(BUILD)/emu/emu.o \
+            $(BUILD)/emu/racecheck.o
+# The race checker's build of the same (DDPLUA_CUDA_EMU_RACECHECK=1 loads
+# it): the kernel files compiled with -fsanitize=thread, whose load and
+# store hooks runtime/cuda/emu/racecheck.cc defines (no TSan runtime).
+EMU_RACE_LIB := $(BUILD)/libddplua_cudaemu_race.so
+EMU_RACE_OBJ := $(EMU_SRC:runtime/cuda/kernels/%.cu=$(BUILD)/emu-race/%.o) $(BUILD)/emu/emu.o \
+            $(BUILD)/emu/racecheck.o
 EMU_FLAGS := -std=c++17 -O1 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror \
             -Wno-unused-parameter -Wno-unknown-pragmas -DDLC_EMU -Iruntime/cuda/emu -Iruntime \
             -Iruntime/include $(DEPFLAGS)
+EMU_RACE_FLAGS := $(EMU_FLAGS) -DDLC_EMU_RACE -fsanitize=thread \
+            --param tsan-instrument-func-entry-exit=0
+# The checker's own tests (tests/emu/test_*.cc): racy kernels built as the
+# checker's library builds kernels, linked with the emulator.
+EMU_TESTS := $(patsubst tests/emu/%.cc,$(BUILD)/emu_%,$(wildcard tests/emu/test_*.cc))
 # cudart is linked statically (nvcc's default, spelled out so it stays so):
 # the library then needs only the driver's libcuda.so.1 at run time, which
 # cudart dlopens itself, so it loads on any machine with an NVIDIA driver.
@@ -78,14 +90,14 @@ CTESTS   := $(CTEST_SRC:tests/c/%.c=$(BUILD)/%)
 # library of their own, never part of libddplua.so.
 HOOKS    := $(BUILD)/tests/libddplua_testhooks.so $(BUILD)/tests/libdlc_badabi.so
 
-.PHONY: emu all deps run test ctests test-c bench clean install gpu-check fuzz fuzz-build gpu-bundle chaos
-all: $(LIB) $(LIB_A) $(CLI) $(CDEF) $(CUDA_LIB) $(EMU_LIB) $(CTESTS) $(HOOKS)
+.PHONY: emu all deps run test ctests test-c bench clean install gpu-check fuzz fuzz-build gpu-bundle chaos mutants
+all: $(LIB) $(LIB_A) $(CLI) $(CDEF) $(CUDA_LIB) $(EMU_LIB) $(EMU_RACE_LIB) $(EMU_TESTS) $(CTESTS) $(HOOKS)
 
 # `make emu`: only the emulated CUDA library (quick to rebuild).
-emu: $(EMU_LIB)
+emu: $(EMU_LIB) $(EMU_RACE_LIB)
 
 # `make ctests`: build the C unit tests; `make test-c` runs them alone.
-ctests: $(CTESTS)
+ctests: $(CTESTS) $(EMU_TESTS)
 test-c: $(CTESTS)
 	@bash scripts/run-tests.sh c
 
@@ -161,12 +173,22 @@ $(BUILD)/emu/%.o: runtime/cuda/kernels/%.cu Makefile
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
 
-$(BUILD)/emu/emu.o: runtime/cuda/emu/emu.cc Makefile
+$(BUILD)/emu/%.o: runtime/cuda/emu/%.cc Makefile
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_FLAGS) -c $< -o $@
 
+$(BUILD)/emu-race/%.o: runtime/cuda/kernels/%.cu Makefile
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_RACE_FLAGS) -x c++ -c $< -o $@
+
 $(EMU_LIB): $(EMU_OBJ)
-	$(CXX) -shared -o $@ $^ -lpthread
+	$(CXX) -shared -Wl,--no-undefined -o $@ $^ -lpthread -ldl
+
+$(EMU_RACE_LIB): $(EMU_RACE_OBJ)
+	$(CXX) -shared -Wl,--no-undefined -o $@ $^ -lpthread -ldl
+
+$(BUILD)/emu_%: tests/emu/%.cc $(BUILD)/emu/emu.o $(BUILD)/emu/racecheck.o Makefile
+	$(CXX) $(EMU_RACE_FLAGS) -o $@ $< $(BUILD)/emu/emu.o $(BUILD)/emu/racecheck.o -lpthread -ldl
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
@@ -193,6 +215,13 @@ chaos: deps
 	@grep -m1 '^flags' /proc/cpuinfo || true
 	@echo "cores: $$(nproc)"
 	$(CLI) tests/chaos/run.lua
+
+# `make mutants`: every __syncthreads of the kernel files with shared
+# memory removed in turn, each mutant run through its CUDA specs on the
+# emulator in shuffled order, in run-ahead order and under the race checker
+# (scripts/cuda-mutants.sh; about 2 minutes a mutant).
+mutants: all
+	@bash scripts/cuda-mutants.sh
 
 # `make fuzz`: the safetensors reader, then the store's frame parser, under
 # libFuzzer, ASan and UBSan for FUZZ_SECONDS each, seeded with the golden

@@ -13,11 +13,15 @@ count() {  # $1: passed, $2: failed, $3: skipped
 }
 
 # -- C unit tests (built by make as build/test_*, linked with the
-# runtime's archive): each prints "name: N passed, M failed" last, "SKIP:"
+# runtime's archive; the CUDA emulator's own, tests/emu/test_*.cc, as
+# build/emu_test_*): each prints "name: N passed, M failed" last, "SKIP:"
 # lines for a missing device
-for src in tests/c/test_*.c; do
+for src in tests/c/test_*.c tests/emu/test_*.cc; do
   [ -e "$src" ] || continue
-  name=$(basename "$src" .c)
+  case $src in
+    tests/emu/*) name=emu_$(basename "$src" .cc) ;;
+    *) name=$(basename "$src" .c) ;;
+  esac
   bin="$BUILD/$name"
   if [ ! -x "$bin" ]; then
     echo "FAIL $name: not built (make ctests)"; count 0 1 0; continue
@@ -110,7 +114,13 @@ if [ -n "$cuda_specs" ]; then
   if [ "${ndev:-0}" -gt 0 ]; then
     DDPLUA_CUDA_EMU=0 run_busted "cuda specs (GPU)" "$out/busted-cuda.tap" $cuda_specs
   elif [ -e "$BUILD/libddplua_cudaemu.so" ]; then
-    DDPLUA_CUDA_EMU=1 run_busted "cuda specs (emulated on the CPU)" "$out/busted-cuda.tap" $cuda_specs
+    # twice: with the shared-memory race checker on (its build of the
+    # kernels, threads in shuffled order), and in run-ahead order (one warp
+    # as far ahead of the others as a GPU may let it) -- docs/cuda.md
+    DDPLUA_CUDA_EMU=1 DDPLUA_CUDA_EMU_RACECHECK=1 \
+      run_busted "cuda specs (emulated on the CPU, race checker on)" "$out/busted-cuda.tap" $cuda_specs
+    DDPLUA_CUDA_EMU=1 DDPLUA_CUDA_EMU_SCHED=runahead \
+      run_busted "cuda specs (emulated on the CPU, run-ahead order)" "$out/busted-cuda-runahead.tap" $cuda_specs
   else
     echo "SKIP: CUDA op specs (no GPU, and the CUDA emulator was not built)"; count 0 0 1
   fi

@@ -122,14 +122,19 @@ static void cuda_probe(void) {
   ** sources built with g++ (runtime/cuda/emu), for tests without a GPU. */
   const char *emu = getenv("DDPLUA_CUDA_EMU");
   if (emu && *emu && strcmp(emu, "0") != 0) {
-    if (cuda_load_lib("libddplua_cudaemu.so") != 0) return;
+    /* DDPLUA_CUDA_EMU_RACECHECK=1: the build whose kernels report every
+    ** shared-memory access to the race checker (docs/cuda.md) */
+    const char *race = getenv("DDPLUA_CUDA_EMU_RACECHECK");
+    int checked = race && *race && strcmp(race, "0") != 0;
+    if (cuda_load_lib(checked ? "libddplua_cudaemu_race.so" : "libddplua_cudaemu.so") != 0) return;
     if (cuda.api->device_count(&n, err, sizeof err) != 0 || n <= 0) {
       status_set("CUDA emulator found no device: %s", err);
       return;
     }
     cuda.ndev = n;
     device_register(DL_DEVICE_CUDA, &cuda_device);
-    status_set("%d emulated CUDA device(s) (DDPLUA_CUDA_EMU: kernels run on the CPU)", n);
+    status_set("%d emulated CUDA device(s) (DDPLUA_CUDA_EMU: kernels run on the CPU%s)", n,
+               checked ? ", shared-memory race checker on" : "");
     return;
   }
   /* Checked first and apart from cudart (which dlopens it again itself) so

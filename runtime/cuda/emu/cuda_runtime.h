@@ -113,16 +113,23 @@ const char *cudaGetErrorString(cudaError_t e);
 /* -- Kernel side ---------------------------------------------------------- */
 
 namespace dlc_emu {
-struct fiber_state { uint3 tid; };
+/* tid: threadIdx; idx: the thread's linear index in its block. */
+struct fiber_state { uint3 tid; int idx; };
 extern thread_local fiber_state *cur;
 extern thread_local uint3 block_idx;
 extern thread_local dim3 block_dim, grid_dim;
 extern thread_local unsigned char *dyn_smem;
-void syncthreads();
-void syncwarp();
+/* Not inline: each records its caller (the kernel's barrier) as the site
+** the race checker names for a divergent barrier. */
+__attribute__((noinline)) void syncthreads();
+__attribute__((noinline)) void syncwarp();
+/* An atomic read-modify-write of n bytes at p, for the race checker
+** (atomics never race with each other). */
+void atomic_access(const void *p, size_t n, const void *pc);
 /* Swaps 8 bytes among the lanes of the calling warp. */
 uint64_t shfl(uint64_t v, int mode, int arg, int width);
-void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+/* kernel: the function body calls, for the race checker's reports. */
+void launch(dim3 grid, dim3 block, size_t smem, cudaStream_t st, const void *kernel,
             const std::function<void()> &body);
 template <class T> T shfl_t(T v, int mode, int arg, int width) {
   uint64_t u = 0;
@@ -140,19 +147,30 @@ template <class T> T shfl_t(T v, int mode, int arg, int width) {
 #define gridDim (dlc_emu::grid_dim)
 #define warpSize 32
 
-inline void __syncthreads() { dlc_emu::syncthreads(); }
-inline void __syncwarp(unsigned = 0xffffffffu) { dlc_emu::syncwarp(); }
+#define __syncthreads() dlc_emu::syncthreads()
+#define __syncwarp(...) dlc_emu::syncwarp()
 template <class T> T __shfl_down_sync(unsigned, T v, int d, int w = 32) { return dlc_emu::shfl_t(v, 0, d, w); }
 template <class T> T __shfl_up_sync(unsigned, T v, int d, int w = 32) { return dlc_emu::shfl_t(v, 1, d, w); }
 template <class T> T __shfl_xor_sync(unsigned, T v, int m, int w = 32) { return dlc_emu::shfl_t(v, 2, m, w); }
 template <class T> T __shfl_sync(unsigned, T v, int l, int w = 32) { return dlc_emu::shfl_t(v, 3, l, w); }
 
-/* Blocks run one after another on one thread: atomics need no lock. */
-template <class T> inline T atomicAdd(T *p, T v) { T o = *p; *p = o + v; return o; }
-template <class T> inline T atomicMax(T *p, T v) { T o = *p; if (v > o) *p = v; return o; }
-template <class T> inline T atomicMin(T *p, T v) { T o = *p; if (v < o) *p = v; return o; }
-template <class T> inline T atomicExch(T *p, T v) { T o = *p; *p = v; return o; }
-template <class T> inline T atomicCAS(T *p, T c, T v) { T o = *p; if (o == c) *p = v; return o; }
+/* Blocks run one after another on one thread: atomics need no lock.  In
+** the race checker's build (DLC_EMU_RACE: the kernels compiled with
+** -fsanitize=thread, every load and store reported to racecheck.cc) they
+** are left uninstrumented and reported as one atomic access instead, so
+** two threads' atomics on a shared word are not called a race. */
+#ifdef DLC_EMU_RACE
+#define DLC_EMU_ATOMIC __attribute__((noinline, no_sanitize_thread))
+#define DLC_EMU_ATOMIC_NOTE(p) dlc_emu::atomic_access(p, sizeof *p, __builtin_return_address(0))
+#else
+#define DLC_EMU_ATOMIC inline
+#define DLC_EMU_ATOMIC_NOTE(p) (void)0
+#endif
+template <class T> DLC_EMU_ATOMIC T atomicAdd(T *p, T v) { DLC_EMU_ATOMIC_NOTE(p); T o = *p; *p = o + v; return o; }
+template <class T> DLC_EMU_ATOMIC T atomicMax(T *p, T v) { DLC_EMU_ATOMIC_NOTE(p); T o = *p; if (v > o) *p = v; return o; }
+template <class T> DLC_EMU_ATOMIC T atomicMin(T *p, T v) { DLC_EMU_ATOMIC_NOTE(p); T o = *p; if (v < o) *p = v; return o; }
+template <class T> DLC_EMU_ATOMIC T atomicExch(T *p, T v) { DLC_EMU_ATOMIC_NOTE(p); T o = *p; *p = v; return o; }
+template <class T> DLC_EMU_ATOMIC T atomicCAS(T *p, T c, T v) { DLC_EMU_ATOMIC_NOTE(p); T o = *p; if (o == c) *p = v; return o; }
 template <class T> inline T __ldg(const T *p) { return *p; }
 inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }

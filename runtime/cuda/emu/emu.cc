@@ -25,6 +25,7 @@
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
 #include "cublas_v2.h"
+#include "racecheck.h"
 
 namespace dlc_emu {
 thread_local fiber_state *cur;
@@ -36,6 +37,7 @@ thread_local unsigned char *dyn_smem;
 /* -- Devices and errors ---------------------------------------------------- */
 
 static thread_local cudaError_t last_error = cudaSuccess;
+static thread_local char launch_why[1024];
 static thread_local int cur_device = 0;
 
 static int ndevices(void) {
@@ -97,7 +99,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorLaunchFailure: return "unspecified launch failure (emulator: a kernel deadlocked)";
+    case cudaErrorLaunchFailure: return launch_why[0] ? launch_why : "unspecified launch failure";
     default: return "emulated CUDA error";
   }
 }
@@ -255,7 +257,10 @@ void ctx_make(ctx *c, char *stack, size_t size, void (*entry)(void)) {
 }
 #endif
 
-struct group { int live, arrived; unsigned gen; };
+/* A barrier: the block's (__syncthreads) or a warp's (__syncwarp and
+** shuffles).  site/site_idx: where and by whom the current generation's
+** first arrival came, for the race checker's divergent-barrier report. */
+struct group { int live, arrived; unsigned gen; const void *site; int site_idx; };
 
 struct fiber {
   dlc_emu::fiber_state st;
@@ -271,6 +276,7 @@ struct block_run {
   ctx sched;
   const std::function<void()> *body;
   int current;
+  int exited;              /* a thread that has finished, or -1 */
   unsigned long progress;  /* bumps at every arrival and finish */
 };
 
@@ -289,22 +295,36 @@ char *stack_get(void) {
 
 void yield_to_sched(void) { ctx_switch(&br->f[br->current].c, &br->sched); }
 
-void arrive_wait(group &g) {
+/* warp: the warp's number, or -1 for the block's barrier. */
+void arrive_wait(group &g, int warp, const void *site) {
   unsigned gen = g.gen;
   br->progress++;
+  if (dlc_emu::rc::enabled() && warp < 0) {
+    /* __syncthreads in divergent code: arrivals from two call sites, or
+    ** a thread of the block gone while others wait (see leave). */
+    if (g.arrived == 0) {
+      g.site = site;
+      g.site_idx = br->current;
+      if (br->exited >= 0) dlc_emu::rc::divergent(br->current, site, br->exited, NULL);
+    } else if (site != g.site) {
+      dlc_emu::rc::divergent(br->current, site, g.site_idx, g.site);
+    }
+  }
   if (++g.arrived >= g.live) {
     g.arrived = 0;
     g.gen++;
+    dlc_emu::rc::synced(warp);
     return;
   }
   while (g.gen == gen) yield_to_sched();
 }
 
-void leave(group &g) {
+void leave(group &g, int warp) {
   g.live--;
   if (g.arrived > 0 && g.arrived >= g.live) {
     g.arrived = 0;
     g.gen++;
+    dlc_emu::rc::synced(warp);
   }
 }
 
@@ -314,24 +334,77 @@ void fiber_entry(void) {
   (*br->body)();
   br->f[idx].state = DONE;
   br->progress++;
-  leave(br->all);
-  leave(br->warps[idx / 32]);
+  if (dlc_emu::rc::enabled() && br->all.arrived > 0)
+    dlc_emu::rc::divergent(br->all.site_idx, br->all.site, idx, NULL);
+  br->exited = idx;
+  leave(br->all, -1);
+  leave(br->warps[idx / 32], idx / 32);
   ctx_switch(&br->f[idx].c, &br->sched);
   abort();  /* a finished fiber is never resumed */
 }
+
+/* -- Scheduling: the order in which a block's threads move ------------------
+** DDPLUA_CUDA_EMU_SCHED picks it, read at every launch:
+**   shuffle   (default) every live thread once per round, in a new random
+**             order each round (a round ends when each has reached a barrier)
+**   runahead  one warp at a time runs until all its threads wait at the
+**             block's barrier or have finished, then the next (warps in a
+**             random order each round): a fast warp gets as far ahead of
+**             the others as a GPU may let it
+**   reverse   every round in descending thread order
+**   linear    every round in ascending order (DDPLUA_CUDA_EMU_ORDER=linear
+**             too: for debugging)
+** DDPLUA_CUDA_EMU_SEED seeds the random orders (each OS thread's sequence
+** starts from it), so an order that fails can be replayed. */
+enum sched_mode { SCHED_SHUFFLE, SCHED_RUNAHEAD, SCHED_REVERSE, SCHED_LINEAR };
+
+sched_mode sched_from_env(void) {
+  const char *e = getenv("DDPLUA_CUDA_EMU_SCHED");
+  const char *o = getenv("DDPLUA_CUDA_EMU_ORDER");
+  if (e && !strcmp(e, "runahead")) return SCHED_RUNAHEAD;
+  if (e && !strcmp(e, "reverse")) return SCHED_REVERSE;
+  if ((e && !strcmp(e, "linear")) || (o && !strcmp(o, "linear"))) return SCHED_LINEAR;
+  return SCHED_SHUFFLE;
+}
+
+thread_local uint64_t rng_state;
+thread_local bool rng_seeded;
+
+uint64_t rng_next(void) {
+  if (!rng_seeded) {
+    const char *e = getenv("DDPLUA_CUDA_EMU_SEED");
+    rng_state = 0x9e3779b97f4a7c15ull ^ (e && *e ? strtoull(e, NULL, 0) * 0xbf58476d1ce4e5b9ull : 0);
+    if (!rng_state) rng_state = 1;
+    rng_seeded = true;
+  }
+  rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+  return rng_state;
+}
+
+void shuffle(std::vector<int> &v) {
+  for (size_t i = v.size(); i > 1; i--) {
+    size_t j = (size_t)(rng_next() % i);
+    int t = v[i - 1];
+    v[i - 1] = v[j];
+    v[j] = t;
+  }
+}
 }  // namespace
 
-void dlc_emu::syncthreads() { arrive_wait(br->all); }
-void dlc_emu::syncwarp() { arrive_wait(br->warps[br->current / 32]); }
+void dlc_emu::syncthreads() { arrive_wait(br->all, -1, __builtin_return_address(0)); }
+void dlc_emu::syncwarp() {
+  int w = br->current / 32;
+  arrive_wait(br->warps[(size_t)w], w, __builtin_return_address(0));
+}
 
 uint64_t dlc_emu::shfl(uint64_t v, int mode, int arg, int width) {
   thread_local static uint64_t slots[32][32];  /* [warp][lane] of this block */
   int idx = br->current, w = idx / 32, lane = idx % 32;
-  group &g = br->warps[w];
+  group &g = br->warps[(size_t)w];
   int nlanes = (int)br->f.size() - w * 32;
   if (nlanes > 32) nlanes = 32;
   slots[w][lane] = v;
-  arrive_wait(g);
+  arrive_wait(g, w, NULL);
   int base = lane / width * width, s;
   switch (mode) {
     case 0: s = lane + arg; if (s >= base + width) s = lane; break;
@@ -340,7 +413,7 @@ uint64_t dlc_emu::shfl(uint64_t v, int mode, int arg, int width) {
     default: s = base + ((arg % width) + width) % width; break;
   }
   uint64_t r = s < nlanes ? slots[w][s] : v;
-  arrive_wait(g);
+  arrive_wait(g, w, NULL);
   return r;
 }
 
@@ -352,72 +425,78 @@ static int fiber_start(fiber &f) {
   return 0;
 }
 
-static int run_block(const std::function<void()> &body, int nthreads) {
+/* Resumes thread i until it next waits or ends; -1 when no stack is left. */
+static int step(block_run &b, int i, int &live_n) {
+  fiber &f = b.f[(size_t)i];
+  if (f.state == DONE) return 0;
+  if (f.state == FREE && fiber_start(f)) return -1;
+  b.current = i;
+  dlc_emu::cur = &f.st;
+  ctx_switch(&b.sched, &f.c);
+  if (f.state == DONE) {
+    stack_pool.push_back(f.stack);
+    f.stack = NULL;
+    live_n--;
+  }
+  return 0;
+}
+
+static int run_block(const std::function<void()> &body, int nthreads, sched_mode mode) {
   block_run b;
   b.f.resize((size_t)nthreads);
   b.warps.resize((size_t)(nthreads + 31) / 32);
   for (size_t w = 0; w < b.warps.size(); w++) {
     int n = nthreads - (int)w * 32;
-    b.warps[w] = {n > 32 ? 32 : n, 0, 0};
+    b.warps[w] = {n > 32 ? 32 : n, 0, 0, NULL, -1};
   }
-  b.all = {nthreads, 0, 0};
+  b.all = {nthreads, 0, 0, NULL, -1};
   b.body = &body;
   b.progress = 0;
+  b.exited = -1;
   block_run *saved = br;
   br = &b;
-  int live_n = nthreads, rc = 0;
+  int live_n = nthreads, rc = 0, nwarps = (int)b.warps.size();
   unsigned bx = dlc_emu::block_dim.x, by = dlc_emu::block_dim.y;
   for (int i = 0; i < nthreads; i++) {
     b.f[(size_t)i].state = FREE;
     b.f[(size_t)i].st.tid = {(unsigned)i % bx, (unsigned)i / bx % by, (unsigned)i / (bx * by)};
+    b.f[(size_t)i].st.idx = i;
     b.f[(size_t)i].stack = NULL;
   }
-  /* Threads run in a new shuffled order each round (between barriers), so
-  ** a kernel that reads what another thread writes without a barrier
-  ** between them fails here as it may on a GPU, instead of passing because
-  ** lower threads happened to run first.  DDPLUA_CUDA_EMU_ORDER=linear
-  ** runs them in index order (for debugging). */
-  static const bool linear = [] {
-    const char *e = getenv("DDPLUA_CUDA_EMU_ORDER");
-    return e && !strcmp(e, "linear");
-  }();
-  thread_local uint64_t rng = 0x9e3779b97f4a7c15ull;
-  std::vector<int> order((size_t)nthreads);
+  dlc_emu::rc::block_begin(nthreads);
+  std::vector<int> order((size_t)(mode == SCHED_RUNAHEAD ? nwarps : nthreads));
   while (live_n > 0) {
     unsigned long before = b.progress;
-    for (int i = 0; i < nthreads; i++) order[(size_t)i] = i;
-    if (!linear)
-      for (int i = nthreads - 1; i > 0; i--) {
-        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        int j = (int)(rng % (uint64_t)(i + 1));
-        int t = order[(size_t)i];
-        order[(size_t)i] = order[(size_t)j];
-        order[(size_t)j] = t;
+    for (size_t i = 0; i < order.size(); i++)
+      order[i] = mode == SCHED_REVERSE ? (int)(order.size() - 1 - i) : (int)i;
+    if (mode == SCHED_SHUFFLE || mode == SCHED_RUNAHEAD) shuffle(order);
+    if (mode == SCHED_RUNAHEAD) {
+      /* each warp in turn, its threads resumed until none of them moves:
+      ** all wait at the block's barrier (or a warp barrier a finished
+      ** lane left unreachable, which the deadlock check below ends) */
+      for (int w : order) {
+        unsigned long p;
+        do {
+          p = b.progress;
+          for (int i = w * 32; i < nthreads && i < w * 32 + 32; i++)
+            if (step(b, i, live_n)) { rc = -1; goto out; }
+        } while (b.progress != p);
       }
-    for (int k = 0; k < nthreads; k++) {
-      int i = order[(size_t)k];
-      fiber &f = b.f[(size_t)i];
-      if (f.state == DONE) continue;
-      if (f.state == FREE && fiber_start(f)) { rc = -1; goto out; }
-      b.current = i;
-      dlc_emu::cur = &f.st;
-      ctx_switch(&b.sched, &f.c);
-      if (f.state == DONE) {
-        stack_pool.push_back(f.stack);
-        f.stack = NULL;
-        live_n--;
-      }
+    } else {
+      for (int i : order)
+        if (step(b, i, live_n)) { rc = -1; goto out; }
     }
     if (live_n > 0 && b.progress == before) { rc = -1; break; }  /* nobody can move */
   }
 out:
   for (auto &f : b.f)
     if (f.stack) stack_pool.push_back(f.stack);  /* a deadlocked fiber is abandoned */
+  dlc_emu::rc::block_end();
   br = saved;
   return rc;
 }
 
-void dlc_emu::launch(dim3 grid, dim3 block, size_t smem, cudaStream_t,
+void dlc_emu::launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const void *kernel,
                      const std::function<void()> &body) {
   long nthreads = (long)block.x * block.y * block.z;
   if (nthreads <= 0 || nthreads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
@@ -430,18 +509,31 @@ void dlc_emu::launch(dim3 grid, dim3 block, size_t smem, cudaStream_t,
   uint3 saved_i = block_idx;
   fiber_state *saved_cur = cur;
   unsigned char *saved_smem = dyn_smem;
+  sched_mode mode = sched_from_env();
+  const char *report;
   block_dim = block;
   grid_dim = grid;
   dyn_smem = shm.data();
+  rc::launch_begin(kernel, shm.data(), smem);
   for (unsigned z = 0; z < grid.z; z++)
     for (unsigned y = 0; y < grid.y; y++)
       for (unsigned x = 0; x < grid.x; x++) {
         block_idx = {x, y, z};
-        if (run_block(body, (int)nthreads)) {
+        if (run_block(body, (int)nthreads, mode)) {
+          snprintf(launch_why, sizeof launch_why,
+                   "unspecified launch failure (emulator: a kernel deadlocked in block (%u,%u,%u))",
+                   x, y, z);
+          rc::launch_end();
           fail(cudaErrorLaunchFailure);
           goto done;
         }
       }
+  /* a hazard fails the launch once the kernel has run to its end */
+  report = rc::launch_end();
+  if (report) {
+    snprintf(launch_why, sizeof launch_why, "%s", report);
+    fail(cudaErrorLaunchFailure);
+  }
 done:
   block_dim = saved_b;
   grid_dim = saved_g;

@@ -3,7 +3,7 @@
 
 #include "common.cuh"
 
-static thread_local char last_err[512];
+static thread_local char last_err[1024];
 
 void dlc_set_error(const char *fmt, ...) {
   va_list ap;

@@ -27,7 +27,7 @@
 ** template instance into a variable first). */
 #ifdef DLC_EMU
 #define DLC_LAUNCH(k, grid, block, smem, stream, ...) \
-  dlc_emu::launch((grid), (block), (smem), (stream), [=]() { k(__VA_ARGS__); })
+  dlc_emu::launch((grid), (block), (smem), (stream), reinterpret_cast<const void *>(k), [=]() { k(__VA_ARGS__); })
 #else
 #define DLC_LAUNCH(k, grid, block, smem, stream, ...) \
   k<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
