@@ -94,10 +94,11 @@ static size_t nbytes(const dl_tensor *t) {
 ** the head of the call's first message (dlg_first), which for a call of
 ** at most dlg_inline_max bytes (64 KiB on up to 9 ranks) carries the data
 ** too: one message to every peer does the whole call, data and check, so
-** the check costs no transfer of its own (it used to cost ~+20% on a 4 KiB
-** all_reduce as a separate message).  Larger calls send the descriptor
-** alone, compare, then run Gloo's collective: one round trip more, noise
-** at those sizes. */
+** the check costs no transfer of its own (a 4 KiB all_reduce of 2 ranks:
+** 157 us, Gloo's own all_reduce without the check 323 us, the descriptor
+** as a separate message 416 us; medians on 2 shared cores).  Larger calls
+** send the descriptor alone, compare, then run Gloo's collective: one
+** round trip more. */
 
 /* Names each rank's call, poisons the group and fails, if the ranks' calls
 ** (in p->all, arrived) differ. */
