@@ -1,6 +1,7 @@
 -- allreduce.lua: all_reduce (sum, in place) of float32 tensors from 4 KiB to
 -- 256 MiB across the ranks of a job, twin of allreduce.py.
---   ddplua --nproc 2 --no-prefix bench/allreduce.lua
+--   ddplua --nproc 2 --no-prefix bench/allreduce.lua [SIZE...]
+-- SIZEs (say 4KiB) run only those rows: a quick check of one size.
 -- Method (the same in both twins): after WARMUP calls and one barrier, a
 -- sample is a loop of K back-to-back calls timed on rank 0 and divided by
 -- K; the median of SAMPLES samples is the op time.  No barrier inside the
@@ -22,6 +23,8 @@ local SIZES = {
   { "256MiB", 256 * 2^20, 1, 5 },
 }
 local WARMUP = 5
+local only = {}
+for _, a in ipairs(arg or {}) do only[a] = true end
 
 ddp.init()
 local rank, w = ddp.rank(), ddp.world_size()
@@ -33,6 +36,7 @@ end
 
 for _, s in ipairs(SIZES) do
   local name, bytes, k, samples = s[1], s[2], s[3], s[4]
+  if next(only) and not only[name] then goto continue end
   -- ones: the sums double each call and reach inf after ~128 calls, in
   -- both twins alike (inf + inf stays inf; no NaN, no denormals)
   local t = ddp.ones(bytes / 4)
@@ -50,5 +54,6 @@ for _, s in ipairs(SIZES) do
     print(("all_reduce %s busbw\t%.3f\tGB/s"):format(name, 2 * (w - 1) / w * bytes / dt / 1e9))
   end
   t:free()
+  ::continue::
 end
 ddp.shutdown()

@@ -548,8 +548,9 @@ assert(os.time() - t0 < 10, "took too long")
   end
 
   it("names mismatched calls over Gloo on every rank, with or without DDP_DEBUG=1", function()
-    -- op, size (small and large: compared after and before the data) and
-    -- kind; without the check Gloo returned garbage and exit 0, or crashed
+    -- op, size (small and large: the data in the descriptor's message, or
+    -- after it) and kind; without the check Gloo returned garbage and exit
+    -- 0, or crashed; DDP_DEBUG=1 changes nothing over Gloo
     local s = script([[
 ddp.init()
 ddp.all_reduce(ddp.ones(4))
@@ -570,6 +571,42 @@ if os.getenv("BC" .. ddp.rank()) then ddp.broadcast(ddp.ones(n), 0) else ddp.all
         local _, n = err:gsub(" #2: mismatched collectives: " .. c[2]:gsub("%p", "%%%0"), "")
         assert.is_true(n >= 2, err)  -- every rank names its own call (the launcher may repeat a line)
         assert.falsy(err:find("SIGABRT", 1, true), err)
+      end
+    end
+  end)
+
+  it("names small Gloo calls of different sizes on every rank, never a fatal exit 70", function()
+    -- both under 64 KiB: the smaller rank's buffer used to meet the larger
+    -- message inside Gloo, whose network thread then ended the process
+    -- ("op.preamble.length <= op.nbytes", exit 70); now every call's first
+    -- message carries its descriptor and compares before any data is used
+    local s = script([[
+ddp.init()
+ddp.all_reduce(ddp.ones(4))
+local n = tonumber(os.getenv("N" .. ddp.rank()))
+local kind = os.getenv("K") or "all_reduce"
+if kind == "broadcast" then ddp.broadcast(ddp.ones(n), 0)
+elseif kind == "all_gather" then ddp.all_gather(ddp.ones(n))
+elseif kind == "reduce_scatter" then ddp.reduce_scatter(ddp.ones(n))
+else ddp.all_reduce(ddp.ones(n)) end
+]])
+    local cases = {
+      { "N0=4 N1=4000", "rank 0 called all_reduce(sum) #2 float32 x4; rank 1 called all_reduce(sum) #2 float32 x4000" },
+      { "N0=4000 N1=4", "rank 0 called all_reduce(sum) #2 float32 x4000; rank 1 called all_reduce(sum) #2 float32 x4" },
+      { "N0=16 N1=16000", "rank 0 called all_reduce(sum) #2 float32 x16; rank 1 called all_reduce(sum) #2 float32 x16000" },
+      { "K=broadcast N0=4 N1=4000", "rank 0 called broadcast(src 0) #2 float32 x4; rank 1 called broadcast(src 0) #2 float32 x4000" },
+      { "K=all_gather N0=8 N1=800", "rank 0 called all_gather #2 float32 x8; rank 1 called all_gather #2 float32 x800" },
+      { "K=reduce_scatter N0=8 N1=800", "rank 0 called reduce_scatter(sum) #2 float32 x8; rank 1 called reduce_scatter(sum) #2 float32 x800" },
+    }
+    for _, c in ipairs(cases) do
+      local _, err, rc = run("--nproc 2 " .. q(s), c[1] .. " DDP_BACKEND=gloo DDP_TIMEOUT=10")
+      assert.is_not.equals(0, rc, err)
+      assert.is_not.equals(70, rc, err)
+      assert.falsy(err:find("fatal: Gloo", 1, true), err)
+      local want = " #2: mismatched collectives: " .. c[2]
+      for r = 0, 1 do  -- each rank's own line, not the launcher's repeat of one
+        assert.truthy(err:find("[" .. r .. "] ddplua: ", 1, true) and err:find("%[" .. r .. "%] [^\n]*"
+          .. want:gsub("%p", "%%%0")), err)
       end
     end
   end)

@@ -41,13 +41,19 @@ namespace {
 // Gloo's own slot prefixes are 0x01..0x08.
 constexpr uint8_t kRsSlotPrefix = 0x40;
 constexpr uint8_t kP2pSlotPrefix = 0x41;
-constexpr uint8_t kDescSlotPrefix = 0x42;  // dlg_exchange: one slot per exchange
+constexpr uint8_t kFirstSlotPrefix = 0x42;  // dlg_first: one slot per call
 // Large buffers go in pieces (each its own tag or slot): no single Gloo
 // operation sees more than 1 GiB.
 constexpr size_t kChunkBytes = size_t(1) << 30;
 // Reduce-scatter's pipeline grain: a piece is reduced while the next arrives.
 constexpr size_t kPieceBytes = size_t(1) << 20;
 constexpr size_t kWindow = 4;
+// dlg_first's messages: a header of at most kHeadMax bytes, then up to
+// dlg_inline_max bytes of data: 64 KiB, less from 9 ranks up, so the
+// buffers posted for every peer's message stay under ~512 KiB a context.
+constexpr size_t kHeadMax = 64;
+constexpr size_t kInlineMax = size_t(64) << 10;
+constexpr size_t kInlineTotal = size_t(512) << 10;
 
 // -- Half types: dtype.c's conversions (the same library) -------------------
 
@@ -260,7 +266,9 @@ class DlStore : public gloo::rendezvous::Store {
 // Gloo throws on its network thread when a peer's message does not fit
 // the buffer posted for it (ranks making different calls); nothing can
 // catch that, and std::terminate would abort with a core dump.  Say what
-// happened and most likely why, and exit with a status instead.
+// happened and most likely why, and exit with a status instead.  (The
+// process groups never get here: every call's first message, dlg_first,
+// fits any rank's buffer and is compared before Gloo sees other data.)
 [[noreturn]] void on_terminate() {
   std::string what = "unknown error";
   if (auto e = std::current_exception()) {
@@ -274,7 +282,7 @@ class DlStore : public gloo::rendezvous::Store {
   fprintf(stderr,
           "ddplua: fatal: Gloo failed on its network thread: %s\n"
           "ddplua: the ranks' calls most likely differ (another collective, size or dtype at "
-          "the same point); DDP_DEBUG=1 names each rank's call\n",
+          "the same point)\n",
           what.c_str());
   fflush(stderr);
   _exit(70);
@@ -316,10 +324,12 @@ struct dlg {
   std::string poison;  // the first failure's message; empty while usable
   std::unique_ptr<char[]> scratch;  // reduce-scatter's window and partial block
   size_t scratch_n = 0;
-  // dlg_exchange's transfers in flight (send of this rank's bytes, one recv per peer)
-  uint32_t xslot = 0;
-  std::unique_ptr<gloo::transport::UnboundBuffer> xsend;
-  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> xrecv;
+  // dlg_first: world message slots of kHeadMax + inline_max bytes each,
+  // those this rank sends (its own in slot `rank`) and those it receives
+  uint32_t fslot = 0;
+  size_t inline_max = 0;
+  std::unique_ptr<char[]> fout, fin;
+  std::unique_ptr<gloo::transport::UnboundBuffer> foutb, finb;
 };
 
 namespace {
@@ -431,6 +441,8 @@ dlg *dlg_new(dl_store *store, const char *prefix, int rank, int world, const cha
     g->timeout = to_ms(timeout_s);
     g->sent.assign(size_t(world), 0);
     g->recvd.assign(size_t(world), 0);
+    g->inline_max =
+        world > 1 ? std::min(kInlineMax, kInlineTotal / size_t(world - 1)) / 64 * 64 : kInlineMax;
     gloo::transport::tcp::attr attr;
     attr.hostname = host && *host ? host : "127.0.0.1";
     g->dev = gloo::transport::tcp::CreateDevice(attr);
@@ -459,6 +471,8 @@ dlg *dlg_new(dl_store *store, const char *prefix, int rank, int world, const cha
 void dlg_free(dlg *g) {
   if (!g) return;
   try {
+    g->foutb.reset();  // they hold the context
+    g->finb.reset();
     g->ctx.reset();  // closes the pairs before the device's loop goes
     g->dev.reset();
     delete g;
@@ -678,41 +692,71 @@ int dlg_recv(dlg *g, void *buf, int64_t nbytes, int src, char *err, size_t errle
   return rc;
 }
 
-int dlg_exchange(dlg *g, const void *mine, void *all, size_t n, char *err, size_t errlen) {
-  if (!mine || !all || !n) return bad_arg(err, errlen, "exchange", "bad buffer");
-  return guard(g, "exchange", err, errlen, [&] {
-    memcpy(static_cast<char *>(all) + size_t(g->rank) * n, mine, n);
-    if (g->world == 1) return;
-    const uint64_t slot = gloo::Slot::build(kDescSlotPrefix, g->xslot++);
-    g->xrecv.resize(size_t(g->world));
-    for (int r = 0; r < g->world; r++) {
-      if (r == g->rank) continue;
-      g->xrecv[size_t(r)] = g->ctx->createUnboundBuffer(static_cast<char *>(all) + size_t(r) * n, n);
-      g->xrecv[size_t(r)]->recv(r, slot, 0, n);
+size_t dlg_inline_max(const dlg *g) { return g ? g->inline_max : 0; }
+
+// Every peer's message lands in its own slot of fin, each posted for the
+// largest message any rank may send, so a message of another size (a rank
+// making another call) arrives whole and is told apart by its header
+// instead of making Gloo throw on its network thread.  The receives go out
+// first, so a peer's send usually finds its receive ready and goes at once.
+int dlg_first(dlg *g, const char *what, const void *head, size_t hlen, const void *data,
+              size_t dlen, size_t stride, char *err, size_t errlen) {
+  if (!what) what = "call";
+  if (!head || !hlen || hlen > kHeadMax || (dlen && !data))
+    return bad_arg(err, errlen, what, "bad message");
+  if (g && dlen > g->inline_max)
+    return bad_arg(err, errlen, what, "message of " + std::to_string(dlen) + " bytes over " +
+                                          std::to_string(g->inline_max));
+  return guard(g, what, err, errlen, [&] {
+    const size_t W = size_t(g->world), me = size_t(g->rank), S = kHeadMax + g->inline_max;
+    if (!g->fout) {
+      g->fout.reset(new char[W * S]);
+      g->fin.reset(new char[W * S]);
+      g->foutb = g->ctx->createUnboundBuffer(g->fout.get(), W * S);
+      g->finb = g->ctx->createUnboundBuffer(g->fin.get(), W * S);
     }
-    g->xsend = g->ctx->createUnboundBuffer(static_cast<char *>(all) + size_t(g->rank) * n, n);
-    for (int r = 0; r < g->world; r++)
-      if (r != g->rank) g->xsend->send(r, slot, 0, n);
+    const uint64_t slot = gloo::Slot::build(kFirstSlotPrefix, g->fslot++);
+    for (size_t r = 0; r < W; r++)
+      if (r != me) g->finb->recv(int(r), slot, r * S, S);
+    const char *src = static_cast<const char *>(data);
+    for (size_t q = 0; q < W; q++) {  // slot q: the message to q (stride 0: one for all)
+      if (stride == 0 && q != me) continue;
+      char *m = g->fout.get() + q * S;
+      memcpy(m, head, hlen);
+      if (dlen) memcpy(m + hlen, src + q * stride, dlen);
+    }
+    if (W == 1) return;
+    for (size_t q = 0; q < W; q++)
+      if (q != me) g->foutb->send(int(q), slot, (stride ? q : me) * S, hlen + dlen);
+    Deadline dl(g->timeout);
+    for (size_t k = 1; k < W; k++) g->finb->waitRecv(dl.left());
+    for (size_t k = 1; k < W; k++) g->foutb->waitSend(dl.left());
   });
 }
 
-int dlg_exchange_wait(dlg *g, char *err, size_t errlen) {
-  if (g && g->world > 1 && !g->xsend) return bad_arg(err, errlen, "exchange", "nothing posted");
-  // runs on a poisoned context too: the exchange went out before the failure
-  if (!g || g->world == 1) return 0;
-  std::string saved;
-  std::swap(saved, g->poison);
-  int rc = guard(g, "exchange", err, errlen, [&] {
-    Deadline dl(g->timeout);
-    for (int r = 0; r < g->world; r++)
-      if (r != g->rank) g->xrecv[size_t(r)]->waitRecv(dl.left());
-    for (int r = 0; r < g->world; r++)
-      if (r != g->rank) g->xsend->waitSend(dl.left());
-  });
-  if (!saved.empty()) g->poison = saved;
-  g->xsend.reset();
-  for (auto &b : g->xrecv) b.reset();
-  return rc;
+const void *dlg_msg(const dlg *g, int r) {
+  if (!g || r < 0 || r >= g->world || !g->fout) return nullptr;
+  const size_t S = kHeadMax + g->inline_max;
+  return (r == g->rank ? g->fout.get() : g->fin.get()) + size_t(r) * S;
+}
+
+int dlg_reduce_msgs(dlg *g, void *out, size_t off, int64_t n, int dtype, int op, char *err,
+                    size_t errlen) {
+  const char *what = "all_reduce";
+  RedFn fn;
+  size_t es;
+  if (red_args(what, dtype, op, &fn, &es, err, errlen)) return -1;
+  if (!g || !g->fout || n < 0 || (n > 0 && !out) || off > kHeadMax ||
+      size_t(n) * es > g->inline_max)
+    return bad_arg(err, errlen, what, "bad buffer");
+  if (n == 0) return 0;
+  auto at = [&](int r) { return static_cast<const char *>(dlg_msg(g, r)) + off; };
+  // rank order on every rank: the same bits everywhere
+  if (g->world == 1) memcpy(out, at(0), size_t(n) * es);
+  else fn(out, at(0), at(1), size_t(n));
+  for (int r = 2; r < g->world; r++) fn(out, out, at(r), size_t(n));
+  if (op == DL_PG_AVG) divide(out, size_t(n), dtype, g->world);
+  return 0;
 }
 
 int dlg_barrier(dlg *g, char *err, size_t errlen) {

@@ -62,14 +62,26 @@ DLG_API int dlg_send(dlg *g, const void *buf, int64_t nbytes, int dst,
 DLG_API int dlg_recv(dlg *g, void *buf, int64_t nbytes, int src,
                      char *err, size_t errlen);
 DLG_API int dlg_barrier(dlg *g, char *err, size_t errlen);
-/* Every rank's n bytes into all (world * n, rank order), without waiting:
-** dlg_exchange posts the transfers, dlg_exchange_wait (which must follow,
-** before the next exchange; all stays in use until then) waits for them.
-** Other calls may run in between: the collectives' descriptors go out this
-** way beside the data and cost no round trip of their own.  The wait works
-** on a context that failed after the post (the bytes may have arrived). */
-DLG_API int dlg_exchange(dlg *g, const void *mine, void *all, size_t n, char *err, size_t errlen);
-DLG_API int dlg_exchange_wait(dlg *g, char *err, size_t errlen);
+/* The first message of a call, which makes a mismatch of the ranks' calls
+** an error instead of garbage or a crash: this rank sends head (hlen <= 64
+** bytes, the same hlen on every rank) and dlen <= dlg_inline_max bytes of
+** data to every peer -- peer q gets data + q * stride, or data itself for
+** stride 0 -- and waits until every peer's message arrived (a barrier).
+** Messages may differ in size between ranks: each arrives whole, into a
+** slot of its own, and dlg_msg(g, r) is rank r's (head, then data; this
+** rank's own too), valid until the next dlg_first.  Compare the heads
+** before using the data.  what names the call in messages. */
+DLG_API int dlg_first(dlg *g, const char *what, const void *head, size_t hlen, const void *data,
+                      size_t dlen, size_t stride, char *err, size_t errlen);
+DLG_API const void *dlg_msg(const dlg *g, int r);
+/* The most data dlg_first carries: 64 KiB, less from 9 ranks up (the same
+** on every rank of a context). */
+DLG_API size_t dlg_inline_max(const dlg *g);
+/* out (n elements of dtype) = the reduction by op (as dlg_all_reduce) of the
+** n elements at byte off of every rank's dlg_msg, in rank order: the same
+** bits on every rank. */
+DLG_API int dlg_reduce_msgs(dlg *g, void *out, size_t off, int64_t n, int dtype, int op,
+                            char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -45,6 +45,12 @@ struct dl_store {
 ** request, world x timeout in a census of ranks. */
 #define STORE_RECONNECT_S 2.0
 
+/* A get or wait tells the server how long it may park (its timeout); the
+** server answers ST_NOTYET then and the connection stays.  The client
+** gives the answer this much longer before it calls the server hung and
+** drops the connection. */
+#define STORE_NOTYET_GRACE_S 2.0
+
 enum { IO_OK = 0, IO_TIMEOUT = 1, IO_LOST = 2 };
 
 /* Sends every part before the deadline.  IO_LOST with errno on failure. */
@@ -106,7 +112,7 @@ static int exchange(dl_store *s, int op, const char *k, size_t kn,
   unsigned char rh[RHDR];
   if ((rc = recv_all(s->fd, rh, RHDR, deadline))) return rc;
   uint32_t n = get32(rh + 1);
-  if (rh[0] > ST_ERR || n > STORE_MAX_VALUE) { errno = EPROTO; return IO_LOST; }
+  if (rh[0] > ST_NOTYET || n > STORE_MAX_VALUE) { errno = EPROTO; return IO_LOST; }
   char *b = malloc((size_t)n + 1);
   if (!b) { errno = ENOMEM; return IO_LOST; }
   if ((rc = recv_all(s->fd, b, n, deadline))) { free(b); return rc; }
@@ -188,9 +194,12 @@ static int stale(int fd) {
 
 /* One request with the store's reconnect rule: a connection found broken
 ** is replaced once; a request lost after it was sent is resent only when
-** it is idempotent (an add may have been applied).  On timeout the
-** connection is dropped (its late reply would be misread) and the error
-** names key.  Error replies become DL_ESTATE errors. */
+** it is idempotent (an add may have been applied).  A get or wait carries
+** its timeout to the server, whose "not yet" ends it on time with the
+** connection kept (dist.lua waits in 1 s slices: no reconnect and
+** handshake per slice); a reply that never comes drops the connection
+** (its late reply would be misread).  Timeouts name key; error replies
+** become DL_ESTATE errors. */
 static int call(dl_store *s, const char *op, int code, const char *key,
                 const void *v1, size_t n1, const void *v2, size_t n2,
                 double timeout, int idempotent, char **body, size_t *blen) {
@@ -200,6 +209,13 @@ static int call(dl_store *s, const char *op, int code, const char *key,
     return dl_err(EM_STORE_LIMIT, op, "value", (long long)(n1 + n2), STORE_MAX_VALUE);
   if (timeout <= 0) timeout = s->timeout;
   double deadline = now_s() + timeout;
+  unsigned char limit[8];
+  if (code == OP_GET || code == OP_WAIT) {
+    double ms = timeout * 1000 + 0.5;
+    put64(limit, ms >= 1e12 ? (uint64_t)1e12 : ms < 1 ? 1u : (uint64_t)ms);
+    v1 = limit, n1 = 8;
+    deadline += STORE_NOTYET_GRACE_S;
+  }
   int rc = 0, st = 0;
   pthread_mutex_lock(&s->mu);
   for (int attempt = 0; attempt < 2; attempt++) {
@@ -223,7 +239,11 @@ static int call(dl_store *s, const char *op, int code, const char *key,
     /* a wait parked on the server ends when the server dies: the
     ** reconnect below says whether it is gone */
   }
-  if (st != ST_OK) {
+  if (st == ST_NOTYET) {
+    rc = dl_err(EM_STORE_TIMEOUT, op, timeout, (int)(kn > 200 ? 200 : kn), key ? key : "");
+    free(*body);
+    *body = NULL;
+  } else if (st != ST_OK) {
     rc = dl_err(EM_STORE_REPLY, op, (int)*blen, *body);
     free(*body);
     *body = NULL;
@@ -267,6 +287,8 @@ DL_API dl_store *dl_store_connect(const char *host, int port, const char *token,
   if (client_connect(s, "store.connect", s->timeout)) { dl_store_close(s); return NULL; }
   return s;
 }
+
+DL_HIDDEN const store_server *store_server_of(const dl_store *s) { return s ? s->srv : NULL; }
 
 DL_API int dl_store_port(const dl_store *s) {
   if (!s) return dl_err(EM_NULLARG, "store.port", "store");

@@ -15,7 +15,10 @@
 /* The wire format (store.c's header comment). */
 enum { OP_AUTH = 1, OP_SET, OP_GET, OP_ADD, OP_CAS, OP_WAIT, OP_CHECK,
        OP_DELETE, OP_NUMKEYS, OP__END };
-enum { HDR = 9, RHDR = 5, ST_OK = 0, ST_ERR = 1 };
+/* ST_NOTYET: a get or wait that carried a limit (an 8-byte value: the
+** milliseconds it may park) found no key in that time; the connection stays
+** open for the next request. */
+enum { HDR = 9, RHDR = 5, ST_OK = 0, ST_ERR = 1, ST_NOTYET = 2 };
 
 static inline void put32(unsigned char *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
@@ -56,6 +59,10 @@ typedef struct store_server store_server;
 DL_HIDDEN store_server *store_server_start(const char *host, int port, const char *token);
 DL_HIDDEN int store_server_port(const store_server *s);
 DL_HIDDEN void store_server_free(store_server *s);
+/* Connections accepted and handshakes passed since the start (for tests:
+** a wait in slices must not reconnect); a dl_store_server handle's server. */
+DL_HIDDEN void store_server_counts(const store_server *s, long *accepted, long *authed);
+DL_HIDDEN const store_server *store_server_of(const dl_store *s);
 
 /* Checked before anything is allocated for a frame, so a peer cannot make
 ** the server reserve memory it has not sent. */

@@ -148,6 +148,7 @@ typedef struct conn {
   int wait_op;          /* OP_GET or OP_WAIT while parked on wait_key */
   char *wait_key;
   uint32_t wait_klen;
+  double wait_until;    /* mono_s() when a parked request gets ST_NOTYET; 0: never */
 } conn;
 
 struct store_server {
@@ -163,6 +164,7 @@ struct store_server {
   int spare;            /* /dev/null, given up to accept-and-refuse on EMFILE */
   double lpause_until;  /* listening socket not polled before this (fd exhaustion) */
   unsigned char *rbuf;  /* READ_CHUNK bytes, for the server thread's recv */
+  atomic_long accepted, authed;  /* store_server_counts */
   pthread_t thread;
 };
 typedef store_server server;
@@ -253,11 +255,39 @@ static void notify(server *s, const entry *e) {
   }
 }
 
-static int park(conn *c, int op, const char *k, uint32_t n) {
+/* Parks c until key k is set; a request with a limit (v: 8 bytes, the
+** milliseconds it may wait) gets ST_NOTYET when that passes, and its
+** connection stays: a client waiting in slices never reconnects. */
+static int park(conn *c, int op, const char *k, uint32_t n, const unsigned char *v, uint32_t vn) {
+  double until = 0;
+  if (vn == 8) {
+    uint64_t ms = get64(v);
+    if (ms == 0) return reply(c, ST_NOTYET, NULL, 0);
+    until = mono_s() + (ms > 1000000000ull ? 1e6 : (double)ms / 1000);
+  }
   if (!(c->wait_key = malloc(n ? n : 1))) { conn_log(c, "out of memory"); return -1; }
   memcpy(c->wait_key, k, n);
-  c->wait_klen = n, c->wait_op = op;
+  c->wait_klen = n, c->wait_op = op, c->wait_until = until;
   return 0;
+}
+
+/* Answers ST_NOTYET to parked requests past their limit; returns the
+** milliseconds until the next limit (at most 1000). */
+static int expire_waits(server *s) {
+  double now = mono_s(), next = 1.0;
+  for (int i = 0; i < s->nconns; i++) {
+    conn *c = s->conns[i];
+    if (c->dead || !c->wait_key || !c->wait_until) continue;
+    double left = c->wait_until - now;
+    if (left <= 0) {
+      free(c->wait_key);
+      c->wait_key = NULL;
+      if (reply(c, ST_NOTYET, NULL, 0)) c->dead = 1;
+    } else if (left < next) {
+      next = left;
+    }
+  }
+  return (int)(next * 1000) + 1;
 }
 
 /* One complete frame.  Returns -1 to close the connection (logged). */
@@ -274,6 +304,7 @@ static int handle(server *s, conn *c, int op, const char *k, uint32_t kn,
     }
     c->authed = 1;
     s->nunauth--;
+    atomic_fetch_add(&s->authed, 1);
     return reply(c, ST_OK, NULL, 0);
   case OP_SET:
     if (tab_put(&s->tab, k, kn, v, vn)) return reply_err(c, "out of memory storing key \"%.*s\"", k, kn);
@@ -281,10 +312,10 @@ static int handle(server *s, conn *c, int op, const char *k, uint32_t kn,
     return reply(c, ST_OK, NULL, 0);
   case OP_GET:
     if ((e = tab_find(&s->tab, k, kn))) return reply(c, ST_OK, e->val, e->vlen);
-    return park(c, OP_GET, k, kn);
+    return park(c, OP_GET, k, kn, v, vn);
   case OP_WAIT:
     if (tab_find(&s->tab, k, kn)) return reply(c, ST_OK, NULL, 0);
-    return park(c, OP_WAIT, k, kn);
+    return park(c, OP_WAIT, k, kn, v, vn);
   case OP_ADD: {
     int64_t cur = 0, delta = (int64_t)get64(v), sum;
     if ((e = tab_find(&s->tab, k, kn)) && parse_i64(e->val, e->vlen, &cur))
@@ -346,7 +377,9 @@ static int conn_process(server *s, conn *c) {
     else if (!c->authed && kn > UNAUTH_BUF - HDR)
       snprintf(why, sizeof why, "handshake with a token of %u bytes (limit %d)", kn, UNAUTH_BUF - HDR);
     else if ((op == OP_ADD && vn != 8) || (op == OP_CAS && vn < 4) ||
-             (op != OP_SET && op != OP_ADD && op != OP_CAS && vn != 0))
+             ((op == OP_GET || op == OP_WAIT) && vn != 0 && vn != 8) ||
+             (op != OP_SET && op != OP_ADD && op != OP_CAS && op != OP_GET && op != OP_WAIT &&
+              vn != 0))
       snprintf(why, sizeof why, "opcode %d with a value of %u bytes", op, vn);
     if (why[0]) { conn_log(c, why); return -1; }
     size_t len = HDR + (size_t)kn + vn;
@@ -526,6 +559,7 @@ static void server_accept(server *s) {
     c->born = mono_s();
     s->conns[s->nconns++] = c;
     s->nunauth++;
+    atomic_fetch_add(&s->accepted, 1);
   }
 }
 
@@ -589,6 +623,7 @@ static void *server_main(void *arg) {
       if (!c->dead && (re & POLLOUT) && conn_flush(c)) c->dead = 1;
     }
     if (pfd[1].revents & POLLIN) server_accept(s);
+    expire_waits(s);  /* before the frames: an answered wait may hold the next */
     /* A set may unpark connections that already hold their next request:
     ** repeat until no connection makes progress (each pass consumes input). */
     for (int progress = 1; progress;) {
@@ -602,6 +637,8 @@ static void *server_main(void *arg) {
       }
     }
     wait_ms = expire_handshakes(s);
+    int wms = expire_waits(s);  /* and the waits parked just now */
+    if (wms < wait_ms) wait_ms = wms;
     int j = 0, unauth = 0;
     for (int i = 0; i < s->nconns; i++) {
       conn *c = s->conns[i];
@@ -675,6 +712,11 @@ os:;
 }
 
 DL_HIDDEN int store_server_port(const store_server *s) { return s->port; }
+
+DL_HIDDEN void store_server_counts(const store_server *s, long *accepted, long *authed) {
+  *accepted = s ? atomic_load(&s->accepted) : 0;
+  *authed = s ? atomic_load(&s->authed) : 0;
+}
 
 DL_HIDDEN int store_fuzz_feed(const uint8_t *data, size_t n, size_t chunk) {
   server s = { .lfd = -1, .wake = { -1, -1 }, .spare = -1, .nunauth = 1 };

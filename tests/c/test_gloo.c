@@ -279,6 +279,71 @@ static void run_reduce_scatter(dlg *g, int rank, int W) {
     }
 }
 
+/* dlg_first: messages of different sizes from each rank (up to the most
+** it carries) arrive whole, each in its own slot, and never crash Gloo;
+** with a stride each peer gets its own block; the reduction of the
+** messages matches the expected values on every rank. */
+static void run_first(dlg *g, int rank, int W) {
+  size_t max = dlg_inline_max(g);
+  CHECK(max >= 4096 && max <= (64 << 10), "inline max %zu", max);
+  unsigned char *data = malloc(max * (size_t)W + 8);
+  for (int round = 0; round < 3; round++) {
+    /* rank r sends r * 1000 + round bytes; the last rank the most there is */
+    size_t dlen = rank == W - 1 ? max : (size_t)(rank * 1000 + round);
+    int64_t head[2] = { rank, (int64_t)dlen };
+    for (size_t i = 0; i < dlen; i++) data[i] = (unsigned char)val(rank, (int64_t)i, 30 + round);
+    CHECK(dlg_first(g, "t", head, sizeof head, data, dlen, 0, err, sizeof err) == 0, "%s", err);
+    for (int r = 0; r < W; r++) {
+      const unsigned char *m = dlg_msg(g, r);
+      int64_t h[2];
+      memcpy(h, m, sizeof h);
+      size_t want = r == W - 1 ? max : (size_t)(r * 1000 + round);
+      CHECK(h[0] == r && h[1] == (int64_t)want, "round %d: rank %d's head %lld %lld", round, r,
+            (long long)h[0], (long long)h[1]);
+      int64_t bad = 0;
+      for (size_t i = 0; i < want; i++) bad += m[16 + i] != (unsigned char)val(r, (int64_t)i, 30 + round);
+      CHECK(bad == 0, "round %d: rank %d's %zu bytes: %lld wrong", round, r, want, (long long)bad);
+    }
+  }
+  /* a stride: peer q gets block q */
+  size_t bn = 777;
+  for (size_t i = 0; i < bn * (size_t)W; i++) data[i] = (unsigned char)val(rank, (int64_t)i, 40);
+  int32_t h = rank;
+  CHECK(dlg_first(g, "t", &h, sizeof h, data, bn, bn, err, sizeof err) == 0, "%s", err);
+  int64_t bad = 0;
+  for (int r = 0; r < W; r++) {
+    const unsigned char *m = dlg_msg(g, r);
+    int32_t hr;
+    memcpy(&hr, m, 4);
+    CHECK(hr == r, "strided head %d from %d", hr, r);
+    for (size_t i = 0; i < bn; i++)
+      bad += m[4 + i] != (unsigned char)val(r, (int64_t)((size_t)rank * bn + i), 40);
+  }
+  CHECK(bad == 0, "strided: %lld wrong", (long long)bad);
+  CHECK(dlg_first(g, "t", &h, sizeof h, data, max + 1, 0, err, sizeof err) == -1 &&
+        strstr(err, "over"), "%s", err);
+  free(data);
+  /* the reduction of the messages, every dtype and op, small sizes */
+  int salt = 7000;
+  for (int dt = 0; dt < DL_NDTYPES; dt++)
+    for (int op = DL_PG_SUM; op <= DL_PG_PROD; op++) {
+      if (op == DL_PG_AVG && !is_flt(dt)) continue;
+      for (int64_t n = 0; n <= 1000; n = n ? n * 10 : 1, salt++) {
+        int es = dl_dtype_size(dt);
+        void *buf = malloc((size_t)(n ? n : 1) * 8), *out = malloc((size_t)(n ? n : 1) * 8);
+        fill(buf, dt, op, rank, n, salt);
+        int rc = dlg_first(g, "t", &h, sizeof h, buf, (size_t)(n * es), 0, err, sizeof err);
+        if (rc == 0) rc = dlg_reduce_msgs(g, out, sizeof h, n, dt, op, err, sizeof err);
+        CHECK(rc == 0, "%s", err);
+        bad = rc ? -1 : count_bad(out, dt, op, W, 0, n, salt);
+        CHECK(bad == 0, "reduce_msgs %s op %d n=%lld W=%d: %lld wrong", dl_dtype_name(dt), op,
+              (long long)n, W, (long long)bad);
+        free(buf);
+        free(out);
+      }
+    }
+}
+
 /* A ring (even ranks send first, odd ones receive first: a send waits for
 ** the matching recv), then two messages in a row to check their order. */
 static void run_send_recv(dlg *g, int rank, int W) {
@@ -342,6 +407,7 @@ static int child(int rank, int W) {
   run_all_gather(g, rank, W);
   run_reduce_scatter(g, rank, W);
   run_send_recv(g, rank, W);
+  run_first(g, rank, W);
   CHECK(dlg_barrier(g, err, sizeof err) == 0, "%s", err);
   dlg_free(g);
   dl_store_close(s);

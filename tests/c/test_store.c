@@ -11,8 +11,15 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "dist/store.h"
 
 static int port;
+
+static double mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static void sleep_ms(int ms) {
   struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
@@ -176,7 +183,30 @@ int main(void) {
   CHECK(dl_store_wait(c, wk, 2, 0.2) == DL_ESTATE && strstr(dl_last_error(), "store.wait") &&
         strstr(dl_last_error(), "\"never\""), "got: %s", dl_last_error());
   CHECK(dl_store_wait(c, wk, 1, 1) == 0);
-  CHECK(dl_store_set(c, "after", "1", 1) == 0, "the handle reconnects after a timeout");
+  CHECK(dl_store_set(c, "after", "1", 1) == 0, "the handle works after a timeout");
+
+  /* a wait in slices (as dist.lua's, 1 s each) keeps its connection: the
+  ** server answers "not yet" when a slice ends, so there is no reconnect
+  ** and handshake per slice, and each slice still ends on time */
+  long acc0 = -1, auth0 = -1, acc1 = -1, auth1 = -1;
+  store_server_counts(store_server_of(srv), &acc0, &auth0);
+  const char *nk[1] = { "slow/key" };
+  double t0 = mono();
+  int slices_ok = 0;
+  for (int i = 0; i < 5; i++) {
+    slices_ok += dl_store_wait(c, nk, 1, 0.2) == DL_ESTATE &&
+                 strstr(dl_last_error(), "store.wait: timed out after 0.2 s waiting for key \"slow/key\"");
+    v = dl_store_get(c, nk[0], 0.2, &len);
+    slices_ok += v == NULL && dl_last_error_code() == DL_ESTATE &&
+                 strstr(dl_last_error(), "store.get: timed out after 0.2 s");
+  }
+  double dt = mono() - t0;
+  CHECK(slices_ok == 10, "%d of 10 slices timed out as they should: %s", slices_ok, dl_last_error());
+  CHECK(dt > 1.9 && dt < 4, "10 slices of 0.2 s took %.2f s", dt);
+  store_server_counts(store_server_of(srv), &acc1, &auth1);
+  CHECK(acc1 == acc0 && auth1 == auth0,
+        "10 slices opened %ld connections and %ld handshakes", acc1 - acc0, auth1 - auth0);
+  CHECK(dl_store_set(c, nk[0], "v", 1) == 0 && dl_store_wait(c, nk, 1, 1) == 0);
 
   /* barrier, reused for three rounds by four clients */
   pthread_t br[4];
