@@ -127,9 +127,11 @@ $(CDEF): $(PUBLIC_H) scripts/gen_cdef.sh
 	bash scripts/gen_cdef.sh $@ $(PUBLIC_H)
 
 # The tests compile with the runtime's flags and see its private headers;
-# test_launcher also links the program's node-list parser.
+# test_launcher also links the program's node-list parser; test_vmath is
+# built as the kernel files are, so its loops vectorise as theirs do.
 $(BUILD)/test_%: tests/c/test_%.c $(LIB_A) Makefile
-	$(CC) $(filter-out -fvisibility=hidden,$(CFLAGS)) -O1 $(DEPFLAGS) -Icli -Itests/c $< \
+	$(CC) $(filter-out -fvisibility=hidden,$(CFLAGS)) -O1 $(DEPFLAGS) -Icli -Itests/c \
+	  $(if $(filter vmath,$*),-O3 -ffp-contract=fast -fno-math-errno) $< \
 	  $(if $(filter launcher,$*),cli/nodelist.c) -Wl,--whole-archive $(LIB_A) -Wl,--no-whole-archive \
 	  $(GLOO_LIBS) $(LDLIBS) -o $@
 
