@@ -25,7 +25,7 @@ CXXFLAGS += -std=c++17 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 # fused multiply-adds (in the x86-64-v3 clones) speed up polynomials, and
 # without errno, sqrt vectorises (nothing reads errno after a kernel).
 KERNELS  := ops/elementwise ops/reduce ops/scan nn/optim nn/conv nn/pool nn/norm \
-            nn/embedding_dropout nn/loss dist/reduce_kernels
+            nn/embedding_dropout nn/loss dist/reduce_kernels autograd/grad_elementwise
 LDLIBS   := -lopenblas -lz -lm -lpthread -ldl
 GLOO_LIBS := -lgloo -lstdc++
 
