@@ -7,7 +7,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/vmath.h"
 #include "nn/nn.h"
 
 /* -- Class-index losses: shapes and targets ------------------------------ */
@@ -93,15 +92,14 @@ typedef struct {
   char *gi;           /* grad input */
 } cls_ctx;
 
-/* log-sum-exp of the C values z[c * S]; EXP(d): e^d for d <= 0, in float
-** for float32 (core/vmath.h, which vectorises), the sum still in double */
-#define DEF_CLS(T, SFX, EXP)                                                    \
+/* log-sum-exp of the C values z[c * S] */
+#define DEF_CLS(T, SFX)                                                      \
   static double lse_##SFX(const T *z, int64_t C, int64_t S) {               \
     double m = -INFINITY, s = 0;                                             \
     for (int64_t c = 0; c < C; c++)                                          \
       if ((double)z[c * S] > m || isnan((double)z[c * S])) m = z[c * S];     \
     if (isinf(m)) return NAN; /* PyTorch: inf - inf */                      \
-    for (int64_t c = 0; c < C; c++) s += EXP((double)z[c * S] - m);          \
+    for (int64_t c = 0; c < C; c++) s += exp((double)z[c * S] - m);          \
     return m + log(s);                                                       \
   }                                                                          \
   static void cls_fwd_##SFX(void *p, int64_t i0, int64_t i1) {              \
@@ -146,16 +144,15 @@ typedef struct {
       double B = k->smooth ? k->ls / (double)k->C * (g / k->div) : 0;        \
       double lse = lse_##SFX(z, k->C, k->S), tot = A + B * k->wsum;          \
       for (int64_t c = 0; c < k->C; c++) {                                   \
-        double pc = EXP((double)z[c * k->S] - lse);                          \
+        double pc = exp((double)z[c * k->S] - lse);                          \
         double v = pc * tot - (k->smooth ? B * (k->w ? k->w[c] : 1) : 0);    \
         if (c == t) v -= A;                                                  \
         gi[c * k->S] = (T)v;                                                 \
       }                                                                      \
     }                                                                        \
   }
-#define EXP_F32(d) ((double)vm_expf((float)(d)))
-DEF_CLS(float, f32, EXP_F32)
-DEF_CLS(double, f64, exp)
+DEF_CLS(float, f32)
+DEF_CLS(double, f64)
 
 static int64_t pos_grain(int64_t C) {
   return nn_max64(1, PAR_GRAIN / 8 / nn_max64(1, C));

@@ -115,12 +115,12 @@ HOT static void softmax_row_f32(float *y, const float *x, int64_t n, int lg) {
   double s = 0;
   for (int j = 0; j < 8; j++) s += sv[j];
   for (; i < n; i++) {
-    float ex = vm_expf(x[i] - m);
+    float ex = expf(x[i] - m);
     if (!lg) y[i] = ex;
     s += ex;
   }
   if (lg) {
-    float ls = vm_logf((float)s);
+    float ls = logf((float)s);
     for (i = 0; i < n; i++) y[i] = x[i] - m - ls;
   } else {
     float inv = 1.0f / (float)s;
