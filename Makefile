@@ -25,7 +25,7 @@ CXXFLAGS += -std=c++17 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 # fused multiply-adds (in the x86-64-v3 clones) speed up polynomials, and
 # without errno, sqrt vectorises (nothing reads errno after a kernel).
 KERNELS  := ops/elementwise ops/reduce ops/scan nn/optim nn/conv nn/pool nn/norm \
-            nn/embedding_dropout nn/loss dist/reduce_kernels
+            nn/embedding_dropout nn/loss dist/reduce_kernels autograd/grad_elementwise
 LDLIBS   := -lopenblas -lz -lm -lpthread -ldl
 GLOO_LIBS := -lgloo -lstdc++
 
@@ -139,9 +139,11 @@ $(CDEF): $(PUBLIC_H) scripts/gen_cdef.sh
 	bash scripts/gen_cdef.sh $@ $(PUBLIC_H)
 
 # The tests compile with the runtime's flags and see its private headers;
-# test_launcher also links the program's node-list parser.
+# test_launcher also links the program's node-list parser; test_vmath is
+# built as the kernel files are, so its loops vectorise as theirs do.
 $(BUILD)/test_%: tests/c/test_%.c $(LIB_A) Makefile
-	$(CC) $(filter-out -fvisibility=hidden,$(CFLAGS)) -O1 $(DEPFLAGS) -Icli -Itests/c $< \
+	$(CC) $(filter-out -fvisibility=hidden,$(CFLAGS)) -O1 $(DEPFLAGS) -Icli -Itests/c \
+	  $(if $(filter vmath,$*),-O3 -ffp-contract=fast -fno-math-errno) $< \
 	  $(if $(filter launcher,$*),cli/nodelist.c) -Wl,--whole-archive $(LIB_A) -Wl,--no-whole-archive \
 	  $(GLOO_LIBS) $(LDLIBS) -o $@
 

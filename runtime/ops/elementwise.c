@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/device.h"
+#include "core/vmath.h"
 #include "ops/forward.h"
 
 /* The integer templates also serve uint8, where "< 0" is always false. */
@@ -170,15 +171,17 @@ INT_HELPERS(int64_t, i64)
 INT_HELPERS(uint8_t, u8)
 
 static inline double gelu_d(double x) { return 0.5 * x * (1.0 + erf(x * M_SQRT1_2)); }
-static inline float gelu_f(float x) { return 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)); }
+/* float32: core/vmath.h's branch-free functions, so the contiguous loops
+** vectorise (scalar libm erff was 13% of a GPT training step). */
+static inline float gelu_f(float x) { return 0.5f * x * (1.0f + vm_erff(x * (float)M_SQRT1_2)); }
 static inline double gelu_tanh_d(double x) {
   return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
 }
 static inline float gelu_tanh_f(float x) {
-  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  return 0.5f * x * (1.0f + vm_tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 static inline double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
-static inline float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float sigmoid_f(float x) { return vm_sigmoidf(x); }
 
 /* -- Binary kernels ------------------------------------------------------- */
 
@@ -259,16 +262,16 @@ DL_API const char *dl_binop_name(dl_binop op) {
 
 /* -- Unary kernels -------------------------------------------------------- */
 
-#define FLOAT_UNOPS(SFX, T, F, G)                                             \
+#define FLOAT_UNOPS(SFX, T, F, G, V)                                             \
   UNLOOP(neg_##SFX, T, T, -x)                                                 \
   UNLOOP(abs_##SFX, T, T, F(fabs)(x))                                         \
-  UNLOOP(exp_##SFX, T, T, F(exp)(x))                                          \
-  UNLOOP(log_##SFX, T, T, F(log)(x))                                          \
+  UNLOOP(exp_##SFX, T, T, V(exp)(x))                                          \
+  UNLOOP(log_##SFX, T, T, V(log)(x))                                          \
   UNLOOP(sqrt_##SFX, T, T, F(sqrt)(x))                                        \
   UNLOOP(rsqrt_##SFX, T, T, (T)1 / F(sqrt)(x))                                \
   UNLOOP(sin_##SFX, T, T, F(sin)(x))                                          \
   UNLOOP(cos_##SFX, T, T, F(cos)(x))                                          \
-  UNLOOP(tanh_##SFX, T, T, F(tanh)(x))                                        \
+  UNLOOP(tanh_##SFX, T, T, V(tanh)(x))                                        \
   UNLOOP(sigmoid_##SFX, T, T, sigmoid_##G(x))                                 \
   UNLOOP(relu_##SFX, T, T, x < 0 ? 0 : x) /* keeps NaN and -0, as PyTorch */  \
   UNLOOP(gelu_##SFX, T, T, gelu_##G(x))                                       \
@@ -288,8 +291,10 @@ DL_API const char *dl_binop_name(dl_binop op) {
   UNLOOP(isnan_##SFX, T, uint8_t, x != x)                                     \
   UNLOOP(isinf_##SFX, T, uint8_t, F(fabs)(x) == (T)INFINITY)                  \
   UNLOOP(isfin_##SFX, T, uint8_t, x - x == 0)
-FLOAT_UNOPS(f32, float, FF, f)
-FLOAT_UNOPS(f64, double, FD, d)
+/* V: the vectorisable float32 functions (core/vmath.h); float64 keeps libm. */
+#define VF(fn) vm_##fn##f
+FLOAT_UNOPS(f32, float, FF, f, VF)
+FLOAT_UNOPS(f64, double, FD, d, FD)
 
 #define INT_UNOPS(SFX, T, U)                                                  \
   UNLOOP(neg_##SFX, T, T, (T)(0 - (U)x))                                      \

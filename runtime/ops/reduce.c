@@ -10,6 +10,7 @@
 #include "ops/forward.h"
 
 #include "core/simd.h"
+#include "core/vmath.h"
 
 /* -- Kernels ------------------------------------------------------------- */
 
@@ -108,7 +109,7 @@ MS32(abs_f32, v = (v8f)((v8i)v & absm), fabsf(v1))
 MS32(sq_f32, v = v * v, v1 * v1)
 MS32(nz_f32, v = (v8f)((v != 0) & (v8i)one), v1 != 0)
 MS32(sqdev_f32, v = (v - cv) * (v - cv), (v1 - c) * (v1 - c))
-MS32(exp_f32, v -= cv; vexp8(&v), expf(v1 - c))
+MS32(exp_f32, v -= cv; vexp8(&v), vm_expf(v1 - c))
 MS64(sum_f64, (void)0, v1)
 MS64(abs_f64, v = (v4d)((v4l)v & absm), fabs(v1))
 MS64(sq_f64, v = v * v, v1 * v1)

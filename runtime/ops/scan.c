@@ -9,6 +9,7 @@
 #include "core/device.h"
 #include "ops/forward.h"
 #include "core/simd.h"
+#include "core/vmath.h"
 
 /* The dtype a kernel reads, and a running value of either kind. */
 enum { KD_F32, KD_F64, KD_I64 };
@@ -129,7 +130,7 @@ HOT static void softmax_row_f32(float *y, const float *x, int64_t n, int lg) {
 
 /* The other layouts: bw columns of N rows, I apart (I = 1: one row). */
 #define SOFTMAX_COLS(NAME, T, EXP, LOG)                                       \
-  static void NAME(T *y, const T *x, int64_t N, int64_t I, int64_t bw,        \
+  HOT static void NAME(T *y, const T *x, int64_t N, int64_t I, int64_t bw,        \
                    int lg) {                                                 \
     T mx[CBLK], sm[CBLK];                                                    \
     for (int64_t b = 0; b < bw; b++) mx[b] = -INFINITY, sm[b] = 0;           \
@@ -147,7 +148,7 @@ HOT static void softmax_row_f32(float *y, const float *x, int64_t n, int lg) {
       for (int64_t b = 0; b < bw; b++)                                       \
         y[n * I + b] = lg ? x[n * I + b] - mx[b] - sm[b] : y[n * I + b] * sm[b]; \
   }
-SOFTMAX_COLS(softmax_cols_f32, float, expf, logf)
+SOFTMAX_COLS(softmax_cols_f32, float, vm_expf, vm_logf)
 SOFTMAX_COLS(softmax_cols_f64, double, exp, log)
 
 static void softmax_body(void *c_, int64_t b, int64_t e) {
