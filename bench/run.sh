@@ -30,13 +30,17 @@ median() {
             printf "%s\t%s\t%s\n", k[i], a[int((m + 1) / 2)], u[k[i]] } }' "$@"
 }
 
-for bench in ${BENCHES:-tensor_ops train_mlp allreduce train_ddp startup}; do
+for bench in ${BENCHES:-tensor_ops train_mlp train_cnn allreduce train_ddp train_cnn_ddp startup}; do
   # the twins' commands ($t: threads per process) and the thread counts
   case $bench in
     allreduce)
       threads=1 what="2 ranks x 1 thread"
       lua="build/ddplua --nproc 2 --no-prefix bench/allreduce.lua"
       py="$PY bench/torchrun.py --nproc_per_node 2 bench/allreduce.py" ;;
+    train_cnn_ddp)
+      threads=1 what="2 ranks x 1 thread"
+      lua="build/ddplua --nproc 2 --no-prefix bench/train_cnn.lua 1"
+      py="$PY bench/torchrun.py --nproc_per_node 2 bench/train_cnn.py 1" ;;
     train_ddp)
       threads=1 what="2 ranks x 1 thread"
       lua="build/ddplua --nproc 2 --no-prefix bench/train_ddp.lua"
