@@ -70,8 +70,9 @@ EMU_FLAGS := -std=c++17 -O1 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror \
             -Iruntime/include $(DEPFLAGS)
 EMU_RACE_FLAGS := $(EMU_FLAGS) -DDLC_EMU_RACE -fsanitize=thread \
             --param tsan-instrument-func-entry-exit=0
-# The checker's own tests (tests/emu/test_*.cc): racy kernels built as the
-# checker's library builds kernels, linked with the emulator.
+# The emulator's own tests (tests/emu/test_*.cc): racy kernels, and the
+# kernels' launchers called directly, built as the checker's library builds
+# kernels and linked with its objects (so the checker is on).
 EMU_TESTS := $(patsubst tests/emu/%.cc,$(BUILD)/emu_%,$(wildcard tests/emu/test_*.cc))
 # cudart is linked statically (nvcc's default, spelled out so it stays so):
 # the library then needs only the driver's libcuda.so.1 at run time, which
@@ -189,8 +190,8 @@ $(EMU_LIB): $(EMU_OBJ)
 $(EMU_RACE_LIB): $(EMU_RACE_OBJ)
 	$(CXX) -shared -Wl,--no-undefined -o $@ $^ -lpthread -ldl
 
-$(BUILD)/emu_%: tests/emu/%.cc $(BUILD)/emu/emu.o $(BUILD)/emu/racecheck.o Makefile
-	$(CXX) $(EMU_RACE_FLAGS) -o $@ $< $(BUILD)/emu/emu.o $(BUILD)/emu/racecheck.o -lpthread -ldl
+$(BUILD)/emu_%: tests/emu/%.cc $(EMU_RACE_OBJ) Makefile
+	$(CXX) $(EMU_RACE_FLAGS) -o $@ $< $(EMU_RACE_OBJ) -lpthread -ldl
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 

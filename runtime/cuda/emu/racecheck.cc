@@ -221,6 +221,19 @@ std::string tls_symbol(size_t off, size_t *sym_off) {
         int status = 0;
         char *dem = abi::__cxa_demangle(raw, NULL, NULL, &status);
         name = dem && status == 0 ? dem : raw;
+        /* "f<float>(long, ..., float*)::sh": the function's parameters
+        ** say nothing here; "f<float>(...)::sh" */
+        size_t close = name.rfind(")::");
+        if (close != std::string::npos) {
+          int depth = 0;
+          for (size_t open = close + 1; open-- > 0;) {
+            depth += name[open] == ')' ? 1 : name[open] == '(' ? -1 : 0;
+            if (depth == 0) {
+              if (close > open + 1) name = name.substr(0, open + 1) + "..." + name.substr(close);
+              break;
+            }
+          }
+        }
         free(dem);
         *sym_off = off - sym[k].st_value;
         break;
@@ -266,7 +279,9 @@ source lookup(const void *pc, bool ret) {
       r.loc = out.substr(at + 4);
       size_t paren = r.fn.find('(');
       if (paren != std::string::npos && paren > 0) r.fn = r.fn.substr(0, paren);
-      if (r.fn.compare(0, 5, "void ") == 0) r.fn = r.fn.substr(5);
+      /* a return type before the name ("float ns::f<...>"): dropped */
+      size_t sp = r.fn.find(' '), lt = r.fn.find('<');
+      if (sp != std::string::npos && (lt == std::string::npos || sp < lt)) r.fn = r.fn.substr(sp + 1);
       size_t disc = r.loc.find(" (discriminator");
       if (disc != std::string::npos) r.loc = r.loc.substr(0, disc);
       char cwd[1024];  /* paths under the working directory: relative */
@@ -393,7 +408,13 @@ void dlc_emu::atomic_access(const void *p, size_t n, const void *pc) { touch(p, 
 
 #define DLC_RC_HOOK extern "C" __attribute__((visibility("hidden"), noinline))
 #define PC __builtin_return_address(0)
-DLC_RC_HOOK void __tsan_init(void) { dlc_emu::rc::on = true; }
+/* called by the instrumented objects' constructors: the checker is on
+** unless DDPLUA_CUDA_EMU_RACECHECK=0 (a test program built with it, run
+** without it, as scripts/cuda-mutants.sh does) */
+DLC_RC_HOOK void __tsan_init(void) {
+  const char *e = getenv("DDPLUA_CUDA_EMU_RACECHECK");
+  dlc_emu::rc::on = !(e && !strcmp(e, "0"));
+}
 DLC_RC_HOOK void __tsan_func_entry(void *) {}
 DLC_RC_HOOK void __tsan_func_exit(void) {}
 #define DLC_RC_RW(n)                                                                          \
