@@ -165,6 +165,13 @@ HOT static void FN(block)(const sdpa_ctx *c, int64_t b, int64_t it, int64_t jt, 
   for (int64_t r = 0; r < nq; r++) {
     T *ds = dS + r * nk;
     const T *pr = P + r * nk;
+    if (lse[r] == -INFINITY && g->mask != SDPA_MASK_ADD) {
+      /* every key masked by masked_fill: PyTorch's formula passes no
+      ** gradient through filled scores (its probabilities, and so dV,
+      ** are NaN; an added -inf mask passes NaN on, as here) */
+      memset(ds, 0, sizeof(T) * (size_t)nk);
+      continue;
+    }
     if (drop) FN(drop_row)(ds, keep + r * nk, nk, c->inv_keep);
     for (int64_t j = 0; j < nk; j++) ds[j] = pr[j] * (ds[j] - D[r]);
   }
