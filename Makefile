@@ -24,7 +24,7 @@ CXXFLAGS += -std=c++17 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 # Kernel files: -O3 lets GCC vectorise loops with runtime alias checks, and
 # fused multiply-adds (in the x86-64-v3 clones) speed up polynomials, and
 # without errno, sqrt vectorises (nothing reads errno after a kernel).
-KERNELS  := ops/elementwise ops/reduce ops/scan nn/optim nn/conv nn/pool nn/norm \
+KERNELS  := ops/elementwise ops/reduce ops/scan nn/optim nn/conv nn/pool nn/norm nn/attention_cpu \
             nn/embedding_dropout nn/loss dist/reduce_kernels autograd/grad_elementwise
 LDLIBS   := -lopenblas -lz -lm -lpthread -ldl
 GLOO_LIBS := -lgloo -lstdc++

@@ -191,6 +191,30 @@ function F.dropout(x, p, training)
   return new(C.dl_f_dropout, tensor_arg(x, "dropout", "input"), p, training == false and 0 or 1)
 end
 
+-- -- Attention ----------------------------------------------------------------------------
+
+-- scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal,
+-- scale) in PyTorch's order, or with a table {attn_mask=, dropout_p=,
+-- is_causal=, scale=}: one fused kernel with its own backward (runtime/nn/
+-- attention.c).  As PyTorch, dropout_p applies whenever it is above 0:
+-- pass 0 outside training (nn.MultiheadAttention does).
+local sdpa_names = { "attn_mask", "dropout_p", "is_causal", "scale" }
+function F.scaled_dot_product_attention(q, k, v, ...)
+  local o = options("scaled_dot_product_attention", sdpa_names, ...)
+  local p = o.dropout_p or 0
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then
+    raise("scaled_dot_product_attention: dropout_p must be a number in [0, 1], got " .. core.show(p))
+  end
+  if o.scale ~= nil and type(o.scale) ~= "number" then
+    raise("scaled_dot_product_attention: scale must be a number or nil, got " .. core.show(o.scale))
+  end
+  return new(C.dl_f_scaled_dot_product_attention, tensor_arg(q, "scaled_dot_product_attention", "query"),
+             tensor_arg(k, "scaled_dot_product_attention", "key"),
+             tensor_arg(v, "scaled_dot_product_attention", "value"),
+             opt_tensor(o.attn_mask, "scaled_dot_product_attention", "attn_mask"),
+             o.is_causal and 1 or 0, p, o.scale or 0 / 0)
+end
+
 -- -- Losses --------------------------------------------------------------------------------
 
 -- cross_entropy(logits, target, weight, size_average, ignore_index, reduce,

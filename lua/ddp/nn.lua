@@ -673,4 +673,6 @@ function nn.utils.clip_grad_norm(params, max_norm, norm_type)
 end
 nn.utils.clip_grad_norm_ = nn.utils.clip_grad_norm
 
+require("ddp.nn_attention")(nn)  -- nn.MultiheadAttention
+
 return nn

@@ -21,7 +21,7 @@ typedef struct {
   dl_tensor *leaf;  /* or the leaf that requires grad (retained), or NULL */
 } ag_edge;
 
-enum { AG_MAX_SAVED = 4, AG_MAX_ARGS = 8 };
+enum { AG_MAX_SAVED = 6, AG_MAX_ARGS = 8 };  /* attention saves q, k, v, mask, out, lse */
 
 struct ag_node {
   atomic_int refcount;

@@ -197,6 +197,43 @@ DL_API dl_tensor *dl_f_dropout(const dl_tensor *x, double p, int training) {
   return out;
 }
 
+/* -- Attention ------------------------------------------------------------------------- */
+
+/* The forward's dropout stream rides in the node (seed, first block), so
+** the backward draws the mask the forward drew. */
+static int sdpa_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  uint64_t rng[2] = {(uint64_t)n->iarg[1], (uint64_t)n->iarg[2]};
+  return dl_sdpa_backward(g, n->saved[0], n->saved[1], n->saved[2], n->saved[3], n->saved[4],
+                          n->saved[5], (int)n->iarg[0], n->darg[0], n->darg[1], rng,
+                          n->needs[0], n->needs[1], n->needs[2], &gin[0], &gin[1], &gin[2]);
+}
+
+DL_API dl_tensor *dl_f_scaled_dot_product_attention(const dl_tensor *q, const dl_tensor *k,
+                                                    const dl_tensor *v,
+                                                    const dl_tensor *attn_mask, int is_causal,
+                                                    double dropout_p, double scale) {
+  if (attn_mask && tensor_requires_grad(attn_mask) && dl_is_grad_enabled())
+    return dl_errp(EM_AG_NODIFF, "scaled_dot_product_attention (attn_mask)");
+  dl_tensor *out = NULL, *lse = NULL;
+  uint64_t rng[2] = {0, 0};
+  int rc;
+  NOGRAD(rc = dl_sdpa(q, k, v, attn_mask, is_causal, dropout_p, scale, &out, &lse, rng));
+  if (rc) return NULL;
+  dl_tensor *ins[3] = {(dl_tensor *)q, (dl_tensor *)k, (dl_tensor *)v};
+  const dl_tensor *save[6] = {q, k, v, attn_mask, out, lse};
+  ag_node *n;
+  out = ag_record(out, "ScaledDotProductAttentionBackward", sdpa_backward, ins, 3, save, 6, &n);
+  if (n) {
+    n->iarg[0] = is_causal;
+    n->iarg[1] = (int64_t)rng[0];
+    n->iarg[2] = (int64_t)rng[1];
+    n->darg[0] = dropout_p;
+    n->darg[1] = scale;
+  }
+  dl_tensor_release(lse);
+  return out;
+}
+
 /* -- Losses -------------------------------------------------------------------------- */
 
 static int ce_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {

@@ -22,6 +22,7 @@
 struct mm_plan;    /* ops/linalg.h: a batched product as ops/linalg.c plans it */
 struct conv_geom;  /* nn/conv.h: a conv2d as nn/conv.c works it out */
 struct pool_geom;  /* nn/pool.h: a pooling as nn/pool.c works it out */
+struct sdpa_geom;  /* nn/attention.h: an attention as nn/attention.c works it out */
 
 typedef enum dl_device_kind { DL_DEVICE_CPU = 0, DL_DEVICE_CUDA = 1, DL_DEVICE_KINDS } dl_device_kind;
 
@@ -156,6 +157,17 @@ typedef struct dl_device {
   dl_tensor *(*avg_pool)(const char *op, int dev, const struct pool_geom *g, const dl_tensor *x);
   dl_tensor *(*avg_pool_backward)(const char *op, int dev, const struct pool_geom *g,
                                   const dl_tensor *grad_out, const dl_tensor *x);
+
+  /* fused attention over the geometry g (operands contiguous in g->kd, the
+  ** mask bool or g->kd): out and the rows' log-sum-exp, and the gradients
+  ** asked for, of the broadcast batch shape */
+  int (*sdpa)(const char *op, const struct sdpa_geom *g, const dl_tensor *q, const dl_tensor *k,
+              const dl_tensor *v, const dl_tensor *mask, dl_tensor **out, dl_tensor **lse);
+  int (*sdpa_backward)(const char *op, const struct sdpa_geom *g, const dl_tensor *grad_out,
+                       const dl_tensor *q, const dl_tensor *k, const dl_tensor *v,
+                       const dl_tensor *mask, const dl_tensor *out, const dl_tensor *lse,
+                       int need_q, int need_k, int need_v, dl_tensor **gq, dl_tensor **gk,
+                       dl_tensor **gv);
 
   /* -- Random numbers -------------------------------------------------------- */
   /* contiguous t from the Philox stream (seed, block base): kind and its

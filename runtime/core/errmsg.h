@@ -117,6 +117,14 @@ ERRDEF(POOL_OUT, DL_ESHAPE, "%s: input of shape %s gives an output of %lldx%lld,
 ERRDEF(NN_TARGET_RANGE, DL_EINDEX, "%s: target %lld out of range for %lld classes (at position %lld)")
 ERRDEF(NN_INDEX_RANGE, DL_EINDEX, "%s: index %lld out of range for a weight of %lld rows (at position %lld)")
 ERRDEF(BN_ONE_VALUE, DL_EINVAL, "%s: expected more than 1 value per channel when training, got input of shape %s")
+ERRDEF(SDPA_NDIM, DL_ESHAPE, "%s: %s must have at least 2 dims (..., %s), got shape %s")
+ERRDEF(SDPA_DIM, DL_ESHAPE, "%s: %s has %s=%lld but %s has %s=%lld")
+ERRDEF(SDPA_DTYPE, DL_EDTYPE, "%s: %s is %s but %s is %s; cast them to one dtype")
+ERRDEF(SDPA_MASK_DTYPE, DL_EDTYPE, "%s: attn_mask must be bool (true = take part) or floating point (added to the scores), got %s")
+ERRDEF(SDPA_MASK_SHAPE, DL_ESHAPE, "%s: attn_mask of shape %s cannot be broadcast to the scores' shape %s")
+ERRDEF(SDPA_CAUSAL_MASK, DL_EINVAL, "%s: give attn_mask or is_causal, not both (as PyTorch)")
+ERRDEF(SDPA_RNG, DL_EINVAL, "%s: dropout_p > 0 needs the forward's dropout stream (rng)")
+ERRDEF(NOT_ON_DEVICE, DL_EDEVICE, "%s: not implemented on %s yet")
 
 /* Checkpoints (safetensors): "op: path: problem" */
 ERRDEF(ST_OS, DL_EIO, "%s: %s: %s: %s")

@@ -4,6 +4,7 @@
 */
 #include "autograd/autograd.h"
 #include "core/device.h"
+#include "nn/attention.h"
 #include "nn/conv.h"
 #include "nn/pool.h"
 #include "ops/forward.h"
@@ -62,6 +63,8 @@ static const dl_device cpu_device = {
   .max_pool_backward = cpu_max_pool_backward,
   .avg_pool = cpu_avg_pool,
   .avg_pool_backward = cpu_avg_pool_backward,
+  .sdpa = cpu_sdpa,
+  .sdpa_backward = cpu_sdpa_backward,
   .philox_fill = cpu_philox_fill,
   .sgd = cpu_sgd,
   .adam = cpu_adam,

@@ -61,6 +61,19 @@ DL_HIDDEN int cuda_batch_norm_backward(const char *op, const dl_tensor *grad_out
                                        int64_t N, int64_t C, int64_t S, dl_tensor **gx,
                                        dl_tensor **gw, dl_tensor **gb);
 
+/* Attention (nn/attention.c): no CUDA kernel yet, so both refuse with
+** "not implemented on cuda" (core/device.h's signatures). */
+struct sdpa_geom;
+DL_HIDDEN int cuda_sdpa(const char *op, const struct sdpa_geom *g, const dl_tensor *q,
+                        const dl_tensor *k, const dl_tensor *v, const dl_tensor *mask,
+                        dl_tensor **out, dl_tensor **lse);
+DL_HIDDEN int cuda_sdpa_backward(const char *op, const struct sdpa_geom *g,
+                                 const dl_tensor *grad_out, const dl_tensor *q,
+                                 const dl_tensor *k, const dl_tensor *v, const dl_tensor *mask,
+                                 const dl_tensor *out, const dl_tensor *lse, int need_q,
+                                 int need_k, int need_v, dl_tensor **gq, dl_tensor **gk,
+                                 dl_tensor **gv);
+
 /* random.c: fills contiguous t (float32, float64 or int64) on its device
 ** from counter blocks base.. of seed (kind: 0 uniform, 1 normal, 2 int). */
 DL_HIDDEN int cuda_philox_fill(const char *op, dl_tensor *t, int kind, uint64_t seed,

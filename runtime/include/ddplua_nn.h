@@ -119,6 +119,32 @@ DL_API int dl_dropout(const dl_tensor *x, double p, int training,
 DL_API dl_tensor *dl_dropout_backward(const dl_tensor *grad_out,
                                       const dl_tensor *mask, double p);
 
+/* Scaled dot product attention, fused (flash-attention manner: key tiles,
+** online softmax, causal tiles skipped, no L x S matrix kept):
+**   out = dropout(softmax(q k^T * scale + attn_mask)) v
+** q [..., L, E], k [..., S, E], v [..., S, Ev] of one float dtype, batch
+** dims broadcast (as matmul); attn_mask (NULL: none) bool (true = take
+** part) or floating point (added), broadcast to [..., L, S]; is_causal:
+** row i sees keys j <= i (top-left, as PyTorch; not with attn_mask); scale
+** NaN: 1 / sqrt(E).  A row with every key masked gives NaN, as softmax of
+** all -inf.  out [batch, L, Ev] in q's dtype; lse [batch, L] (float32, or
+** float64) the log-sum-exp of each row's scores, which the backward takes.
+** dropout_p > 0 drops probabilities with a mask drawn from the Philox
+** stream, whose seed and first block go to rng[0], rng[1] (the backward
+** draws the same mask from them). */
+DL_API int dl_sdpa(const dl_tensor *q, const dl_tensor *k, const dl_tensor *v,
+                   const dl_tensor *attn_mask, int is_causal, double dropout_p,
+                   double scale, dl_tensor **out, dl_tensor **lse, uint64_t *rng);
+/* The gradients asked for, of the broadcast batch shape (sum the dims q,
+** k or v was broadcast along to get theirs: autograd does). */
+DL_API int dl_sdpa_backward(const dl_tensor *grad_out, const dl_tensor *q,
+                            const dl_tensor *k, const dl_tensor *v,
+                            const dl_tensor *attn_mask, const dl_tensor *out,
+                            const dl_tensor *lse, int is_causal, double dropout_p,
+                            double scale, const uint64_t *rng, int need_q,
+                            int need_k, int need_v, dl_tensor **grad_q,
+                            dl_tensor **grad_k, dl_tensor **grad_v);
+
 /* logits [N, C] or [N, C, d1, ...] (or [C]), target int64 [N] or
 ** [N, d1, ...] (or 0-dim), weight [C] or NULL; reduction: dl_loss_reduction.
 ** PyTorch 1.13's formula, label smoothing included. */
@@ -184,6 +210,13 @@ DL_API dl_tensor *dl_f_batch_norm(const dl_tensor *x, const dl_tensor *w,
                                   dl_tensor *running_var, int training,
                                   double momentum, double eps);
 DL_API dl_tensor *dl_f_dropout(const dl_tensor *x, double p, int training);
+/* dl_sdpa with autograd for q, k and v (a float attn_mask gets none). */
+DL_API dl_tensor *dl_f_scaled_dot_product_attention(const dl_tensor *q,
+                                                    const dl_tensor *k,
+                                                    const dl_tensor *v,
+                                                    const dl_tensor *attn_mask,
+                                                    int is_causal, double dropout_p,
+                                                    double scale);
 DL_API dl_tensor *dl_f_cross_entropy(const dl_tensor *logits,
                                      const dl_tensor *target,
                                      const dl_tensor *weight,

@@ -1,0 +1,220 @@
+/*
+** attention_tile.h -- the CPU attention kernel for one float type, included
+** by nn/attention_cpu.c once per type with T, SFX, GEMM_FN and EXP_FN set
+** (one source for float32 and float64; the tile loops are the same).
+*/
+#define CAT_(a, b) a##_##b
+#define CAT(a, b) CAT_(a, b)
+#define FN(name) CAT(name, SFX)
+
+/* c = alpha a b + beta c on the calling thread's BLAS (row-major); a
+** product over nothing (k = 0) is beta c, which BLAS need not honour. */
+static void FN(gemm)(int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha,
+                     const T *a, int64_t lda, const T *b, int64_t ldb, double beta, T *c,
+                     int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0 ? 0 : (T)beta * c[i * ldc + j];
+    return;
+  }
+  GEMM_FN(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+          (blasint)m, (blasint)n, (blasint)k, (T)alpha, a, (blasint)lda, b, (blasint)ldb,
+          (T)beta, c, (blasint)ldc);
+}
+
+/* The scores of query rows i0.. (nq) against keys j0.. (nk) of batch b into
+** s (row stride nk): q k^T * scale, the mask applied, the causal part -inf.
+** Masked scores are -inf, never skipped, so a row with every key masked
+** comes out NaN as softmax over -inf gives it. */
+static void FN(scores)(const sdpa_ctx *c, int64_t b, int64_t i0, int64_t nq, int64_t j0,
+                       int64_t nk, T *s) {
+  const sdpa_geom *g = c->g;
+  const T *Q = (const T *)c->q + sdpa_offset(g, g->qbs, b) + i0 * g->E;
+  const T *K = (const T *)c->k + sdpa_offset(g, g->kbs, b) + j0 * g->E;
+  FN(gemm)(0, 1, nq, nk, g->E, g->scale, Q, g->E, K, g->E, 0, s, nk);
+  if (g->mask == SDPA_MASK_BOOL) {
+    const uint8_t *m = (const uint8_t *)c->mask + sdpa_offset(g, g->mbs, b);
+    for (int64_t r = 0; r < nq; r++) {
+      const uint8_t *mr = m + (i0 + r) * g->m_ls + j0 * g->m_ss;
+      for (int64_t j = 0; j < nk; j++)
+        if (!mr[j * g->m_ss]) s[r * nk + j] = -INFINITY;
+    }
+  } else if (g->mask == SDPA_MASK_ADD) {
+    const T *m = (const T *)c->mask + sdpa_offset(g, g->mbs, b);
+    for (int64_t r = 0; r < nq; r++) {
+      const T *mr = m + (i0 + r) * g->m_ls + j0 * g->m_ss;
+      for (int64_t j = 0; j < nk; j++) s[r * nk + j] += mr[j * g->m_ss];
+    }
+  }
+  if (g->causal && j0 + nk - 1 > i0)
+    for (int64_t r = 0; r < nq; r++)
+      for (int64_t j = nn_max64(0, i0 + r + 1 - j0); j < nk; j++) s[r * nk + j] = -INFINITY;
+}
+
+/* p[j] *= keep[j] / (1 - p) over a row. */
+static void FN(drop_row)(T *p, const uint8_t *keep, int64_t n, double inv) {
+  for (int64_t j = 0; j < n; j++) p[j] = keep[j] ? p[j] * (T)inv : 0;
+}
+
+/* -- Forward: tasks (batch, query tile), keys in tiles with an online softmax */
+
+HOT static void FN(forward)(void *p, int64_t t0, int64_t t1) {
+  const sdpa_ctx *c = p;
+  const sdpa_geom *g = c->g;
+  int64_t L = g->L, S = g->S, Ev = g->Ev, nqt = (L + BQ - 1) / BQ;
+  size_t need = sizeof(T) * (size_t)(BQ * BK + BQ * Ev + 2 * BQ) + BK;
+  T *s = malloc(need);
+  if (!s) {
+    atomic_store(&((sdpa_ctx *)c)->nomem, (long long)need);
+    return;
+  }
+  T *acc = s + BQ * BK, *m = acc + BQ * Ev, *l = m + BQ;
+  uint8_t *keep = (uint8_t *)(l + BQ);
+  for (int64_t t = t0; t < t1; t++) {
+    int64_t b = t / nqt, i0 = (t % nqt) * BQ, nq = nn_min64(BQ, L - i0);
+    const T *V = (const T *)c->v + sdpa_offset(g, g->vbs, b);
+    for (int64_t r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;
+    memset(acc, 0, sizeof(T) * (size_t)(nq * Ev));
+    /* causal: the tiles right of the last row's diagonal are skipped */
+    int64_t kend = g->causal ? nn_min64(S, i0 + nq) : S;
+    for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+      int64_t nk = nn_min64(BK, kend - j0);
+      FN(scores)(c, b, i0, nq, j0, nk, s);
+      for (int64_t r = 0; r < nq; r++) {
+        T *row = s + r * nk, mx = -INFINITY;
+        for (int64_t j = 0; j < nk; j++) mx = row[j] > mx ? row[j] : mx;
+        T mnew = mx > m[r] ? mx : m[r];
+        if (mnew == -INFINITY) {  /* nothing seen yet: no weight */
+          memset(row, 0, sizeof(T) * (size_t)nk);
+          continue;
+        }
+        T alpha = EXP_FN(m[r] - mnew), sum = 0;
+        for (int64_t j = 0; j < nk; j++) row[j] = EXP_FN(row[j] - mnew);
+        for (int64_t j = 0; j < nk; j++) sum += row[j];
+        l[r] = l[r] * alpha + sum;
+        m[r] = mnew;
+        if (alpha != 1)
+          for (int64_t e = 0; e < Ev; e++) acc[r * Ev + e] *= alpha;
+        if (g->dropout_p > 0) {  /* the sum above is the undropped softmax's */
+          sdpa_keep(g, b, i0 + r, j0, nk, keep);
+          FN(drop_row)(row, keep, nk, c->inv_keep);
+        }
+      }
+      FN(gemm)(0, 0, nq, Ev, nk, 1, s, nk, V + j0 * Ev, Ev, 1, acc, Ev);
+    }
+    T *o = (T *)c->out + (b * L + i0) * Ev, *ls = (T *)c->lse + b * L + i0;
+    for (int64_t r = 0; r < nq; r++) {
+      /* l = 0: every key masked (NaN, as softmax), or no keys at all (0, as
+      ** an empty product) */
+      T inv = S == 0 ? 0 : 1 / l[r];
+      for (int64_t e = 0; e < Ev; e++) o[r * Ev + e] = acc[r * Ev + e] * inv;
+      ls[r] = m[r] + (T)log((double)l[r]);
+    }
+  }
+  free(s);
+}
+
+/* -- Backward ------------------------------------------------------------------ */
+
+/* D[row] = sum(grad_out * out) over the row (the softmax backward's
+** correction; with dropout it is the same sum). */
+static void FN(row_dots)(void *p, int64_t r0, int64_t r1) {
+  const sdpa_ctx *c = p;
+  int64_t Ev = c->g->Ev;
+  const T *go = (const T *)c->gout, *o = (const T *)c->out;
+  T *D = (T *)c->D;
+  for (int64_t r = r0; r < r1; r++) {
+    T d = 0;
+    for (int64_t e = 0; e < Ev; e++) d += go[r * Ev + e] * o[r * Ev + e];
+    D[r] = d;
+  }
+}
+
+/* One (query tile, key tile) block of batch b: the probabilities again from
+** the saved log-sum-exp, then the dQ (do_q) and dK, dV (do_kv) products. */
+HOT static void FN(block)(const sdpa_ctx *c, int64_t b, int64_t it, int64_t jt, int do_q,
+                          int do_kv, T *P, T *Pd, T *dS, uint8_t *keep) {
+  const sdpa_geom *g = c->g;
+  int64_t L = g->L, S = g->S, E = g->E, Ev = g->Ev;
+  int64_t i0 = it * BQ, nq = nn_min64(BQ, L - i0), j0 = jt * BK, nk = nn_min64(BK, S - j0);
+  if (g->causal && j0 > i0 + nq - 1) return;  /* every score of the block masked */
+  int want_q = do_q && c->gq, want_k = do_kv && c->gk, want_v = do_kv && c->gv;
+  if (!want_q && !want_k && !want_v) return;
+  FN(scores)(c, b, i0, nq, j0, nk, P);
+  const T *lse = (const T *)c->lse + b * L + i0, *D = (const T *)c->D + b * L + i0;
+  for (int64_t r = 0; r < nq; r++) {
+    T *row = P + r * nk, mr = lse[r];
+    for (int64_t j = 0; j < nk; j++) row[j] = EXP_FN(row[j] - mr);
+  }
+  int drop = g->dropout_p > 0;
+  if (drop) {
+    for (int64_t r = 0; r < nq; r++) {
+      sdpa_keep(g, b, i0 + r, j0, nk, keep + r * nk);
+      memcpy(Pd + r * nk, P + r * nk, sizeof(T) * (size_t)nk);
+      FN(drop_row)(Pd + r * nk, keep + r * nk, nk, c->inv_keep);
+    }
+  }
+  const T *gO = (const T *)c->gout + (b * L + i0) * Ev;
+  const T *V = (const T *)c->v + sdpa_offset(g, g->vbs, b) + j0 * Ev;
+  if (want_v)
+    FN(gemm)(1, 0, nk, Ev, nq, 1, drop ? Pd : P, nk, gO, Ev, 1, (T *)c->gv + (b * S + j0) * Ev, Ev);
+  if (!want_q && !want_k) return;
+  /* dS = P * (dP - D), dP = grad_out v^T through the dropout */
+  FN(gemm)(0, 1, nq, nk, Ev, 1, gO, Ev, V, Ev, 0, dS, nk);
+  for (int64_t r = 0; r < nq; r++) {
+    T *ds = dS + r * nk;
+    const T *pr = P + r * nk;
+    if (lse[r] == -INFINITY && g->mask != SDPA_MASK_ADD) {
+      /* every key masked by masked_fill: PyTorch's formula passes no
+      ** gradient through filled scores (its probabilities, and so dV,
+      ** are NaN; an added -inf mask passes NaN on, as here) */
+      memset(ds, 0, sizeof(T) * (size_t)nk);
+      continue;
+    }
+    if (drop) FN(drop_row)(ds, keep + r * nk, nk, c->inv_keep);
+    for (int64_t j = 0; j < nk; j++) ds[j] = pr[j] * (ds[j] - D[r]);
+  }
+  if (want_q) {
+    const T *K = (const T *)c->k + sdpa_offset(g, g->kbs, b) + j0 * E;
+    FN(gemm)(0, 0, nq, E, nk, g->scale, dS, nk, K, E, 1, (T *)c->gq + (b * L + i0) * E, E);
+  }
+  if (want_k) {
+    const T *Q = (const T *)c->q + sdpa_offset(g, g->qbs, b) + i0 * E;
+    FN(gemm)(1, 0, nk, E, nq, g->scale, dS, nk, Q, E, 1, (T *)c->gk + (b * S + j0) * E, E);
+  }
+}
+
+/* Tasks by c->mode: SDPA_BY_HEAD a whole batch entry each (every block, so
+** dQ, dK and dV of the entry have one writer); SDPA_BY_KEYS (batch, key
+** tile) for dK and dV; SDPA_BY_QUERIES (batch, query tile) for dQ. */
+static void FN(backward)(void *p, int64_t t0, int64_t t1) {
+  const sdpa_ctx *c = p;
+  const sdpa_geom *g = c->g;
+  int64_t nqt = (g->L + BQ - 1) / BQ, nkt = (g->S + BK - 1) / BK;
+  size_t need = (3 * sizeof(T) + 1) * (size_t)(BQ * BK);
+  T *P = malloc(need);
+  if (!P) {
+    atomic_store(&((sdpa_ctx *)c)->nomem, (long long)need);
+    return;
+  }
+  T *Pd = P + BQ * BK, *dS = Pd + BQ * BK;
+  uint8_t *keep = (uint8_t *)(dS + BQ * BK);
+  for (int64_t t = t0; t < t1; t++) {
+    if (c->mode == SDPA_BY_HEAD) {
+      for (int64_t jt = 0; jt < nkt; jt++)
+        for (int64_t it = 0; it < nqt; it++) FN(block)(c, t, it, jt, 1, 1, P, Pd, dS, keep);
+    } else if (c->mode == SDPA_BY_KEYS) {
+      for (int64_t it = 0; it < nqt; it++)
+        FN(block)(c, t / nkt, it, t % nkt, 0, 1, P, Pd, dS, keep);
+    } else {
+      for (int64_t jt = 0; jt < nkt; jt++)
+        FN(block)(c, t / nqt, t % nqt, jt, 1, 0, P, Pd, dS, keep);
+    }
+  }
+  free(P);
+}
+
+#undef FN
+#undef CAT
+#undef CAT_
