@@ -11,9 +11,9 @@ end
 
 local MODULES = {
   "ddp.ffi", "ddp.core", "ddp.serialize", "ddp.tensor_base", "ddp.ops", "ddp.tensor_grad",
-  "ddp.print", "ddp.autocast", "ddp.tensor", "ddp.factory", "ddp.autograd",
+  "ddp.print", "ddp.autocast", "ddp.sampling", "ddp.tensor", "ddp.factory", "ddp.autograd",
   "ddp.functional", "ddp.nn", "ddp.optim", "ddp.store", "ddp.dist", "ddp.checkpoint", "ddp.data",
-  "ddp.progress", "ddp.argparse", "ddp.ddp", "ddp.console", "ddp.testing",
+  "ddp.progress", "ddp.argparse", "ddp.ddp", "ddp.nn_sync_bn", "ddp.console", "ddp.testing",
 }
 
 describe("the Lua modules", function()

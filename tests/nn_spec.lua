@@ -420,3 +420,46 @@ describe("schedulers", function()
     assert.equal(1.0, opt2.param_groups[1].lr)
   end)
 end)
+
+describe("F.pad", function()
+  local function err(f)
+    local ok, e = pcall(f)
+    assert.is_false(ok)
+    return e
+  end
+
+  it("takes mode and value by position or by name, and crops with negative padding", function()
+    local x = ddp.arange(6):view(1, 2, 3):to("float32")
+    assert.same({ { { 7, 7, 7, 7 }, { 1, 2, 7, 7 }, { 4, 5, 7, 7 } } },
+                F.pad(x, { -1, 2, 1, 0 }, "constant", 7):totable())
+    assert.same(F.pad(x, { 2, 2 }, "circular"):totable(), F.pad(x, { 2, 2 }, { mode = "circular" }):totable())
+    assert.same({ { { 1, 2, 1, 2 }, { 4, 5, 4, 5 } } }, F.pad(x, { -1, 2 }, { mode = "circular" }):totable())
+    assert.same({ 3 }, F.pad(ddp.ones(5), { -1, -1 }):shape())
+  end)
+
+  it("refuses what PyTorch refuses, naming the problem at the caller's line", function()
+    local x = ddp.zeros(1, 2, 3)
+    assert.matches("nn_spec.lua:%d+: pad: padding length must be divisible by 2", err(function() F.pad(x, { 1 }) end))
+    assert.matches("padding length too large", err(function() F.pad(x, { 1, 1, 1, 1, 1, 1, 1, 1 }) end))
+    assert.matches('unrecognised padding mode "foo"', err(function() F.pad(x, { 1, 1 }, "foo") end))
+    assert.matches('padding mode "reflect" doesn\'t take in value argument',
+                   err(function() F.pad(x, { 1, 1 }, { mode = "reflect", value = 2 }) end))
+    assert.matches("padding size should be less than the corresponding input dimension, but got: padding %(3, 3%) at dimension 2 of input %[1, 2, 3%]",
+                   err(function() F.pad(x, { 3, 3 }, "reflect") end))
+    assert.matches("reflect padding of 1 dims needs a 2%-D or 3%-D input, got 1%-D",
+                   err(function() F.pad(ddp.zeros(6), { 1, 1 }, "reflect") end))
+    assert.matches("replicate padding of 3 dims needs a 4%-D or 5%-D input, got 3%-D",
+                   err(function() F.pad(x, { 1, 1, 1, 1, 1, 1 }, "replicate") end))
+    assert.matches("wrapping around more than once", err(function() F.pad(x, { 4, 1 }, "circular") end))
+    assert.matches("the input size 3, plus negative padding %-4 and 0 resulted in a negative output size",
+                   err(function() F.pad(x, { -4, 0 }) end))
+    assert.matches("pad%[2%] must be an integer, got 1.5", err(function() F.pad(x, { 1, 1.5 }) end))
+  end)
+
+  it("gradients pass through every mode (gradcheck)", function()
+    local x = ddp.randn(2, 3, 4, { dtype = "float64" }):requires_grad_()
+    for _, mode in ipairs { "constant", "reflect", "replicate", "circular" } do
+      assert.is_true(ddp.autograd.gradcheck(function(t) return F.pad(t, { 2, -1, 1, 2 }, mode) end, { x }))
+    end
+  end)
+end)

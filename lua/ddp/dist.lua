@@ -594,6 +594,23 @@ function M.all_reduce(t, op, opts)
   return t
 end
 
+-- ddp.dist.differentiable_all_reduce(t[, op][, {timeout=}]): a new tensor,
+-- t reduced over all ranks ("sum" or "avg"), recorded by autograd: its
+-- backward all-reduces the gradient the same way, as
+-- torch.distributed.nn.functional.all_reduce (SyncBatchNorm's statistics).
+-- Every rank must run the same backward.
+function M.differentiable_all_reduce(t, op, opts)
+  local name = "ddp.differentiable_all_reduce"
+  tensor_in(name, t)
+  if type(op) == "table" and opts == nil then op, opts = nil, op end
+  local o = red_arg(name, op)
+  if o ~= C.DL_PG_SUM and o ~= C.DL_PG_AVG then
+    raise(name .. ': op must be "sum" or "avg" (the differentiable ones), got ' .. show(op))
+  end
+  local pg = group(name)
+  return call_new(pg, name, opts, C.dl_pg_all_reduce_grad, pg, t, o)
+end
+
 -- ddp.broadcast(t, src[, {timeout=}]): src's t on every rank, in place;
 -- returns t.
 function M.broadcast(t, src, opts)

@@ -3,6 +3,7 @@
 -- from fused C kernels with their own backward.
 local core = require "ddp.core"
 local _ = require "ddp.tensor"  -- x:relu() and friends: the tensor type
+local factory = require "ddp.factory"
 local C, ffi = core.C, core.ffi
 local new, raise = core.new, core.raise
 local tensor_arg = core.tensor_arg
@@ -213,6 +214,106 @@ function F.scaled_dot_product_attention(q, k, v, ...)
              tensor_arg(v, "scaled_dot_product_attention", "value"),
              opt_tensor(o.attn_mask, "scaled_dot_product_attention", "attn_mask"),
              o.is_causal and 1 or 0, p, o.scale or 0 / 0)
+
+-- -- Padding ---------------------------------------------------------------------------------
+
+-- pad(x, pad, mode, value), or pad(x, pad, {mode =, value =}), as
+-- torch.nn.functional.pad: pad = {left, right} of the last dim, then of
+-- the one before, ... (negative entries crop); mode "constant" (value,
+-- default 0), "reflect" (mirrored without the edge), "replicate" (the edge
+-- repeated) or "circular" (wrapped around; negative entries crop first).
+-- Composed from narrow, cat and index_select, so autograd follows.
+local pad_names = { "mode", "value" }
+local pad_modes = { constant = true, reflect = true, replicate = true, circular = true }
+
+-- the source index of each output position j along a dim of size n
+local pad_index = {
+  replicate = function(i, n) return math.min(math.max(i, 0), n - 1) end,
+  reflect = function(i, n)
+    if i < 0 then return -i end
+    if i >= n then return 2 * (n - 1) - i end
+    return i
+  end,
+  circular = function(i, n) return i % n end,
+}
+
+local function pad_dim(x, d, l, r, mode, value)
+  local n = x:size(d)
+  if mode == "constant" or mode == "circular" then  -- crop first
+    local lo, hi = math.max(0, -l), n - math.max(0, -r)
+    if lo > 0 or hi < n then
+      x = x:narrow(d, lo, math.max(0, hi - lo))
+      n = x:size(d)
+    end
+    l, r = math.max(l, 0), math.max(r, 0)
+  end
+  if l == 0 and r == 0 then return x end
+  if mode == "constant" then
+    local parts = {}
+    local function fill(k)
+      local shape = x:shape()
+      shape[d + 1] = k
+      parts[#parts + 1] = factory.full(shape, value, { dtype = x:dtype(), device = x:device() })
+    end
+    if l > 0 then fill(l) end
+    parts[#parts + 1] = x
+    if r > 0 then fill(r) end
+    return factory.cat(parts, d)
+  end
+  local idx, f = {}, pad_index[mode]
+  for j = 0, n + l + r - 1 do idx[j + 1] = f(j - l, n) end
+  return x:index_select(d, factory.tensor(idx, { dtype = "int64", device = x:device() }))
+end
+
+function F.pad(x, pad, ...)
+  local o = options("pad", pad_names, ...)
+  x = tensor_arg(x, "pad", "input")
+  local mode = o.mode or "constant"
+  if not pad_modes[mode] then
+    raise(('pad: unrecognised padding mode %s (expected "constant", "reflect", "replicate" or "circular")')
+          :format(core.show(mode)))
+  end
+  if type(pad) ~= "table" or core.is_tensor(pad) then
+    raise("pad: pad must be a table {left, right, top, bottom, ...} of integers, got " .. core.describe(pad))
+  end
+  for i = 1, #pad do
+    if not core.is_integer(pad[i]) then raise(("pad: pad[%d] must be an integer, got %s"):format(i, core.show(pad[i]))) end
+  end
+  if #pad % 2 ~= 0 then raise("pad: padding length must be divisible by 2, got " .. #pad) end
+  local k, nd = #pad / 2, x:dim()
+  if k > nd then raise(("pad: padding length too large: %d values pad %d dims, the input has %d"):format(#pad, k, nd)) end
+  local value = o.value
+  if mode == "constant" then
+    value = value or 0
+    if type(value) ~= "number" then raise("pad: value must be a number, got " .. core.show(value)) end
+  else
+    if value ~= nil and value ~= 0 then raise(('pad: padding mode "%s" doesn\'t take in value argument'):format(mode)) end
+    if k > 3 or (nd ~= k + 1 and nd ~= k + 2) then
+      raise(("pad: %s padding of %d dims needs a %d-D or %d-D input, got %d-D (PyTorch pads 1 to 3 dims so, after a channel dim and an optional batch dim)")
+            :format(mode, k, k + 1, k + 2, nd))
+    end
+  end
+  for i = 1, k do
+    local d, l, r = nd - i, pad[2 * i - 1], pad[2 * i]
+    local n = x:size(d)
+    if mode == "constant" and n + l + r < 0 then
+      raise(("pad: the input size %d, plus negative padding %d and %d resulted in a negative output size, which is invalid. Check dimension %d of your input.")
+            :format(n, l, r, d))
+    elseif mode == "reflect" and (l >= n or r >= n) then
+      raise(("pad: padding size should be less than the corresponding input dimension, but got: padding (%d, %d) at dimension %d of input %s")
+            :format(l, r, d, core.fmt_shape(x:shape())))
+    elseif mode == "replicate" and n == 0 and (l > 0 or r > 0) then
+      raise(("pad: replicate padding of dimension %d, which is empty"):format(d))
+    elseif mode == "circular" then
+      local kept = n - math.max(0, -l) - math.max(0, -r)
+      if l > kept or r > kept then
+        raise(("pad: padding value causes wrapping around more than once: padding (%d, %d) at dimension %d of size %d")
+              :format(l, r, d, math.max(kept, 0)))
+      end
+    end
+  end
+  for i = 1, k do x = pad_dim(x, nd - i, pad[2 * i - 1], pad[2 * i], mode, value) end
+  return x
 end
 
 -- -- Losses --------------------------------------------------------------------------------

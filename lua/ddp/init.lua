@@ -13,7 +13,7 @@
 --   ddp.factory (creation), ddp.autograd
 --   ddp.functional, ddp.nn, ddp.optim
 --   ddp.store, ddp.dist, ddp.checkpoint (its all_ranks saves gather), ddp.data,
---   ddp.progress, ddp.argparse, ddp.ddp
+--   ddp.progress, ddp.argparse, ddp.ddp, ddp.nn_sync_bn (joins ddp.nn here)
 --   ddp.console (the prompt's side in Lua, ddp.breakpoint)
 --   ddp (this file)
 -- so none of them requires "ddp" back, and everything here loads at once.
@@ -28,6 +28,7 @@ local autocast = require "ddp.autocast"
 local dist = require "ddp.dist"
 local checkpoint = require "ddp.checkpoint"
 local nn = require "ddp.nn"
+local sync_bn = require "ddp.nn_sync_bn"
 local optim = require "ddp.optim"
 local data = require "ddp.data"
 local store = require "ddp.store"
@@ -163,6 +164,10 @@ end
 -- ddp.autocast(dtype, fn, ...): mixed precision (ddp.autocast).
 ddp.autocast = autocast.autocast
 ddp.autocast_dtype = autocast.get_dtype
+
+-- nn.SyncBatchNorm and nn.convert_sync_batchnorm (ddp.nn_sync_bn), which
+-- sit above ddp.dist, join ddp.nn here.
+nn.SyncBatchNorm, nn.convert_sync_batchnorm = sync_bn.SyncBatchNorm, sync_bn.convert_sync_batchnorm
 
 -- The submodules, as ddp.nn etc. (require "ddp.nn" gives the same table).
 ddp.nn, ddp.optim, ddp.data, ddp.dist, ddp.store, ddp.argparse = nn, optim, data, dist, store, argparse

@@ -1,18 +1,20 @@
 -- ddp.tensor: the tensor type -- the one place that builds the methods
 -- table and the metatable of dl_tensor* and calls ffi.metatype, once.
 --
--- The methods come from three modules, each handing over a table of its
+-- The methods come from four modules, each handing over a table of its
 -- own (a name given twice is an error here, so the order they are taken in
 -- cannot change the result): ddp.tensor_base (metadata, conversion, element
--- access, views), ddp.ops (math, with the operators) and ddp.tensor_grad
--- (backward and the grad fields).  Then, in this order: autocast's
--- wrappers over its listed ops (ddp.autocast), ddp.ops' aliases (sharing
--- those wrappers), and a check of self on every method.  Nothing else adds
+-- access, views), ddp.ops (math, with the operators), ddp.tensor_grad
+-- (backward and the grad fields) and ddp.sampling (multinomial).  Then,
+-- in this order: autocast's wrappers over its listed ops (ddp.autocast),
+-- ddp.ops' aliases (sharing those wrappers), and a check of self on every
+-- method.  Nothing else adds
 -- to the type: modules above use the table this returns.
 local core = require "ddp.core"
 local base = require "ddp.tensor_base"
 local ops = require "ddp.ops"
 local grad = require "ddp.tensor_grad"
+local sampling = require "ddp.sampling"
 local autocast = require "ddp.autocast"
 local printer = require "ddp.print"
 local ffi = core.ffi
@@ -24,6 +26,7 @@ local from = {}   -- name -> the module that gave it
 
 for _, part in ipairs {
   { "ddp.tensor_base", base }, { "ddp.ops", ops }, { "ddp.tensor_grad", grad },
+  { "ddp.sampling", sampling },
 } do
   local modname, mod = part[1], part[2]
   for name, f in pairs(mod.methods(T)) do

@@ -177,6 +177,7 @@ ERRDEF(PG_ARENA, DL_EIO, "%s: shared arena %s does not match (%s); are all ranks
 ERRDEF(PG_MISMATCH, DL_ESTATE, "%s #%lld: mismatched collectives: %s")
 ERRDEF(PG_OP, DL_EINVAL, "%s: unknown reduce op %d (expected sum, avg, max, min or prod)")
 ERRDEF(PG_AVG, DL_EDTYPE, "%s: avg needs a floating dtype, got %s (use sum and divide)")
+ERRDEF(PG_GRAD_OP, DL_EINVAL, "%s: only sum and avg are differentiable, got op %d")
 ERRDEF(PG_SRC, DL_EINDEX, "%s: src must be a rank in 0..%d, got %d")
 ERRDEF(PG_DIVIDE, DL_ESHAPE, "%s: dim 0 of shape %s is not divisible by the world size %d")
 ERRDEF(PG_DEAD, DL_ESTATE, "%s #%lld: rank %d (pid %d) has exited; gave up waiting for %s")

@@ -114,6 +114,11 @@ DL_API int dl_pg_set_timeout(dl_pg *pg, double seconds);
 /* In place.  avg is sum / world (floating dtypes only); for bool, sum and
 ** max act as or, prod and min as and; bfloat16/float16 reduce in float32. */
 DL_API int dl_pg_all_reduce(dl_pg *pg, dl_tensor *t, dl_pg_op op);
+/* Out of place and differentiable (sum or avg): a new tensor, the
+** reduction of t; its backward all-reduces the gradient the same way, in
+** backward's order, so every rank must run the same graph.  The group
+** must outlive the graph (as torch.distributed.nn.functional.all_reduce). */
+DL_API dl_tensor *dl_pg_all_reduce_grad(dl_pg *pg, const dl_tensor *t, dl_pg_op op);
 /* In place: src's t on every rank (shapes and dtypes must match). */
 DL_API int dl_pg_broadcast(dl_pg *pg, dl_tensor *t, int src);
 /* A new tensor [world * t.shape[0], ...]: the ranks' t along dim 0 (a

@@ -388,5 +388,42 @@ for red in REDS:
              {"x": rn(2, 3, 4, dtype=dtype), "y": rn(2, 3, 4, dtype=dtype)}, ["x", "y"],
              tol_of(dtype, F32), tol_of(dtype, F32))
 
+# ===========================================================================
+# pad
+# ===========================================================================
+section("pad")
+# (shape, pad, mode, value)
+PAD = [
+    ((2, 3, 4, 5), (1, 2), "constant", 0.5),
+    ((2, 3, 4, 5), (1, 0, 2, 1), "constant", None),
+    ((2, 3, 4, 5), (-1, 2, 1, -2), "constant", -1.0),
+    ((3, 4, 2), (1, 1, 0, 2, 2, 1), "constant", 0.0),
+    ((7,), (-2, -3), "constant", None),
+    ((2, 3, 6), (2, 3), "reflect", None),
+    ((3, 6), (5, 1), "reflect", None),
+    ((2, 3, 4, 5), (1, 3, 2, 3), "reflect", None),
+    ((1, 2, 3, 4, 5), (1, 2, 0, 3, 2, 1), "reflect", None),
+    ((2, 3, 6), (-1, 2), "reflect", None),
+    ((2, 3, 6), (3, 4), "replicate", None),
+    ((3, 4, 5), (2, 0, 1, 3), "replicate", None),
+    ((2, 3, 4, 5), (1, 2, 3, 1), "replicate", None),
+    ((1, 2, 3, 4, 5), (2, 1, 1, 0, 1, 2), "replicate", None),
+    ((2, 3, 6), (2, 6), "circular", None),
+    ((2, 3, 4, 5), (1, 2, 4, 1), "circular", None),
+    ((1, 2, 3, 4, 5), (2, 1, 0, 4, 1, 3), "circular", None),
+    ((2, 3, 6), (-1, 2), "circular", None),
+    ((2, 3, 4, 5), (2, -1, -2, 1), "circular", None),
+]
+for shape, pd, mode, value in PAD:
+    for dtype in (torch.float32, torch.float64):
+        name = "pad_%s_%s_%s%s_%s" % ("x".join(map(str, shape)), mode,
+                                     "_".join(str(v) for v in pd),
+                                     "" if value is None else "_v%g" % value, dt_tag(dtype))
+        lua_opts = "{mode=%s%s}" % (lua_str(mode), "" if value is None else ", value=%r" % value)
+        py_opts = "mode=%r%s" % (mode, "" if value is None else ", value=%r" % value)
+        tup = "{%s}" % ", ".join(map(str, pd))
+        case(name, "F.pad(x, %s, %s)" % (tup, lua_opts), "F.pad(x, %r, %s)" % (pd, py_opts),
+             {"x": rn(*shape, dtype=dtype)}, ["x"], EXACT, tol_of(dtype, F32))
+
 write("tests/golden/nn_cases.lua")
 print("wrote %d cases to tests/golden/nn_cases.lua" % len(CASES))
