@@ -214,6 +214,7 @@ function F.scaled_dot_product_attention(q, k, v, ...)
              tensor_arg(v, "scaled_dot_product_attention", "value"),
              opt_tensor(o.attn_mask, "scaled_dot_product_attention", "attn_mask"),
              o.is_causal and 1 or 0, p, o.scale or 0 / 0)
+end
 
 -- -- Padding ---------------------------------------------------------------------------------
 

@@ -125,6 +125,7 @@ ERRDEF(SDPA_MASK_SHAPE, DL_ESHAPE, "%s: attn_mask of shape %s cannot be broadcas
 ERRDEF(SDPA_CAUSAL_MASK, DL_EINVAL, "%s: give attn_mask or is_causal, not both (as PyTorch)")
 ERRDEF(SDPA_RNG, DL_EINVAL, "%s: dropout_p > 0 needs the forward's dropout stream (rng)")
 ERRDEF(NOT_ON_DEVICE, DL_EDEVICE, "%s: not implemented on %s yet")
+ERRDEF(SDPA_CUDA_DROPOUT, DL_EDEVICE, "%s: dropout_p > 0 is not implemented on cuda yet (the CPU has it); pass dropout_p = 0 on a GPU")
 
 /* Checkpoints (safetensors): "op: path: problem" */
 ERRDEF(ST_OS, DL_EIO, "%s: %s: %s: %s")

@@ -295,7 +295,7 @@ typedef int (*dlc_sort_fn)(int device, int desc, int64_t k, int64_t inner, const
 ** whose arguments changed.  A new launcher: its field at the end of its
 ** file's group here, its entry in kernels/api.cu, and DLC_ABI_VERSION + 1.
 ** The emulator has no NCCL: its nccl_* fields are NULL. */
-enum { DLC_ABI_VERSION = 1 };
+enum { DLC_ABI_VERSION = 2 };
 typedef struct dlc_nccl dlc_nccl;
 typedef struct dlc_api {
   uint32_t abi_version, size;
@@ -447,6 +447,18 @@ typedef struct dlc_api {
   size_t (*sort_ws)(const dlc_reduce *r);
   int (*sort)(int device, int desc, int64_t k, int64_t inner, const dlc_reduce *r, void *values,
               int64_t *indices, void *ws);
+  /* attention.cu: q [BH, L, E], k [BH, S, E], v [BH, S, Ev] contiguous in
+  ** kd (float32/64), head dims 1-128; mask additive in kd, [L, S] per
+  ** (batch, head) at mask + bh * mask_bh (mask_bh 0: one for all), or
+  ** NULL; causal: row i sees keys j <= i.  Forward: out [BH, L, Ev] and
+  ** lse [BH, L].  Backward: dsum [BH, L] scratch; dq, dk, dv all written. */
+  int (*sdpa_forward)(int device, int kd, int64_t BH, int64_t L, int64_t S, int E, int Ev,
+                      double scale, int causal, const void *q, const void *k, const void *v,
+                      const void *mask, int64_t mask_bh, void *out, void *lse);
+  int (*sdpa_backward)(int device, int kd, int64_t BH, int64_t L, int64_t S, int E, int Ev,
+                       double scale, int causal, const void *q, const void *k, const void *v,
+                       const void *mask, int64_t mask_bh, const void *out, const void *dout,
+                       const void *lse, void *dsum, void *dq, void *dk, void *dv);
 } dlc_api;
 typedef const dlc_api *(*dlc_api_get_fn)(void);
 

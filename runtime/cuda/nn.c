@@ -410,21 +410,3 @@ DL_HIDDEN int cuda_adam(const char *op, dl_tensor *p, const dl_tensor *g, dl_ten
 }
 
 /* -- Attention: the CUDA kernel is still to come ---------------------------- */
-
-DL_HIDDEN int cuda_sdpa(const char *op, const struct sdpa_geom *g, const dl_tensor *q,
-                        const dl_tensor *k, const dl_tensor *v, const dl_tensor *mask,
-                        dl_tensor **out, dl_tensor **lse) {
-  (void)g, (void)q, (void)k, (void)v, (void)mask, (void)out, (void)lse;
-  return dl_err(EM_NOT_ON_DEVICE, op, "cuda");
-}
-
-DL_HIDDEN int cuda_sdpa_backward(const char *op, const struct sdpa_geom *g,
-                                 const dl_tensor *grad_out, const dl_tensor *q,
-                                 const dl_tensor *k, const dl_tensor *v, const dl_tensor *mask,
-                                 const dl_tensor *out, const dl_tensor *lse, int need_q,
-                                 int need_k, int need_v, dl_tensor **gq, dl_tensor **gk,
-                                 dl_tensor **gv) {
-  (void)g, (void)grad_out, (void)q, (void)k, (void)v, (void)mask, (void)out, (void)lse;
-  (void)need_q, (void)need_k, (void)need_v, (void)gq, (void)gk, (void)gv;
-  return dl_err(EM_NOT_ON_DEVICE, op, "cuda");
-}

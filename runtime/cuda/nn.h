@@ -61,8 +61,8 @@ DL_HIDDEN int cuda_batch_norm_backward(const char *op, const dl_tensor *grad_out
                                        int64_t N, int64_t C, int64_t S, dl_tensor **gx,
                                        dl_tensor **gw, dl_tensor **gb);
 
-/* Attention (nn/attention.c): no CUDA kernel yet, so both refuse with
-** "not implemented on cuda" (core/device.h's signatures). */
+/* Attention (nn/attention.c), in cuda/attention.c: the flash-attention
+** kernels of kernels/attention.cu (core/device.h's signatures). */
 struct sdpa_geom;
 DL_HIDDEN int cuda_sdpa(const char *op, const struct sdpa_geom *g, const dl_tensor *q,
                         const dl_tensor *k, const dl_tensor *v, const dl_tensor *mask,

@@ -17,34 +17,7 @@ end
 
 local function leaf(t) return t:detach():requires_grad_(true) end
 
--- f(args) on both devices; the output, then (with upstream gradient `up`
--- of the output's shape, or none for a scalar) every .grad of the args
--- that require grad, compared.
-local function fwd_bwd(what, f, args, tol)
-  local function run(a, dev)
-    local out = f(table.unpack(a))
-    if out.requires_grad then
-      if out:numel() == 1 and out:dim() == 0 then out:backward()
-      else
-        local up = randn(out:shape(), out:dtype(), 7)
-        out:backward(dev and up:cuda() or up)
-      end
-    end
-    local grads = {}
-    for i, x in ipairs(a) do
-      if ddp.is_tensor(x) and x.requires_grad then grads[i] = x.grad end
-    end
-    return out, grads
-  end
-  local dargs = H.todev(args)
-  local oc, gc = run(args, false)
-  local od, gd = run(dargs, true)
-  H.same(oc:detach(), od:detach(), what, tol)
-  for i, g in pairs(gc) do
-    assert(gd[i], what .. ": no gradient on cuda for argument " .. i)
-    H.same(g, gd[i], what .. " grad " .. i, tol)
-  end
-end
+local fwd_bwd = H.fwd_bwd
 
 -- Half types: compared with float32-ish tolerance of their own.
 local TOL = {bfloat16 = {2e-2, 2e-2}}

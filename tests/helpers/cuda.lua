@@ -119,6 +119,36 @@ function M.specials(x, n, i, j, k)
   return x
 end
 
+-- f(args) on both devices; the output, then (with an upstream gradient of
+-- the output's shape, seeded, or none for a scalar) every .grad of the
+-- args that require grad, compared.
+function M.fwd_bwd(what, f, args, tol)
+  local function run(a, dev)
+    local out = f(table.unpack(a))
+    if out.requires_grad then
+      if out:numel() == 1 and out:dim() == 0 then out:backward()
+      else
+        ddp.manual_seed(7)
+        local up = ddp.randn(out:shape()):to(out:dtype())
+        out:backward(dev and up:cuda() or up)
+      end
+    end
+    local grads = {}
+    for i, x in ipairs(a) do
+      if is_tensor(x) and x.requires_grad then grads[i] = x.grad end
+    end
+    return out, grads
+  end
+  local dargs = M.todev(args)
+  local oc, gc = run(args, false)
+  local od, gd = run(dargs, true)
+  M.same(oc:detach(), od:detach(), what, tol)
+  for i, g in pairs(gc) do
+    assert(gd[i], what .. ": no gradient on cuda for argument " .. i)
+    M.same(g, gd[i], what .. " grad " .. i, tol)
+  end
+end
+
 -- describe() that runs only where a device is, else one pending line
 -- naming why (busted reports it as a SKIP).
 function M.describe(name, body)

@@ -69,6 +69,8 @@ extern "C" int dlc_versions(int *driver, int *runtime, char *err, size_t errlen)
 extern "C" int dlc_iota(int device, float *out, int n, float scale, char *err, size_t errlen);
 extern "C" size_t dlc_sort_ws(const dlc_reduce *r);
 extern "C" int dlc_sort(int device, int desc, int64_t k, int64_t inner, const dlc_reduce *r, void *values, int64_t *indices, void *ws);
+extern "C" int dlc_sdpa_forward(int device, int kd, int64_t BH, int64_t L, int64_t S, int E, int Ev, double scale, int causal, const void *q, const void *k, const void *v, const void *mask, int64_t mask_bh, void *out, void *lse);
+extern "C" int dlc_sdpa_backward(int device, int kd, int64_t BH, int64_t L, int64_t S, int E, int Ev, double scale, int causal, const void *q, const void *k, const void *v, const void *mask, int64_t mask_bh, const void *out, const void *dout, const void *lse, void *dsum, void *dq, void *dk, void *dv);
 #ifndef DLC_EMU
 extern "C" int dlc_nccl_get_id(void *id, size_t idlen, char *err, size_t errlen);
 extern "C" int dlc_nccl_version(int *version, char *err, size_t errlen);
@@ -242,6 +244,8 @@ extern "C" __attribute__((visibility("default"))) const dlc_api *dlc_api_get(voi
     dlc_iota,
     dlc_sort_ws,
     dlc_sort,
+    dlc_sdpa_forward,
+    dlc_sdpa_backward,
   };
   return &api;
 }
