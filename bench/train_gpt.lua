@@ -1,6 +1,6 @@
 -- train_gpt.lua: training throughput of a byte-level GPT (examples/
 -- gpt_model.lua: 2 pre-LN blocks, n_embd 176, 4 heads, context 64, batch
--- 32, ~790k parameters; attention from matmul, masked_fill and softmax;
+-- 32, 849,728 parameters; attention from matmul, masked_fill and softmax;
 -- AdamW with weight decay on the matrices, clip_grad_norm 1.0), twin of
 -- train_gpt.py.
 --   ddplua bench/train_gpt.lua THREADS [STEPS]                 one process

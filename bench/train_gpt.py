@@ -1,6 +1,6 @@
 """train_gpt.py: PyTorch twin of train_gpt.lua: training throughput of a
 byte-level GPT (2 pre-LN blocks, n_embd 176, 4 heads, context 64, batch
-32, ~790k parameters; attention from matmul, masked_fill and softmax, as
+32, 849,728 parameters; attention from matmul, masked_fill and softmax, as
 torch 1.13 has no scaled_dot_product_attention; AdamW with weight decay on
 the matrices, clip_grad_norm 1.0).
 
