@@ -8,8 +8,8 @@
 -- continues exactly (mid-epoch: the loader's place goes with them), and a
 -- sample of text at the end.
 --
---   ddplua --nproc 2 examples/gpt.lua                 (about 3 minutes on 2 cores)
---   ddplua examples/gpt.lua --steps 300 --resume      (continue a run to 300 steps)
+--   ddplua --nproc 2 examples/gpt.lua                 (about 3 to 6 minutes on 2 cores)
+--   ddplua --nproc 2 examples/gpt.lua --resume        (after an interruption: the same flags)
 --          [--text FILE,FILE...] [--batch-size 32 (per rank)] [--block-size 64]
 --          [--n-layer 2] [--n-head 4] [--n-embd 128] [--lr 3e-3] [--out gpt]
 --
@@ -33,7 +33,7 @@ end
 
 local args = ddp.argparse({
   text = "", out = "gpt", steps = 600, batch_size = 32, block_size = 64, n_layer = 2, n_head = 4, n_embd = 128,
-  lr = 3e-3, min_lr = 3e-4, warmup = 50, weight_decay = 0.1, grad_clip = 1.0, dropout = 0,
+  lr = 3e-3, min_lr = 3e-4, warmup = 50, weight_decay = 0.1, grad_clip = 1.0,
   eval_every = 200, log_every = 50, ckpt_every = 200, resume = false, seed = 0, sample = 300, threads = 0,
   explicit_attention = false, stop_at = 0,
 }, arg, {
@@ -45,10 +45,6 @@ local args = ddp.argparse({
            explicit_attention = "attention from matmul/softmax even where the fused one exists",
            stop_at = "stop after this step, as if interrupted (0: run to --steps)" },
 })
-if args.dropout ~= 0 then
-  io.stderr:write("gpt.lua: --dropout is not supported yet (the model has no dropout layers)\n")
-  os.exit(2)
-end
 gpt.force_explicit = args.explicit_attention
 
 io.stdout:setvbuf("line")  -- the log as it comes, also into a file
