@@ -195,9 +195,6 @@ function TokenDataset:__tostring()
     self.header == "llmc" and ", llm.c header" or "")
 end
 
--- A DataLoader's state names the dataset's length; nothing else to save.
-TokenDataset.checkpoint_optional = true
-
 -- -- Writing token files -------------------------------------------------------
 
 -- tokens.write(path, ids[, {dtype = "uint16", header = "none"}]): writes
