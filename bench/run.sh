@@ -8,6 +8,8 @@
 # PyTorch for rates, PyTorch / ddplua for times (us, ms, s): above 1,
 # ddplua is faster.  Units ending in "(info)" are shown, not compared.
 #   BENCHES="allreduce startup" make bench   runs only those
+#   (train_gpt: bench/train_gpt.* in one process; train_gpt_ddp: the same
+#   script as a 2-rank job, 1 thread a rank)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=bench/out
@@ -30,7 +32,7 @@ median() {
             printf "%s\t%s\t%s\n", k[i], a[int((m + 1) / 2)], u[k[i]] } }' "$@"
 }
 
-for bench in ${BENCHES:-tensor_ops train_mlp train_cnn allreduce train_ddp train_cnn_ddp startup}; do
+for bench in ${BENCHES:-tensor_ops train_mlp train_cnn train_gpt allreduce train_ddp train_cnn_ddp train_gpt_ddp startup}; do
   # the twins' commands ($t: threads per process) and the thread counts
   case $bench in
     allreduce)
@@ -45,6 +47,10 @@ for bench in ${BENCHES:-tensor_ops train_mlp train_cnn allreduce train_ddp train
       threads=1 what="2 ranks x 1 thread"
       lua="build/ddplua --nproc 2 --no-prefix bench/train_ddp.lua"
       py="$PY bench/torchrun.py --nproc_per_node 2 bench/train_ddp.py" ;;
+    train_gpt_ddp)
+      threads=1 what="2 ranks x 1 thread"
+      lua="build/ddplua --nproc 2 --no-prefix bench/train_gpt.lua 1"
+      py="$PY bench/torchrun.py --nproc_per_node 2 bench/train_gpt.py 1" ;;
     startup)
       threads=1 what="2 ranks x 1 thread"
       lua="bash bench/startup.sh ddplua" py="bash bench/startup.sh torchrun" ;;

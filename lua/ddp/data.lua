@@ -2,6 +2,7 @@
 -- TensorDataset, samplers (DistributedSampler: each rank's share) and the
 -- DataLoader that cuts a dataset into batches, each gathered in C by one
 -- index_select per field; reduce_metrics sums evaluation metrics over ranks.
+-- Token files for language models: data.TokenDataset (ddp.tokens).
 --
 -- The sampler protocol (how the DataLoader learns the order of an epoch; the
 -- DistributedSampler plugs in through it):
@@ -41,6 +42,8 @@ local type, select, tostring, pcall, unpack = type, select, tostring, pcall, unp
 core.add_lib_file(debug.getinfo(1, "S").source)
 
 local data = {}
+data.tokens = require "ddp.tokens"
+data.TokenDataset = data.tokens.TokenDataset
 
 -- -- Objects with a length ----------------------------------------------------
 
@@ -567,7 +570,9 @@ local loader_opts = { batch_size = true, shuffle = true, drop_last = true, sampl
 -- data.DataLoader(dataset, {batch_size = 1, shuffle = false, drop_last =
 -- false, sampler = nil, seed = nil}).  dataset: a TensorDataset (batches
 -- gathered in C), or any object with get(i) returning the fields of sample
--- i and a len() (batches stacked sample by sample: slower).  shuffle uses a
+-- i and a len() (batches stacked sample by sample: slower, unless it has
+-- getitems(idx), PyTorch's __getitems__: the fields of the samples of a
+-- 1-D int64 tensor of indices at once, as TokenDataset gathers them).  shuffle uses a
 -- RandomSampler seeded with seed (default: drawn from the global generator
 -- now); sampler: any object following the sampler protocol (see the top of
 -- this file), which then decides the order.  pin_memory = true: batches in
@@ -724,6 +729,8 @@ function DataLoader:iter()
   local fields, ds = self._fields, self.dataset
   local nf = fields and #fields
   local f1, f2 = fields and fields[1], fields and fields[2]
+  local getitems = not fields and field(ds, "getitems")
+  if type(getitems) ~= "function" then getitems = nil end
   local b = 0
   local r = self._resume
   self._resume = nil
@@ -757,6 +764,7 @@ function DataLoader:iter()
     elseif nf == 1 then
       return i, new(index_select, f1, 0, bi)
     end
+    if getitems then return i, getitems(ds, bi) end
     local out, k
     if fields then
       out, k = {}, nf

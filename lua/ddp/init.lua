@@ -12,7 +12,7 @@
 --   ddp.tensor (the tensor type)
 --   ddp.factory (creation), ddp.autograd
 --   ddp.functional, ddp.nn, ddp.optim
---   ddp.store, ddp.dist, ddp.checkpoint (its all_ranks saves gather), ddp.data,
+--   ddp.store, ddp.dist, ddp.checkpoint (its all_ranks saves gather), ddp.tokens, ddp.data,
 --   ddp.progress, ddp.argparse, ddp.ddp, ddp.nn_sync_bn (joins ddp.nn here)
 --   ddp.console (the prompt's side in Lua, ddp.breakpoint)
 --   ddp (this file)

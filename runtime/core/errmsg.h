@@ -103,6 +103,15 @@ ERRDEF(IDXF_SHORT, DL_EINVAL, "%s: %s is truncated: shape %s of %s needs %lld by
 ERRDEF(IDXF_LONG, DL_EINVAL, "%s: %s: shape %s of %s needs %lld bytes of data after the %d-byte header, but the file has %lld: the sizes disagree with the file length")
 ERRDEF(IDXF_LONG_GZ, DL_EINVAL, "%s: %s: shape %s of %s needs %lld bytes of data after the %d-byte header, but the decompressed data goes on past them: the sizes disagree with the file length")
 
+/* Token files (io/tokens.c): "tokens: path: problem" */
+ERRDEF(TOK_OPEN, DL_EIO, "%s: cannot open %s: %s")
+ERRDEF(TOK_ITEMSIZE, DL_EINVAL, "%s: %s: token size must be 2 (uint16) or 4 (uint32) bytes, got %d")
+ERRDEF(TOK_NOHEADER, DL_EINVAL, "%s: %s: no llm.c header (the first int32 is %lld, expected the magic 20240520 for uint16 tokens or 20240801 for uint32)")
+ERRDEF(TOK_HEADER_DTYPE, DL_EINVAL, "%s: %s: the llm.c header (magic %lld) says %s tokens, but %s was asked for")
+ERRDEF(TOK_HEADER_COUNT, DL_EINVAL, "%s: %s: the llm.c header says %lld tokens of %d bytes after its 1024 bytes, but the file holds %lld bytes of tokens (truncated, or not that format)")
+ERRDEF(TOK_ODD, DL_EINVAL, "%s: %s: %lld bytes of tokens (after a %d-byte header) is not a whole number of %d-byte tokens: wrong dtype, or a truncated file")
+ERRDEF(TOK_RANGE, DL_EINDEX, "%s: window %lld (tokens %lld to %lld) runs outside the file's %lld tokens")
+
 /* Neural network kernels (nn_*.c) */
 ERRDEF(NN_NDIM, DL_ESHAPE, "%s: expected %s, got %s of shape %s")
 ERRDEF(NN_PARAM, DL_EINVAL, "%s: %s must be %s, got %s")

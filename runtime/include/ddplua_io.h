@@ -1,5 +1,5 @@
 /*
-** ddplua_io.h -- files: safetensors checkpoints and IDX data files.
+** ddplua_io.h -- files: safetensors checkpoints, IDX data files and token files.
 ** Part of the public API: include ddplua.h, which includes every part.
 */
 #ifndef DDPLUA_IO_H
@@ -55,6 +55,30 @@ DL_API void dl_st_close(dl_st_file *f);
 ** that disagree with its length); memory follows the data really present,
 ** never a size the header merely claims. */
 DL_API dl_tensor *dl_read_idx(const char *path);
+
+/* -- Token files (language models) ------------------------------------- */
+
+/* A flat file of little-endian tokens -- nanoGPT's headerless uint16
+** `.bin`, or llm.c's (a 1024-byte header: int32 magic 20240520 for uint16
+** tokens, 20240801 for uint32, version, token count, reserved) --
+** memory-mapped shared and read-only, so the ranks of a node share one copy
+** in the page cache.  itemsize: 2 (uint16), 4 (uint32), or 0 to take it
+** from an llm.c header (uint16 without one); header: 1 an llm.c header
+** must be there, 0 none, -1 detect it by its magic.  NULL with DL_EIO when
+** the file cannot be opened or mapped, DL_EINVAL when its length is not a
+** whole number of tokens or the header disagrees with the file or itemsize. */
+typedef struct dl_tokens dl_tokens;
+DL_API dl_tokens *dl_tokens_open(const char *path, int itemsize, int header);
+DL_API int64_t dl_tokens_count(const dl_tokens *f);
+DL_API int dl_tokens_itemsize(const dl_tokens *f);
+DL_API int dl_tokens_header_bytes(const dl_tokens *f);   /* 0 or 1024 */
+/* A new int64 tensor [B, len], B = index's length: row b holds tokens
+** first + index[b] * stride ... + len - 1.  index: a contiguous 1-D int64
+** CPU tensor.  DL_EINDEX naming the window when one runs outside the file. */
+DL_API dl_tensor *dl_tokens_windows(const dl_tokens *f, const dl_tensor *index, int64_t first,
+                                    int64_t stride, int64_t len);
+/* Unmaps the file (tensors from dl_tokens_windows are copies: they stay). */
+DL_API void dl_tokens_close(dl_tokens *f);
 
 #if !defined(DL_CDEF) && defined(__cplusplus)
 }

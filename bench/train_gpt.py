@@ -1,0 +1,143 @@
+"""train_gpt.py: PyTorch twin of train_gpt.lua: training throughput of a
+byte-level GPT (2 pre-LN blocks, n_embd 176, 4 heads, context 64, batch
+32, 849,728 parameters; attention from matmul, masked_fill and softmax, as
+torch 1.13 has no scaled_dot_product_attention; AdamW with weight decay on
+the matrices, clip_grad_norm 1.0).
+
+    /usr/bin/python3 bench/train_gpt.py THREADS [STEPS]        one process
+    /usr/bin/python3 bench/torchrun.py --nproc_per_node 2 bench/train_gpt.py 1 [STEPS]   DDP (gloo)
+
+Data, batches and method: as in train_gpt.lua.
+"""
+import math
+import os
+import resource
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+STEPS, WARMUP = int(sys.argv[2]) if len(sys.argv) > 2 else int(os.environ.get("GPT_STEPS", "30")), 5
+B, T = 32, 64
+torch.set_num_threads(threads)
+world = int(os.environ.get("WORLD_SIZE", "1"))
+if world > 1:
+    dist.init_process_group("gloo")
+rank = dist.get_rank() if world > 1 else 0
+
+names = ["Apache-2.0", "Artistic", "BSD", "CC0-1.0", "GFDL-1.2", "GFDL-1.3", "GPL-1", "GPL-2", "GPL-3",
+         "LGPL-2", "LGPL-2.1", "LGPL-3", "MPL-1.1", "MPL-2.0"]
+text = b"".join(open("/usr/share/common-licenses/" + n, "rb").read() for n in names)
+corpus = torch.frombuffer(bytearray(text), dtype=torch.uint8).long()
+N = corpus.numel()
+
+
+def batch(k):
+    starts = torch.tensor([(((k * world + rank) * B + b) * 67) % (N - T - 1) for b in range(B)])
+    w = corpus[(starts.view(B, 1) + torch.arange(T + 1).view(1, T + 1)).view(-1)].view(B, T + 1)
+    return w[:, :T].contiguous(), w[:, 1:].contiguous()
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.n_head, self.n_embd = c["n_head"], c["n_embd"]
+        self.c_attn = nn.Linear(self.n_embd, 3 * self.n_embd)
+        self.c_proj = nn.Linear(self.n_embd, self.n_embd)
+        # a plain attribute, not a buffer: DDP's gloo broadcast of buffers rejects bool
+        self.mask = torch.ones(c["block_size"], c["block_size"]).triu(1).bool()
+
+    def forward(self, x):
+        Bx, Tx, C = x.shape
+        H = self.n_head
+        q, k, v = self.c_attn(x).split(C, 2)
+        q, k, v = (t.view(Bx, Tx, H, C // H).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1 / math.sqrt(C // H))
+        att = att.masked_fill(self.mask[:Tx, :Tx], float("-inf")).softmax(-1)
+        return self.c_proj((att @ v).transpose(1, 2).contiguous().view(Bx, Tx, C))
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        e = c["n_embd"]
+        self.ln_1, self.attn, self.ln_2 = nn.LayerNorm(e), CausalSelfAttention(c), nn.LayerNorm(e)
+        self.mlp = nn.Sequential(nn.Linear(e, 4 * e), nn.GELU(), nn.Linear(4 * e, e))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(c["vocab_size"], c["n_embd"]), nn.Embedding(c["block_size"], c["n_embd"])
+        self.h = nn.ModuleList([Block(c) for _ in range(c["n_layer"])])
+        self.ln_f = nn.LayerNorm(c["n_embd"])
+        self.lm_head = nn.Linear(c["n_embd"], c["vocab_size"], bias=False)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("weight") and p.dim() == 2:
+                    res = name.endswith("c_proj.weight") or name.endswith("mlp.2.weight")
+                    p.normal_(0, 0.02 / math.sqrt(2 * c["n_layer"]) if res else 0.02)
+                elif name.endswith("bias") and not name.startswith("ln") and ".ln_" not in name:
+                    p.zero_()
+
+    def forward(self, idx, targets):
+        Bx, Tx = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(Tx))
+        for block in self.h:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        return logits, F.cross_entropy(logits.view(Bx * Tx, -1), targets.reshape(-1))
+
+
+torch.manual_seed(0)
+model = GPT({"vocab_size": 256, "block_size": T, "n_layer": 2, "n_head": 4, "n_embd": 176})
+nparams = sum(p.numel() for p in model.parameters())
+if world > 1:
+    model = nn.parallel.DistributedDataParallel(model)
+decay = [p for p in model.parameters() if p.dim() >= 2]
+no_decay = [p for p in model.parameters() if p.dim() < 2]
+opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                        lr=1e-3, betas=(0.9, 0.95))
+
+
+def step(k):
+    x, y = batch(k)
+    opt.zero_grad()
+    _, loss = model(x, y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss
+
+
+k = 0
+for _ in range(WARMUP):
+    step(k)
+    k += 1
+if world > 1:
+    dist.barrier()
+t0 = time.monotonic()
+for _ in range(STEPS):
+    loss = step(k)
+    k += 1
+loss = loss.item()
+if world > 1:
+    dist.barrier()
+dt = time.monotonic() - t0
+if rank == 0:
+    print("steps/s\t%.3f\tsteps/s" % (STEPS / dt))
+    print("ms/step\t%.1f\tms" % (dt / STEPS * 1e3))
+    print("tokens/s\t%.0f\ttokens/s" % (STEPS * world * B * T / dt))
+    print("peak RSS\t%.1f\tMiB" % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+    print("parameters\t%d\tn (info)" % nparams)
+    print("last loss\t%.3f\tnats (info)" % loss)
+if world > 1:
+    dist.destroy_process_group()
