@@ -21,8 +21,16 @@ if ! $PY -c 'import torch' 2>/dev/null; then
   sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo
   $sudo apt-get install -y -qq python3-torch >/dev/null
 fi
+# Both sides get the OpenBLAS kernels ddplua picks (OPENBLAS_CORETYPE: where
+# Debian's OpenBLAS does not know the CPU it falls back to SSE3 kernels,
+# which PyTorch's matrix products, through the same OpenBLAS, would suffer
+# too); a value of your own is kept.
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  core=$(build/ddplua -v 2>/dev/null | sed -n 's/.*kernels: //p')
+  [ -n "$core" ] && export OPENBLAS_CORETYPE=$core
+fi
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(free -g | awk '/Mem:/{print $2}') GiB"
-echo "torch $($PY -c 'import torch; print(torch.__version__)'), $(build/ddplua -v 2>&1 | head -n1), median of $ROUNDS alternating rounds"
+echo "torch $($PY -c 'import torch; print(torch.__version__)'), $(build/ddplua -v 2>&1 | head -n1), median of $ROUNDS alternating rounds, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
 
 # median of column 2 per op (column 1) over the files given
 median() {

@@ -32,6 +32,37 @@ describe("ddplua program", function()
     assert.truthy(io.open(ddplua), "missing " .. ddplua .. " (run make)")
   end)
 
+  it("runs OpenBLAS's AVX2 or AVX-512 kernels where the CPU has them, unless the user chose", function()
+    -- Debian's OpenBLAS 0.3.21 falls back to SSE3 kernels ("Prescott") on
+    -- CPUs it does not know; ddplua sets OPENBLAS_CORETYPE before it loads
+    local flags = {}
+    for line in io.lines("/proc/cpuinfo") do
+      local f = line:match("^flags%s*:%s*(.*)")
+      if f then
+        for w in f:gmatch("%S+") do flags[w] = true end
+        break
+      end
+    end
+    local probe = [[-e "local ffi = require 'ffi' ffi.cdef 'char *openblas_get_corename(void);' ]]
+      .. [[io.write(ffi.string(ffi.C.openblas_get_corename()):lower(), ' ', os.getenv('OPENBLAS_CORETYPE') or '-')"]]
+    local out, rc = run(probe, {env = "env -u OPENBLAS_CORETYPE"})
+    assert.equals(0, rc, out)
+    local core = out:match("^(%S+)")
+    local avx512 = flags.avx512f and flags.avx512bw and flags.avx512vl and flags.avx512dq and flags.avx512cd
+    local good = {haswell = true, zen = true, skylakex = true, cooperlake = true, sapphirerapids = true,
+                  excavator = true}
+    if avx512 or (flags.avx2 and flags.fma) then
+      assert.truthy(good[core], "OpenBLAS runs its " .. out .. " kernels on a CPU with AVX2")
+    end
+    -- the user's choice wins
+    out, rc = run(probe, {env = "OPENBLAS_CORETYPE=Prescott"})
+    assert.equals(0, rc, out)
+    assert.equals("prescott Prescott", out)
+    -- and -v says which
+    out = run("-v")
+    assert.truthy(out:find("BLAS: OpenBLAS", 1, true) and out:find("kernels: ", 1, true), out)
+  end)
+
   it("passes the arg table and ... to the script", function()
     local s = tempfile([[
 print(select("#", ...))
@@ -127,7 +158,7 @@ print(...)
   it("prints the version with -v", function()
     local out, rc = run("-v")
     assert.equals(0, rc)
-    assert.truthy(out:match("^ddplua %d+%.%d+%.%d+%S* %(LuaJIT 2%.1[^)]*%)\n$"), out)
+    assert.truthy(out:match("^ddplua %d+%.%d+%.%d+%S* %(LuaJIT 2%.1[^)]*%)\nBLAS: [^\n]+; kernels: %S+\n$"), out)
   end)
 
   it("prints usage with -h and --help", function()
