@@ -408,6 +408,24 @@ end
 
 -- The dtype that opts ({dtype=, device=}) asks for, dflt (or the default
 -- dtype) without one; checks that the device named is there.
+-- opts (nil: {}) checked as an options table whose keys are all in known
+-- (a set), else an error naming the unknown one and the expected ones.
+function M.check_opts(opts, op, known)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" or is_tensor(opts) then
+    M.raise(("%s: options must be a table, got %s"):format(op, show(opts)))
+  end
+  for k in pairs(opts) do
+    if not known[k] then
+      local names = {}
+      for name in pairs(known) do names[#names + 1] = name end
+      table.sort(names)
+      M.raise(("%s: unknown option %s (expected %s)"):format(op, show(k), table.concat(names, ", ")))
+    end
+  end
+  return opts
+end
+
 function M.dtype_opt(opts, op, dflt)
   if type(opts) ~= "table" or is_tensor(opts) then
     raise(("%s: options must be a table such as {dtype = \"float64\"}, got %s"):format(op, show(opts)))

@@ -559,23 +559,27 @@ function nn.LayerNorm:init(shape, opts)
 end
 function nn.LayerNorm:forward(x) return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps) end
 
+-- A batch norm's options, parameters and buffers on self (BatchNorm1d/2d
+-- and SyncBatchNorm alike, so their state_dict names agree).
+function nn.batch_norm_state(self, num_features, opts)
+  opts = opts or {}
+  self.num_features, self.eps = num_features, opts.eps or 1e-5
+  self.momentum = opts.momentum == nil and 0.1 or opts.momentum
+  if opts.affine ~= false then
+    self.weight = factory.ones(num_features, { dtype = opts.dtype }):requires_grad_()
+    self.bias = factory.zeros(num_features, { dtype = opts.dtype }):requires_grad_()
+  end
+  self.track_running_stats = opts.track_running_stats ~= false
+  if self.track_running_stats then
+    self:register_buffer("running_mean", factory.zeros(num_features, { dtype = opts.dtype }))
+    self:register_buffer("running_var", factory.ones(num_features, { dtype = opts.dtype }))
+    self:register_buffer("num_batches_tracked", factory.zeros({}, { dtype = "int64" }))
+  end
+end
+
 local function batch_norm_class(name, dims)
   local cls = Module:extend(name)
-  function cls:init(num_features, opts)
-    opts = opts or {}
-    self.num_features, self.eps = num_features, opts.eps or 1e-5
-    self.momentum = opts.momentum == nil and 0.1 or opts.momentum
-    if opts.affine ~= false then
-      self.weight = factory.ones(num_features, { dtype = opts.dtype }):requires_grad_()
-      self.bias = factory.zeros(num_features, { dtype = opts.dtype }):requires_grad_()
-    end
-    self.track_running_stats = opts.track_running_stats ~= false
-    if self.track_running_stats then
-      self:register_buffer("running_mean", factory.zeros(num_features, { dtype = opts.dtype }))
-      self:register_buffer("running_var", factory.ones(num_features, { dtype = opts.dtype }))
-      self:register_buffer("num_batches_tracked", factory.zeros({}, { dtype = "int64" }))
-    end
-  end
+  cls.init = nn.batch_norm_state
   function cls:forward(x)
     if not dims[x:dim()] then
       raise(("%s: expected %s input, got %d-D (shape %s)"):format(name, dims.text, x:dim(), core.fmt_shape(x:shape())))

@@ -31,18 +31,7 @@ function SyncBatchNorm:init(num_features, opts)
       raise(("SyncBatchNorm: unknown option %q (options: eps, momentum, affine, track_running_stats, dtype)"):format(tostring(k)))
     end
   end
-  self.num_features, self.eps = num_features, opts.eps or 1e-5
-  self.momentum = opts.momentum == nil and 0.1 or opts.momentum
-  if opts.affine ~= false then
-    self.weight = factory.ones(num_features, { dtype = opts.dtype }):requires_grad_()
-    self.bias = factory.zeros(num_features, { dtype = opts.dtype }):requires_grad_()
-  end
-  self.track_running_stats = opts.track_running_stats ~= false
-  if self.track_running_stats then
-    self:register_buffer("running_mean", factory.zeros(num_features, { dtype = opts.dtype }))
-    self:register_buffer("running_var", factory.ones(num_features, { dtype = opts.dtype }))
-    self:register_buffer("num_batches_tracked", factory.zeros({}, { dtype = "int64" }))
-  end
+  nn.batch_norm_state(self, num_features, opts)
 end
 
 -- The statistics of x over every rank: mean and biased variance [C], and

@@ -43,21 +43,7 @@ local function raise_c(op)
   raise((core.last_error():gsub("^tokens: ", op .. ": ")))
 end
 
-local function check_opts(opts, op, known)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" or is_tensor(opts) then
-    raise(("%s: options must be a table, got %s"):format(op, show(opts)))
-  end
-  for k in pairs(opts) do
-    if not known[k] then
-      local names = {}
-      for name in pairs(known) do names[#names + 1] = name end
-      table.sort(names)
-      raise(("%s: unknown option %s (expected %s)"):format(op, show(k), table.concat(names, ", ")))
-    end
-  end
-  return opts
-end
+local check_opts = core.check_opts
 
 local function enum_opt(v, op, name, choices, dflt)
   if v == nil then return dflt end
