@@ -75,16 +75,6 @@ static int operands(const char *op, const sdpa_geom *g, const dl_tensor *q, cons
   return -1;
 }
 
-/* [bshape, a] or [bshape, a, b] (b < 0: the former) on dev. */
-static dl_tensor *batch_tensor(const sdpa_geom *g, int dev, int64_t a, int64_t b) {
-  int64_t s[DL_MAX_DIMS + 2];
-  int n = g->bnd;
-  for (int d = 0; d < n; d++) s[d] = g->bshape[d];
-  s[n++] = a;
-  if (b >= 0) s[n++] = b;
-  return tensor_new_on(dev, g->kd, s, n);
-}
-
 DL_HIDDEN int cuda_sdpa(const char *op, const struct sdpa_geom *g, const dl_tensor *q,
                         const dl_tensor *k, const dl_tensor *v, const dl_tensor *mask,
                         dl_tensor **out, dl_tensor **lse) {
@@ -96,7 +86,7 @@ DL_HIDDEN int cuda_sdpa(const char *op, const struct sdpa_geom *g, const dl_tens
   dl_tensor *t[4], *o = NULL, *ls = NULL;
   int64_t mask_bh;
   if (operands(op, g, q, k, v, mask, t, &mask_bh)) return -1;
-  int rc = !(o = batch_tensor(g, dev, g->L, g->Ev)) || !(ls = batch_tensor(g, dev, g->L, -1)) ||
+  int rc = !(o = sdpa_batch_tensor(g, dev, g->L, g->Ev)) || !(ls = sdpa_batch_tensor(g, dev, g->L, -1)) ||
            cuda_err(op, dev, f(dev, g->kd, g->nb, g->L, g->S, (int)g->E, (int)g->Ev, g->scale,
                                g->causal, dp(t[0]), dp(t[1]), dp(t[2]), dp(t[3]), mask_bh, dp(o),
                                dp(ls)));
@@ -126,8 +116,8 @@ DL_HIDDEN int cuda_sdpa_backward(const char *op, const struct sdpa_geom *g,
   int64_t mask_bh;
   if (operands(op, g, q, k, v, mask, t, &mask_bh)) return -1;
   /* the kernels write all three; the ones not asked for are dropped */
-  int rc = !(ds = batch_tensor(g, dev, g->L, -1)) || !(tq = batch_tensor(g, dev, g->L, g->E)) ||
-           !(tk = batch_tensor(g, dev, g->S, g->E)) || !(tv = batch_tensor(g, dev, g->S, g->Ev)) ||
+  int rc = !(ds = sdpa_batch_tensor(g, dev, g->L, -1)) || !(tq = sdpa_batch_tensor(g, dev, g->L, g->E)) ||
+           !(tk = sdpa_batch_tensor(g, dev, g->S, g->E)) || !(tv = sdpa_batch_tensor(g, dev, g->S, g->Ev)) ||
            cuda_err(op, dev, f(dev, g->kd, g->nb, g->L, g->S, (int)g->E, (int)g->Ev, g->scale,
                                g->causal, dp(t[0]), dp(t[1]), dp(t[2]), dp(t[3]), mask_bh, dp(out),
                                dp(grad_out), dp(lse), dp(ds), dp(tq), dp(tk), dp(tv)));

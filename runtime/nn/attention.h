@@ -41,6 +41,17 @@ static inline int64_t sdpa_offset(const sdpa_geom *g, const int64_t *bs, int64_t
   return off;
 }
 
+/* [bshape, a] or [bshape, a, b] (b < 0: the former) in the compute dtype,
+** uninitialised, on device dev (-1: the CPU): the kernels' outputs. */
+static inline dl_tensor *sdpa_batch_tensor(const sdpa_geom *g, int dev, int64_t a, int64_t b) {
+  int64_t s[DL_MAX_DIMS + 2];
+  int n = g->bnd;
+  for (int d = 0; d < n; d++) s[d] = g->bshape[d];
+  s[n++] = a;
+  if (b >= 0) s[n++] = b;
+  return tensor_new_on(dev, g->kd, s, n);
+}
+
 /* Philox blocks per row of the dropout stream. */
 static inline int64_t sdpa_row_blocks(const sdpa_geom *g) { return (g->S + 3) / 4; }
 

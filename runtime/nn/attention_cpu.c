@@ -94,14 +94,8 @@ static void base_ctx(sdpa_ctx *c, const sdpa_geom *g, const dl_tensor *q, const 
   c->inv_keep = g->dropout_p < 1 ? 1 / (1 - g->dropout_p) : 0;
 }
 
-/* [bshape, a] or [bshape, a, b] (b < 0: the former). */
 static dl_tensor *batch_tensor(const sdpa_geom *g, int64_t a, int64_t b) {
-  int64_t s[DL_MAX_DIMS + 2];
-  int n = g->bnd;
-  for (int d = 0; d < n; d++) s[d] = g->bshape[d];
-  s[n++] = a;
-  if (b >= 0) s[n++] = b;
-  return tensor_new(g->kd, s, n);
+  return sdpa_batch_tensor(g, -1, a, b);
 }
 
 DL_HIDDEN int cpu_sdpa(const char *op, const sdpa_geom *g, const dl_tensor *q,

@@ -41,6 +41,13 @@ __device__ __forceinline__ void stage(T (*sh)[EMAX], const T *src, int64_t r0, i
   for (int x = threadIdx.x; x < nr * dim; x += THREADS) sh[x / dim][x % dim] = src[(r0 + x / dim) * dim + x % dim];
 }
 
+/* Keys a tile of ROWS queries sees: all, or (causal) up to its last
+** query's index. */
+__device__ __forceinline__ int64_t keys_seen(int64_t S, int causal) {
+  int64_t last = (int64_t)(blockIdx.x + 1) * ROWS;
+  return causal && last < S ? last : S;
+}
+
 /* The score of query i and key j: scale * q.k (qk: the row's sum) plus the
 ** mask; -inf where causal hides the key or the row or key is past the end. */
 template <class T>
@@ -66,8 +73,7 @@ fwd_kernel(int64_t L, int64_t S, int E, int Ev, T scale, int causal, const T *q,
     acc[t] = 0;
   }
   T m = -INFINITY, l = 0;
-  /* causal: the block's last query sees keys up to its own index */
-  int64_t kend = causal ? (S < (int64_t)(blockIdx.x + 1) * ROWS ? S : (int64_t)(blockIdx.x + 1) * ROWS) : S;
+  int64_t kend = keys_seen(S, causal);
   for (int64_t k0 = 0; k0 < kend; k0 += TK) {
     int nk = (int)(kend - k0 < (int64_t)TK ? kend - k0 : (int64_t)TK);
     __syncthreads();  /* the previous tile is read by every row */
@@ -182,7 +188,7 @@ dq_kernel(int64_t L, int64_t S, int E, int Ev, T scale, int causal, const T *q, 
     gq[t] = 0;
   }
   T li = i < L ? lse[bh * L + i] : (T)0, di = i < L ? dsum[bh * L + i] : (T)0;
-  int64_t kend = causal ? (S < (int64_t)(blockIdx.x + 1) * ROWS ? S : (int64_t)(blockIdx.x + 1) * ROWS) : S;
+  int64_t kend = keys_seen(S, causal);
   for (int64_t k0 = 0; k0 < kend; k0 += TK) {
     int nk = (int)(kend - k0 < (int64_t)TK ? kend - k0 : (int64_t)TK);
     __syncthreads();  /* the previous tile is read by every row */
