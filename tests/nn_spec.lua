@@ -215,6 +215,51 @@ describe("functional", function()
   end)
 end)
 
+describe("fast paths", function()
+  -- float32 2x2/stride-2 max pooling and relu's backward have their own
+  -- loops; float64 (and other windows) take the general ones, which must
+  -- agree on values, indices (ties: the first tap; NaN: the last NaN) and
+  -- gradients
+  local function specials(shape)
+    local n, v, seed = 1, {}, 7
+    for _, d in ipairs(shape) do n = n * d end
+    for i = 0, n - 1 do
+      seed = (seed * 1103515245 + 12345) % 2147483648
+      v[i + 1] = i % 13 == 0 and 0 / 0 or i % 17 == 5 and -math.huge or i % 29 == 3 and math.huge
+                 or seed % 5 - 2  -- few distinct values make ties
+    end
+    return ddp.tensor(v, { dtype = "float32" }):view(table.unpack(shape))
+  end
+
+  it("max_pool2d 2x2 stride 2 equals the general loop, odd sizes, NaN, inf and ties", function()
+    for _, shape in ipairs({ { 2, 3, 8, 8 }, { 1, 2, 7, 9 }, { 3, 5, 6 } }) do
+      local x = specials(shape)
+      for _, ceil in ipairs({ false, true }) do
+        local y32, i32 = F.max_pool2d(x, 2, 2, 0, 1, ceil, true)
+        local y64, i64 = F.max_pool2d(x:double(), 2, 2, 0, 1, ceil, true)
+        assert.is_true(i32:equal(i64), "indices differ for " .. table.concat(shape, "x"))
+        local nan = y64:isnan()
+        assert.is_true(y32:isnan():equal(nan))
+        assert.is_true(y32:double():masked_fill(nan, 0):equal(y64:masked_fill(nan, 0)))
+      end
+    end
+  end)
+
+  it("relu's backward passes the gradient where the output is > 0 or NaN, contiguous or not", function()
+    local x = specials({ 4, 6 })
+    for _, t in ipairs({ x, x:t() }) do
+      local a = t:clone():requires_grad_()
+      local g = ddp.randn(table.unpack(a:shape()))
+      F.relu(a):backward(g)
+      local b = t:double():requires_grad_()
+      F.relu(b):backward(g:double())
+      assert.is_true(a.grad:double():equal(b.grad))
+      local keep = t:gt(0):logical_or(t:isnan())
+      assert.is_true(a.grad:equal(ddp.where(keep, g, ddp.zeros_like(g))))
+    end
+  end)
+end)
+
 describe("functional arguments", function()
   local function fails(f, msg)
     local ok, err = pcall(f)

@@ -16,7 +16,9 @@
 
 #include "core/internal.h"
 
-static atomic_llong mem_live, mem_peak, mem_since_gc;
+/* mem_gc_base: the live bytes when Lua last collected; mem_dev_since_gc:
+** device bytes allocated since then (see mem_gc_credit). */
+static atomic_llong mem_live, mem_peak, mem_gc_base, mem_dev_since_gc;
 
 /* -- Large-block cache ---------------------------------------------------- */
 
@@ -146,7 +148,6 @@ DL_HIDDEN void *mem_alloc(size_t nbytes) {
     if (!(p = block_new(n))) return NULL;
   }
   long long live = atomic_fetch_add(&mem_live, (long long)nbytes) + (long long)nbytes;
-  atomic_fetch_add(&mem_since_gc, (long long)nbytes);
   long long peak = atomic_load(&mem_peak);
   while (live > peak && !atomic_compare_exchange_weak(&mem_peak, &peak, live)) {}
   return p;
@@ -163,19 +164,24 @@ DL_HIDDEN void mem_free(void *p, size_t nbytes) {
 DL_API int64_t dl_mem_allocated(void) { return atomic_load(&mem_live); }
 DL_API int64_t dl_mem_peak(void) { return atomic_load(&mem_peak); }
 
-/* Lua only sees 8-byte pointers: ask for a collection once slack() bytes
-** were allocated since the last one. */
+/* Lua only sees 8-byte pointers: ask for a collection once the live
+** bytes grew by slack() since the last one.  Growth, not bytes allocated:
+** the temporaries C frees at once (im2col columns, a backward's
+** intermediates) are no garbage Lua could hold, and counting them ran a
+** full collection several times in each training step. */
 DL_API int dl_gc_hint(void) {
-  return (size_t)atomic_load(&mem_since_gc) > slack();
+  long long grown = atomic_load(&mem_live) - atomic_load(&mem_gc_base);
+  return grown + atomic_load(&mem_dev_since_gc) > (long long)slack();
 }
 
 /* Device memory counts too: Lua sees an 8-byte handle for a CUDA tensor
 ** of any size, so without this a training loop's garbage would fill the
 ** GPU long before Lua's own heap asked for a collection. */
 DL_HIDDEN void mem_gc_credit(size_t nbytes) {
-  atomic_fetch_add(&mem_since_gc, (long long)nbytes);
+  atomic_fetch_add(&mem_dev_since_gc, (long long)nbytes);
 }
 
 DL_API void dl_gc_done(void) {
-  atomic_store(&mem_since_gc, 0);
+  atomic_store(&mem_gc_base, atomic_load(&mem_live));
+  atomic_store(&mem_dev_since_gc, 0);
 }

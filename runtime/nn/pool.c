@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/simd.h"
 #include "nn/pool.h"
 
 
@@ -116,6 +117,39 @@ typedef struct {
 DEF_MAX(float, f32)
 DEF_MAX(double, f64)
 
+/* The common 2x2 window, stride 2, no padding or dilation: the same
+** comparisons in the same order as max_planes_f32 without its per-tap
+** bounds and index arithmetic (the general loop was 20% of a CNN step). */
+HOT static void max2x2_planes_f32(void *p, int64_t q0, int64_t q1) {
+  const max_ctx *c = p;
+  const pool_geom *g = c->g;
+  const int64_t W = g->W, Ho = g->Ho, Wo = g->Wo;
+  for (int64_t q = q0; q < q1; q++) {
+    const float *x = (const float *)c->x + q * g->H * W;
+    float *out = (float *)c->out + q * Ho * Wo;
+    int64_t *idx = c->idx + q * Ho * Wo;
+    for (int64_t oh = 0; oh < Ho; oh++) {
+      const float *r0 = x + 2 * oh * W, *r1 = r0 + W;
+      int64_t base = 2 * oh * W;
+      for (int64_t ow = 0; ow < Wo; ow++) {
+        float a = r0[2 * ow], b = r0[2 * ow + 1], e = r1[2 * ow], f = r1[2 * ow + 1];
+        int64_t i = base + 2 * ow, best = i;
+        float m = a;  /* as the general loop's first tap, -inf and NaN included */
+        if (b > m || b != b) m = b, best = i + 1;
+        if (e > m || e != e) m = e, best = i + W;
+        if (f > m || f != f) m = f, best = i + W + 1;
+        out[oh * Wo + ow] = m;
+        idx[oh * Wo + ow] = best;
+      }
+    }
+  }
+}
+
+static int is_plain_2x2(const pool_geom *g) {
+  return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && !g->ph && !g->pw &&
+         g->dh == 1 && g->dw == 1 && 2 * g->Ho <= g->H && 2 * g->Wo <= g->W;
+}
+
 DL_API int dl_max_pool2d(const dl_tensor *x, const int64_t *kernel,
                          const int64_t *stride, const int64_t *padding,
                          const int64_t *dilation, int ceil_mode,
@@ -144,7 +178,8 @@ DL_HIDDEN int cpu_max_pool(const char *op, int dev, const pool_geom *gp, const d
   dl_tensor *ix = o ? tensor_new(DL_INT64, s, x->ndim) : NULL;
   if (!ix) goto fail;
   max_ctx c = {&g, tensor_first(cx), tensor_first(o), (int64_t *)tensor_first(ix)};
-  parallel_for(g.NC, plane_grain(&g), g.f64 ? max_planes_f64 : max_planes_f32, &c);
+  par_fn fn = g.f64 ? max_planes_f64 : is_plain_2x2(&g) ? max2x2_planes_f32 : max_planes_f32;
+  parallel_for(g.NC, plane_grain(&g), fn, &c);
   dl_tensor_release(cx);
   if (!(*out = nn_finish(o, x->dtype))) {
     dl_tensor_release(ix);

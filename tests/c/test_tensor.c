@@ -170,6 +170,25 @@ static void test_alignment_and_memory(void) {
   CHECK(dl_mem_peak() >= base + 9000);
 }
 
+/* Lua is asked to collect when the live bytes grew by the slack (32 MiB
+** on a small heap) since the last collection -- not after any 32 MiB of
+** allocations: temporaries freed at once are no garbage Lua could hold,
+** and counting them ran full collections within every training step. */
+static void test_gc_hint(void) {
+  dl_gc_done();
+  CHECK(dl_gc_hint() == 0);
+  int64_t s = 4 << 20;  /* 16 MiB of float32 */
+  for (int i = 0; i < 64; i++) dl_tensor_release(dl_empty(&s, 1, DL_FLOAT32));
+  CHECK(dl_gc_hint() == 0, "1 GiB of temporaries asked for a collection");
+  dl_tensor *held[3];
+  for (int i = 0; i < 3; i++) held[i] = dl_empty(&s, 1, DL_FLOAT32);
+  CHECK(dl_gc_hint() == 1, "48 MiB more live bytes did not ask for one");
+  dl_gc_done();
+  CHECK(dl_gc_hint() == 0);
+  for (int i = 0; i < 3; i++) dl_tensor_release(held[i]);
+  CHECK(dl_gc_hint() == 0);
+}
+
 static int deleted;
 static void on_delete(void *ctx, void *data) {
   (void)data;
@@ -289,6 +308,7 @@ int main(void) {
   test_views_share();
   test_overlap_refused();
   test_alignment_and_memory();
+  test_gc_hint();
   test_from_blob();
   test_errors();
   test_broadcast_iter();
