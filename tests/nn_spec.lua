@@ -245,6 +245,36 @@ describe("fast paths", function()
     end
   end)
 
+  it("cross_entropy on float32 rows (vectorised) agrees with float64, weights, smoothing, NaN and inf", function()
+    ddp.manual_seed(3)
+    for _, C in ipairs({ 3, 8, 13, 256 }) do
+      for _, opts in ipairs({ {}, { label_smoothing = 0.1 }, { weight = ddp.rand(C) + 0.5, ignore_index = 1 } }) do
+        local z = (ddp.randn(7, C) * 4):requires_grad_()
+        local y = ddp.randint(0, C, { 7 })
+        local z64 = z:detach():double():requires_grad_()
+        local o64 = {}
+        for k, v in pairs(opts) do o64[k] = k == "weight" and v:double() or v end
+        local l32, l64 = F.cross_entropy(z, y, opts), F.cross_entropy(z64, y, o64)
+        l32:backward()
+        l64:backward()
+        assert.near(l64:item(), l32:item(), 1e-5 * math.abs(l64:item()))
+        local err = (z.grad:double() - z64.grad):abs():max():item()
+        assert.is_true(err < 1e-6, ("C = %d: grad differs by %g"):format(C, err))
+      end
+      -- a NaN logit makes its row's loss NaN; +inf too (inf - inf), as PyTorch
+      for _, bad in ipairs({ 0 / 0, math.huge }) do
+        local v = {}
+        for i = 1, 2 * C do v[i] = (i % 5) * 0.25 end
+        v[C + 1 + (C > 4 and 4 or 0)] = bad
+        local z = ddp.tensor(v, { dtype = "float32" }):view(2, C)
+        local l = F.cross_entropy(z, ddp.tensor({ 0, 0 }), { reduction = "none" })
+        local l64 = F.cross_entropy(z:double(), ddp.tensor({ 0, 0 }), { reduction = "none" })
+        assert.is_true(l:isnan():equal(l64:isnan()))
+        assert.same({ false, true }, l:isnan():tolist())
+      end
+    end
+  end)
+
   it("relu's backward passes the gradient where the output is > 0 or NaN, contiguous or not", function()
     local x = specials({ 4, 6 })
     for _, t in ipairs({ x, x:t() }) do

@@ -7,6 +7,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/simd.h"
+#include "core/vmath.h"
 #include "nn/nn.h"
 
 /* -- Class-index losses: shapes and targets ------------------------------ */
@@ -92,8 +94,8 @@ typedef struct {
   char *gi;           /* grad input */
 } cls_ctx;
 
-/* log-sum-exp of the C values z[c * S] */
-#define DEF_CLS(T, SFX)                                                      \
+/* log-sum-exp of the C values z[c * S], in double */
+#define DEF_LSE(T, SFX)                                                      \
   static double lse_##SFX(const T *z, int64_t C, int64_t S) {               \
     double m = -INFINITY, s = 0;                                             \
     for (int64_t c = 0; c < C; c++)                                          \
@@ -101,7 +103,57 @@ typedef struct {
     if (isinf(m)) return NAN; /* PyTorch: inf - inf */                      \
     for (int64_t c = 0; c < C; c++) s += exp((double)z[c * S] - m);          \
     return m + log(s);                                                       \
-  }                                                                          \
+  }
+DEF_LSE(float, f32s)
+DEF_LSE(double, f64)
+
+/* float32 logits in a row (S = 1, as [N, C] always is): 8 lanes of
+** core/simd.h's exp, summed in double.  The scalar double loop above made
+** a GPT's cross entropy 6x PyTorch's time (2048 x 256: 9.9 vs 1.6 ms). */
+HOT static double lse_row_f32(const float *z, int64_t C) {
+  v8f v, mv = (v8f){0} - INFINITY, sv = {0};
+  int64_t c = 0;
+  for (; c + 8 <= C; c += 8) {
+    LD(v, z + c);
+    mv = SEL(v > mv, v, mv);
+  }
+  float m = -INFINITY;
+  for (int j = 0; j < 8; j++) m = mv[j] > m ? mv[j] : m;
+  for (int64_t i = c; i < C; i++) m = z[i] > m ? z[i] : m;
+  /* as lse_f32s: inf - inf is NaN; a NaN, skipped by the max, makes the
+  ** sum NaN below */
+  if (isinf(m)) return NAN;
+  const v8f mm = (v8f){0} + m;
+  for (c = 0; c + 8 <= C; c += 8) {
+    LD(v, z + c);
+    v -= mm;
+    vexp8(&v);
+    sv += v;
+  }
+  double s = 0;
+  for (int j = 0; j < 8; j++) s += sv[j];
+  for (; c < C; c++) s += vm_expf(z[c] - m);
+  return m + log(s);
+}
+
+static double lse_f32(const float *z, int64_t C, int64_t S) {
+  return S == 1 ? lse_row_f32(z, C) : lse_f32s(z, C, S);
+}
+
+/* gi[c * S] = tot * exp(z[c * S] - lse): softmax times the upstream term */
+HOT static void probs_f32(float *gi, const float *z, int64_t C, int64_t S, double lse, double tot) {
+  if (S == 1) {
+    float l = (float)lse, t = (float)tot;
+    for (int64_t c = 0; c < C; c++) gi[c] = t * vm_expf(z[c] - l);
+    return;
+  }
+  for (int64_t c = 0; c < C; c++) gi[c * S] = (float)(tot * exp((double)z[c * S] - lse));
+}
+static void probs_f64(double *gi, const double *z, int64_t C, int64_t S, double lse, double tot) {
+  for (int64_t c = 0; c < C; c++) gi[c * S] = tot * exp(z[c * S] - lse);
+}
+
+#define DEF_CLS(T, SFX)                                                      \
   static void cls_fwd_##SFX(void *p, int64_t i0, int64_t i1) {              \
     const cls_ctx *k = p;                                                    \
     for (int64_t i = i0; i < i1; i++) {                                      \
@@ -143,12 +195,11 @@ typedef struct {
       }                                                                      \
       double B = k->smooth ? k->ls / (double)k->C * (g / k->div) : 0;        \
       double lse = lse_##SFX(z, k->C, k->S), tot = A + B * k->wsum;          \
-      for (int64_t c = 0; c < k->C; c++) {                                   \
-        double pc = exp((double)z[c * k->S] - lse);                          \
-        double v = pc * tot - (k->smooth ? B * (k->w ? k->w[c] : 1) : 0);    \
-        if (c == t) v -= A;                                                  \
-        gi[c * k->S] = (T)v;                                                 \
-      }                                                                      \
+      probs_##SFX(gi, z, k->C, k->S, lse, tot);                              \
+      if (k->smooth)                                                         \
+        for (int64_t c = 0; c < k->C; c++)                                   \
+          gi[c * k->S] = (T)((double)gi[c * k->S] - B * (k->w ? k->w[c] : 1)); \
+      gi[t * k->S] = (T)((double)gi[t * k->S] - A);                          \
     }                                                                        \
   }
 DEF_CLS(float, f32)
