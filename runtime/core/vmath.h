@@ -1,7 +1,8 @@
 /*
 ** vmath.h -- float32 exp, log, erf, tanh and sigmoid written branch-free,
-** so GCC vectorises the loops they are inlined into (AVX2 in the
-** x86-64-v3 clones, SSE2 otherwise) instead of calling scalar libm.
+** so GCC vectorises the loops they are inlined into (AVX-512 and AVX2 in
+** the x86-64-v4 and -v3 clones, SSE2 otherwise) instead of calling scalar
+** libm.
 **
 ** Each function is scalar in form: plain arithmetic, integer views of the
 ** bits and selects on bit masks (vm_sel), so no branch is left.  Edge cases

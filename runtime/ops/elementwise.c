@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/device.h"
+#include "core/simd.h"
 #include "core/vmath.h"
 #include "ops/forward.h"
 
@@ -27,14 +28,6 @@ static int kslot(int dtype) {
   }
   return -1;
 }
-
-/* Built for baseline x86-64 (SSE2); the loops get an AVX2 clone too,
-** picked when the library loads. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define HOT
-#endif
 
 /* Set by integer kernels that meet a value they cannot compute. */
 /* Atomic: several pool threads may report at once. */
