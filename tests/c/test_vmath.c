@@ -1,8 +1,8 @@
 /* test_vmath.c -- the float32 exp, log, erf, tanh and sigmoid of
 ** core/vmath.h against float64 libm: the maximum error in ulp over a sweep
 ** of every 251st float32 bit pattern (all binades, both signs, NaNs and
-** infinities) plus the edge cases, in an FMA (x86-64-v3) and a baseline
-** build of the same loops, failing above the bounds in docs/architecture.md.
+** infinities) plus the edge cases, in AVX-512 (x86-64-v4), FMA
+** (x86-64-v3) and baseline builds of the same loops, failing above the bounds in docs/architecture.md.
 ** DL_VMATH_FULL=1 sweeps all 2^32 inputs instead (about a minute a
 ** function and build).  Built like a kernel file (-O3, FMA contraction),
 ** so the loops vectorise as they do in the runtime. */
@@ -25,15 +25,26 @@ typedef void (*arr_fn)(float *, const float *, int);
   }                                                                         \
   V3 static void NAME##_v3(float *o, const float *x, int n) {              \
     for (int i = 0; i < n; i++) o[i] = F(x[i]);                             \
+  }                                                                         \
+  V4 static void NAME##_v4(float *o, const float *x, int n) {              \
+    for (int i = 0; i < n; i++) o[i] = F(x[i]);                             \
   }
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define V3 __attribute__((target("arch=x86-64-v3")))
+#define V4 __attribute__((target("arch=x86-64-v4")))
 static int have_v3(void) {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
+static int have_v4(void) {
+  return have_v3() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512cd");
+}
 #else
 #define V3
+#define V4
 static int have_v3(void) { return 0; }
+static int have_v4(void) { return 0; }
 #endif
 LOOPS(exp, vm_expf)
 LOOPS(log, vm_logf)
@@ -45,17 +56,17 @@ static double sigmoid_ref(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 typedef struct {
   const char *name;
-  arr_fn base, v3;
+  arr_fn base, v3, v4;
   double (*ref)(double);
   double bound;  /* ulp */
 } fn_case;
 
 static const fn_case CASES[] = {
-    {"exp", exp_base, exp_v3, exp, 1.5},
-    {"log", log_base, log_v3, log, 1.5},
-    {"erf", erf_base, erf_v3, erf, 1.5},
-    {"tanh", tanh_base, tanh_v3, tanh, 2.0},
-    {"sigmoid", sigmoid_base, sigmoid_v3, sigmoid_ref, 3.0},
+    {"exp", exp_base, exp_v3, exp_v4, exp, 1.5},
+    {"log", log_base, log_v3, log_v4, log, 1.5},
+    {"erf", erf_base, erf_v3, erf_v4, erf, 1.5},
+    {"tanh", tanh_base, tanh_v3, tanh_v4, tanh, 2.0},
+    {"sigmoid", sigmoid_base, sigmoid_v3, sigmoid_v4, sigmoid_ref, 3.0},
 };
 
 /* Error of got against the float64 reference, in ulps of the reference's
@@ -140,7 +151,7 @@ static void test_edges(void) {
 int main(void) {
   const char *full = getenv("DL_VMATH_FULL");
   uint64_t stride = full && *full && strcmp(full, "0") ? 1 : 251;
-  int v3 = have_v3();
+  int v3 = have_v3(), v4 = have_v4();
   test_edges();
   printf("sweep: every %llu%s float32 input\n", (unsigned long long)stride,
          stride == 1 ? "" : "st");
@@ -158,6 +169,14 @@ int main(void) {
     printf("%-8s x86-64-v3: max %.3f ulp at %.9g\n", c->name, f.max, f.at);
     CHECK(f.max <= c->bound, "%s (x86-64-v3): %.3f ulp at %.9g, bound %.1f",
           c->name, f.max, f.at, c->bound);
+    if (!v4) {
+      printf("SKIP %s x86-64-v4: no AVX-512 here\n", c->name);
+      continue;
+    }
+    stat g = sweep(c, c->v4, stride);
+    printf("%-8s x86-64-v4: max %.3f ulp at %.9g\n", c->name, g.max, g.at);
+    CHECK(g.max <= c->bound, "%s (x86-64-v4): %.3f ulp at %.9g, bound %.1f",
+          c->name, g.max, g.at, c->bound);
   }
   return check_report("test_vmath");
 }
