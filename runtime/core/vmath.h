@@ -45,7 +45,7 @@ static inline float vm_sel(int c, float a, float b) {
 static inline float vm_expf(float x) {
   const float hi = 88.7228394f, lo = -103.972084f;
   float xc = vm_sel(x > hi, hi, x);  /* NaN fails both tests and stays NaN */
-  xc = vm_sel(xc < lo, lo, xc);
+  xc = vm_sel(xc < lo, 0.0f, xc);  /* -inf and the like: no subnormal work (simd.h) */
   float t = xc * 1.44269504f + 12582912.0f;
   float n = t - 12582912.0f;
   int32_t ni = (int32_t)vm_bits(t) - 0x4B400000;
