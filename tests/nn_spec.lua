@@ -275,6 +275,29 @@ describe("fast paths", function()
     end
   end)
 
+  it("linear with a bias on 1-D, 3-D and non-contiguous inputs equals x @ w^T + b, gradients too", function()
+    ddp.manual_seed(5)
+    local w, b = ddp.randn(6, 4):requires_grad_(), ddp.randn(6):requires_grad_()
+    for _, x0 in ipairs({ ddp.randn(4), ddp.randn(2, 3, 4), ddp.randn(4, 3, 2):permute(2, 1, 0) }) do
+      local x = x0:detach():requires_grad_()
+      local y = F.linear(x, w, b)
+      local shape = x:shape()
+      shape[#shape] = 6
+      assert.same(shape, y:shape())
+      local g = ddp.randn(table.unpack(shape))
+      y:backward(g)
+      local gx, gw, gb = x.grad, w.grad, b.grad
+      x.grad, w.grad, b.grad = nil, nil, nil
+      local r = x:matmul(w:t()) + b
+      assert.is_true(r:allclose(y, 1e-5, 1e-6))
+      r:backward(g)
+      assert.is_true(gx:allclose(x.grad, 1e-5, 1e-6))
+      assert.is_true(gw:allclose(w.grad, 1e-5, 1e-6))
+      assert.is_true(gb:allclose(b.grad, 1e-5, 1e-6))
+      w.grad, b.grad = nil, nil
+    end
+  end)
+
   it("relu's backward passes the gradient where the output is > 0 or NaN, contiguous or not", function()
     local x = specials({ 4, 6 })
     for _, t in ipairs({ x, x:t() }) do
