@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/simd.h"
 #include "nn/nn.h"
 
 /* -- Row sums ---------------------------------------------------------------- */
@@ -14,19 +15,25 @@
 /* Sum of a[i] and of (a[i] - ma) * (b[i] - mb) over a row, in 8 lanes of
 ** T, then double.  b NULL skips the second sum. */
 #define DEF_ROW(T, SFX)                                                      \
-  static void row_sums_##SFX(const T *a, const T *b, T ma, T mb, int64_t n, \
+  HOT static void row_sums_##SFX(const T *a, const T *b, T ma, T mb, int64_t n, \
                              double *s1, double *s2) {                      \
-    T x[8] = {0}, y[8] = {0};                                                \
+    typedef T V __attribute__((vector_size(8 * sizeof(T))));                 \
+    V x = {0}, y = {0}, va, vb;                                              \
     int64_t i = 0;                                                           \
-    for (; i + 8 <= n; i += 8)                                               \
-      for (int k = 0; k < 8; k++) x[k] += a[i + k];                          \
+    for (; i + 8 <= n; i += 8) {                                             \
+      memcpy(&va, a + i, sizeof va);                                         \
+      x += va;                                                               \
+    }                                                                        \
     double r = 0;                                                            \
     for (int k = 0; k < 8; k++) r += x[k];                                   \
     for (; i < n; i++) r += a[i];                                            \
     *s1 += r;                                                                \
     if (!b) return;                                                          \
-    for (i = 0; i + 8 <= n; i += 8)                                          \
-      for (int k = 0; k < 8; k++) y[k] += (a[i + k] - ma) * (b[i + k] - mb); \
+    for (i = 0; i + 8 <= n; i += 8) {                                        \
+      memcpy(&va, a + i, sizeof va);                                         \
+      memcpy(&vb, b + i, sizeof vb);                                         \
+      y += (va - ma) * (vb - mb);                                            \
+    }                                                                        \
     r = 0;                                                                   \
     for (int k = 0; k < 8; k++) r += y[k];                                   \
     for (; i < n; i++) r += (a[i] - ma) * (b[i] - mb);                       \
@@ -48,7 +55,7 @@ typedef struct {
 } ln_ctx;
 
 #define DEF_LN(T, SFX)                                                       \
-  static void ln_fwd_##SFX(void *p, int64_t r0, int64_t r1) {               \
+  HOT static void ln_fwd_##SFX(void *p, int64_t r0, int64_t r1) {               \
     const ln_ctx *c = p;                                                     \
     const T *w = (const T *)c->w, *b = (const T *)c->b;                      \
     for (int64_t r = r0; r < r1; r++) {                                      \
@@ -74,7 +81,7 @@ typedef struct {
     }                                                                        \
   }                                                                          \
   /* grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = gout * w */  \
-  static void ln_bwd_x_##SFX(void *p, int64_t r0, int64_t r1) {             \
+  HOT static void ln_bwd_x_##SFX(void *p, int64_t r0, int64_t r1) {             \
     const ln_ctx *c = p;                                                     \
     const T *w = (const T *)c->w;                                            \
     for (int64_t r = r0; r < r1; r++) {                                      \
@@ -82,21 +89,37 @@ typedef struct {
       const T *go = (const T *)c->gout + r * c->N;                           \
       T *gx = (T *)c->gx + r * c->N;                                         \
       T mean = ((const T *)c->smean)[r], rstd = ((const T *)c->srstd)[r];    \
+      typedef T V __attribute__((vector_size(8 * sizeof(T))));               \
+      V la = {0}, lb = {0}, vg, vw, vx; /* 8 lanes, then double, as row_sums */ \
+      int64_t j = 0;                                                         \
+      for (; j + 8 <= c->N; j += 8) {                                        \
+        memcpy(&vg, go + j, sizeof vg);                                      \
+        memcpy(&vx, x + j, sizeof vx);                                       \
+        if (w) {                                                             \
+          memcpy(&vw, w + j, sizeof vw);                                     \
+          vg *= vw;                                                          \
+        }                                                                    \
+        la += vg;                                                            \
+        lb += vg * ((vx - mean) * rstd);                                     \
+      }                                                                      \
       double a = 0, bs = 0;                                                  \
-      for (int64_t j = 0; j < c->N; j++) {                                   \
-        double g = (double)go[j] * (w ? (double)w[j] : 1.0);                 \
+      for (int k = 0; k < 8; k++) a += la[k], bs += lb[k];                   \
+      for (; j < c->N; j++) {                                                \
+        T g = w ? go[j] * w[j] : go[j];                                      \
         a += g;                                                              \
-        bs += g * (double)((x[j] - mean) * rstd);                            \
+        bs += g * ((x[j] - mean) * rstd);                                    \
       }                                                                      \
       T ma = (T)(a / (double)c->N), mb = (T)(bs / (double)c->N);             \
-      for (int64_t j = 0; j < c->N; j++) {                                   \
-        T g = w ? go[j] * w[j] : go[j];                                      \
-        gx[j] = rstd * (g - ma - (x[j] - mean) * rstd * mb);                 \
-      }                                                                      \
+      if (w)                                                                 \
+        for (j = 0; j < c->N; j++)                                           \
+          gx[j] = rstd * (go[j] * w[j] - ma - (x[j] - mean) * rstd * mb);    \
+      else                                                                   \
+        for (j = 0; j < c->N; j++)                                           \
+          gx[j] = rstd * (go[j] - ma - (x[j] - mean) * rstd * mb);           \
     }                                                                        \
   }                                                                          \
   /* columns [j0, j1) of grad_w = sum gout * xhat and grad_b = sum gout */   \
-  static void ln_bwd_wb_##SFX(void *p, int64_t j0, int64_t j1) {            \
+  HOT static void ln_bwd_wb_##SFX(void *p, int64_t j0, int64_t j1) {            \
     const ln_ctx *c = p;                                                     \
     for (int64_t j = j0; j < j1; j++) {                                      \
       if (c->gw) c->gw[j] = 0;                                               \
