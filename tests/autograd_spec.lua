@@ -219,6 +219,47 @@ describe("the engine", function()
     assert.same({ 0, 0, 0, 5, 5, 5, 5, 0, 0, 0 }, bucket:totable())
   end)
 
+  it("sums the gradients of split pieces, selects and reused tensors in place without touching the caller's", function()
+    -- the engine adds a slice's gradient into its input's running sum in
+    -- place when the sum is its own; a gradient the caller passed in, or one
+    -- a backward hands on unchanged, must never be written to
+    ddp.manual_seed(11)
+    local x = ddp.randn(4, 9):requires_grad_()
+    local h = x * 1  -- a non-leaf, so the pieces meet at a node
+    local a, b, c = table.unpack(h:split(3, 1))
+    local row = h:select(0, 2)
+    local ga, gb, gc, gr = ddp.randn(4, 3), ddp.randn(4, 3), ddp.randn(4, 3), ddp.randn(9)
+    local keep = { ga:clone(), gb:clone(), gc:clone(), gr:clone() }
+    -- c first, then a, b and the row: any arrival order
+    local loss = (c * gc):sum() + (a * ga):sum() + (row * gr):sum() + (b * gb):sum()
+    loss:backward()
+    local want = ddp.cat({ ga, gb, gc }, 1)
+    want:select(0, 2):add_(gr)
+    assert.is_true(x.grad:allclose(want, 1e-6, 1e-6))
+    for i, g in ipairs({ ga, gb, gc, gr }) do assert.is_true(g:equal(keep[i])) end
+    -- a gradient given to backward is passed through a narrow of a leaf
+    local y = ddp.zeros(6):requires_grad_()
+    local g1, g2 = ddp.ones(3), ddp.ones(3) * 2
+    local p1, p2 = y:narrow(0, 0, 3), y:narrow(0, 3, 3)
+    p1:backward(g1, { retain_graph = true })
+    p2:backward(g2)
+    assert.same({ 1, 1, 1, 2, 2, 2 }, y.grad:totable())
+    assert.same({ 1, 1, 1 }, g1:totable())
+    -- the same gradient tensor reaching one input twice (x + x) stays intact
+    local z = ddp.ones(3):requires_grad_()
+    local gz = ddp.tensor({ 1, 2, 3 }, { dtype = "float32" })
+    local s = z * 1
+    ;(s + s):backward(gz)
+    assert.same({ 2, 4, 6 }, z.grad:totable())
+    assert.same({ 1, 2, 3 }, gz:totable())
+    local w = ddp.ones(6):requires_grad_()
+    local ws = w * 1
+    local u = ws:narrow(0, 0, 3) + ws:narrow(0, 3, 3)
+    u:backward(gz)
+    assert.same({ 1, 2, 3, 1, 2, 3 }, w.grad:totable())
+    assert.same({ 1, 2, 3 }, gz:totable())
+  end)
+
   it("refuses in-place changes that would corrupt the graph", function()
     local x = ddp.ones(3):requires_grad_()
     local ok, err = pcall(function() x:mul_(2) end)

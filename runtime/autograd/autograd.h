@@ -59,6 +59,10 @@ DL_HIDDEN int ag_attach(dl_tensor *out, ag_node *n);
 DL_HIDDEN void ag_node_release(ag_node *n);
 /* The node that produced t, or NULL (leaves). */
 DL_HIDDEN ag_node *ag_grad_fn(const dl_tensor *t);
+/* narrow/select nodes (grad_view.c): whether n is one, and adding its
+** gradient g into the matching slice of acc, its input's gradient sum */
+DL_HIDDEN int ag_is_slice(const ag_node *n);
+DL_HIDDEN int ag_slice_add(const ag_node *n, dl_tensor *acc, const dl_tensor *g);
 /* For in-place ops: refuses to modify a tensor that is part of a graph
 ** (grad mode on), and bumps the storage version seen by saved tensors. */
 DL_HIDDEN int ag_check_write(const char *op, dl_tensor *t);

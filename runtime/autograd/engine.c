@@ -387,11 +387,24 @@ static dl_tensor *sum_to(dl_tensor *g, const int64_t *shape, int ndim) {
   return r;
 }
 
-/* Adds g into *acc (taking ownership of g). */
+/* Whether the engine alone holds t, a dense tensor: it may then be summed
+** into in place. */
+static int sole_dense(const dl_tensor *t) {
+  return atomic_load(&t->refcount) == 1 && atomic_load(&t->storage->refcount) == 1 &&
+         t->offset == 0 && dl_tensor_is_contiguous(t);
+}
+
+/* Adds g into *acc (taking ownership of g): in place when the sum is the
+** engine's own, else into a new tensor. */
 static int accumulate(dl_tensor **acc, dl_tensor *g) {
   if (!*acc) {
     *acc = g;
     return 0;
+  }
+  if (sole_dense(*acc) && (*acc)->dtype == g->dtype) {
+    int rc = dl_binary_(DL_ADD, *acc, g);
+    dl_tensor_release(g);
+    return rc;
   }
   dl_tensor *s = dl_binary(DL_ADD, *acc, g);
   dl_tensor_release(g);
@@ -528,7 +541,14 @@ static int run_node(ag_node *x, int retain, heap_t *ready, unsigned pass) {
     }
   }
   gin = calloc((size_t)x->nin + 1, sizeof *gin);
-  int rc = gin && g ? x->backward(x, g, gin) : (g ? -1 : 0);
+  /* a slice of an input whose gradient sum exists: add into its slice */
+  dl_tensor **sum = NULL;
+  if (g && ag_is_slice(x) && x->needs[0])
+    sum = x->next[0].node ? &x->next[0].node->grad
+          : x->next[0].leaf ? &meta_of(x->next[0].leaf)->acc : NULL;
+  int into = sum && *sum && sole_dense(*sum) && (*sum)->dtype == g->dtype &&
+             g->dtype == x->in_dtype[0];
+  int rc = !gin ? -1 : into ? ag_slice_add(x, *sum, g) : g ? x->backward(x, g, gin) : 0;
   if (!gin) dl_err(EM_NOMEM, "backward", 0LL, 0LL);
   dl_tensor_release(g);
   for (int i = 0; i < x->nin && gin; i++) {

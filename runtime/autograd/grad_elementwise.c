@@ -18,12 +18,15 @@ static int binary_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   dl_tensor *G = (dl_tensor *)g;
   int na = n->needs[0], nb = n->needs[1];
   switch (n->op) {
+    /* g itself, shared: the engine sums into a gradient in place only
+    ** when it holds the only reference (engine.c, sole_dense), so no copy
+    ** is needed (a residual stream's adds made two per add) */
     case DL_ADD:
-      if (na) gin[0] = R(&s, dl_clone(G));
-      if (nb) gin[1] = R(&s, dl_clone(G));
+      if (na) gin[0] = R(&s, (dl_tensor_retain(G), G));
+      if (nb) gin[1] = R(&s, (dl_tensor_retain(G), G));
       break;
     case DL_SUB:
-      if (na) gin[0] = R(&s, dl_clone(G));
+      if (na) gin[0] = R(&s, (dl_tensor_retain(G), G));
       if (nb) gin[1] = R(&s, dl_unary(DL_NEG, G));
       break;
     case DL_MUL:
