@@ -45,6 +45,8 @@ function CausalSelfAttention:forward(x)
   local H = self.n_head
   local qkv = self.c_attn(x):split(C, 2)
   local function heads(t) return t:view(B, T, H, C / H):transpose(1, 2) end
+  -- the mask follows the model to its device (:to moves only parameters and buffers)
+  if self._mask:device() ~= x:device() then self._mask = self._mask:to(x:device()) end
   local y = gpt.attention(heads(qkv[1]), heads(qkv[2]), heads(qkv[3]), self._mask)
   return self.c_proj(y:transpose(1, 2):contiguous():view(B, T, C))
 end
@@ -97,7 +99,7 @@ function GPT:forward(idx, targets)
   if T > self.block_size then
     error(("GPT: a sequence of %d tokens is longer than block_size = %d"):format(T, self.block_size), 2)
   end
-  local x = self.wte(idx) + self.wpe(ddp.arange(T))
+  local x = self.wte(idx) + self.wpe(ddp.arange(T, { device = idx:device() }))
   for _, block in self.h:iter() do x = block(x) end
   local logits = self.lm_head(self.ln_f(x))
   if targets == nil then return logits end
