@@ -22,17 +22,20 @@
 ** Errors: a primitive oneDNN cannot make (a geometry it does not
 ** implement) is a silent fallback to im2col, remembered for the geometry;
 ** a failure while running one is an error naming the op and oneDNN's
-** status.  DDPLUA_CONV=im2col turns this path off (bit-stable results
-** across ddplua versions and thread counts, and for tests).
+** status.  DDPLUA_CONV=im2col turns this path off: results that do not
+** depend on the kernels oneDNN picks for the CPU, and a reference for tests.
 */
 #include <dnnl.h>
 #include <dnnl_debug.h>
-#include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "nn/conv_onednn.h"
+
+/* libgomp's (linked: Makefile), declared here rather than through omp.h,
+** which only GCC ships: clang builds this file too (make fuzz). */
+extern void omp_set_num_threads(int n);
 
 /* Below this many input channels our kernels win (bench/RESULTS.md). */
 #define MIN_CHANNELS 16
