@@ -172,6 +172,28 @@ describe("conv2d through oneDNN (float32, 16+ input channels)", function()
     assert.equal(0, n)
   end)
 
+  it("keeps oneDNN's OpenMP threads within ddp.set_num_threads", function()
+    -- a process's threads after three convs, through oneDNN or ours; at 1
+    -- thread oneDNN must add none (libgomp would start one per core
+    -- unless told), at 3 at most the 2 of its team beside the caller
+    local function threads(env, n)
+      local script = string.format([[
+        local ddp = require "ddp"
+        local F = require("ddp.nn").functional
+        ddp.set_num_threads(%d)
+        local x = ddp.randn(8, 32, 14, 14):requires_grad_()
+        local w = ddp.randn(64, 32, 3, 3):requires_grad_()
+        for _ = 1, 3 do F.conv2d(x, w, nil, 1, 1):sum():backward() end
+        for l in io.lines("/proc/self/status") do
+          if l:match("^Threads:") then print(l) end
+        end]], n)
+      local out = shell.sh(env .. " " .. shell.q(shell.ddplua) .. " " .. shell.q(shell.tempfile(script)) .. " 2>&1")
+      return assert(tonumber(out:match("Threads:%s*(%d+)")), out)
+    end
+    assert.equal(threads("DDPLUA_CONV=im2col", 1), threads("env -u DDPLUA_CONV", 1))
+    assert.is_true(threads("env -u DDPLUA_CONV", 3) <= threads("DDPLUA_CONV=im2col", 3) + 2)
+  end)
+
   it("is named by ddplua -v, with its version, or im2col under DDPLUA_CONV=im2col", function()
     local q = shell.q(shell.ddplua)
     assert.matches("\nconv: oneDNN %d+%.%d+%.%d+ for float32 with 16%+ input channels", shell.sh("env -u DDPLUA_CONV " .. q .. " -v"))
