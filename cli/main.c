@@ -532,7 +532,7 @@ static const char *blas_core_for_cpu(void) {
 ** its idle threads spinning for a while after each parallel region unless
 ** OMP_WAIT_POLICY is PASSIVE; between the convolutions our own pool runs
 ** the elementwise ops, and the spinning threads took its cores (the CNN
-** step at 2 threads: 106 ms spinning, 25 ms passive; bench/RESULTS.md). */
+** step at 2 threads: 113-116 ms spinning, 27-31 passive; bench/RESULTS.md). */
 /* OpenBLAS and libgomp read these settings once, when they load -- before
 ** main -- so set what is missing and start again (once: the second start
 ** finds them set); the user's own values win (GOMP_SPINCOUNT too). */
