@@ -194,6 +194,35 @@ describe("conv2d through oneDNN (float32, 16+ input channels)", function()
     assert.is_true(threads("env -u DDPLUA_CONV", 3) <= threads("DDPLUA_CONV=im2col", 3) + 2)
   end)
 
+  it("still computes in a child forked after OpenMP ran a team (through ours there)", function()
+    -- libgomp's team threads do not survive a fork; its next team in the
+    -- child would wait for them forever
+    local script = [[
+      local ffi = require "ffi"
+      ffi.cdef "int fork(void); int waitpid(int, int *, int); void _exit(int);"
+      local ddp = require "ddp"
+      local F = require("ddp.nn").functional
+      ddp.set_num_threads(2)
+      local x = ddp.randn(8, 32, 14, 14):requires_grad_()
+      local w = ddp.randn(64, 32, 3, 3):requires_grad_()
+      local y = F.conv2d(x, w, nil, 1, 1)
+      y:sum():backward()
+      local pid = ffi.C.fork()
+      if pid == 0 then
+        local ok = F.conv2d(x, w, nil, 1, 1):allclose(y, 1e-4, 1e-4)
+        F.conv2d(x, w, nil, 1, 1):sum():backward()
+        io.write(ok and "child ok\n" or "child differs\n")
+        io.stdout:flush()
+        ffi.C._exit(0)
+      end
+      local st = ffi.new("int[1]")
+      ffi.C.waitpid(pid, st, 0)
+      print("parent ok", st[0])]]
+    local out = shell.sh("env -u DDPLUA_CONV timeout 60 " .. shell.q(shell.ddplua) .. " "
+                         .. shell.q(shell.tempfile(script)) .. " 2>&1")
+    assert.matches("child ok\nparent ok\t0", out)
+  end)
+
   it("is named by ddplua -v, with its version, or im2col under DDPLUA_CONV=im2col", function()
     local q = shell.q(shell.ddplua)
     assert.matches("\nconv: oneDNN %d+%.%d+%.%d+ for float32 with 16%+ input channels", shell.sh("env -u DDPLUA_CONV " .. q .. " -v"))

@@ -17,7 +17,8 @@
 ** to our budget (parallel_threads: 1 inside our pool), so the three never
 ** run more threads than the budget; ddplua (cli/main.c) sets
 ** OMP_WAIT_POLICY=PASSIVE so that idle OpenMP threads sleep instead of
-** spinning against our pool.
+** spinning against our pool.  A process forked after OpenMP ran a team
+** uses our kernels (after_fork_child).
 **
 ** Errors: a primitive oneDNN cannot make (a geometry it does not
 ** implement) is a silent fallback to im2col, remembered for the geometry;
@@ -47,12 +48,23 @@ extern void omp_set_num_threads(int n);
 
 static struct {
   pthread_once_t once;
-  pthread_mutex_t mu;   /* the cache and every call: see conv_onednn_run */
+  pthread_mutex_t mu;   /* the cache and every call: see begin() */
   dnnl_engine_t eng;    /* NULL when oneDNN could not start: never used */
   dnnl_stream_t strm;
   int omp;              /* oneDNN runs on OpenMP: its thread count is ours to set */
+  int teams;            /* an OpenMP team of more than one thread has run */
+  int forked;           /* a child forked after that: im2col only */
   uint64_t clock;       /* stamps entries for eviction */
 } dn = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* libgomp's team threads do not survive a fork, but its bookkeeping does:
+** the child's next parallel region waits for them forever.  So a child
+** forked after a team ran leaves every conv to our kernels (a fork before
+** that, or at one thread, keeps oneDNN). */
+static void after_fork_child(void) {
+  pthread_mutex_init(&dn.mu, NULL);
+  if (dn.teams) dn.forked = 1;
+}
 
 static void engine_init(void) {
   if (dnnl_engine_create(&dn.eng, dnnl_cpu, 0) != dnnl_success) {
@@ -65,6 +77,7 @@ static void engine_init(void) {
     return;
   }
   dn.omp = dnnl_version()->cpu_runtime == DNNL_RUNTIME_OMP;
+  pthread_atfork(NULL, NULL, after_fork_child);
 }
 
 /* The conv applies here: float32, one group, enough channels, nothing
@@ -75,7 +88,7 @@ static int applies(const conv_geom *g) {
   const char *env = getenv("DDPLUA_CONV");
   if (env && strcmp(env, "im2col") == 0) return 0;
   pthread_once(&dn.once, engine_init);
-  return dn.eng != NULL;
+  return dn.eng != NULL && !dn.forked;
 }
 
 /* -- Operands -------------------------------------------------------------- */
@@ -333,7 +346,10 @@ static entry *begin(const conv_geom *g, int kind, int flags) {
   int64_t key[NKEY];
   make_key(g, kind, flags, threads, key);
   pthread_mutex_lock(&dn.mu);
-  if (dn.omp) omp_set_num_threads(threads);
+  if (dn.omp) {
+    omp_set_num_threads(threads);
+    if (threads > 1) dn.teams = 1;
+  }
   entry *e = entry_get(g, key);
   if (!e) pthread_mutex_unlock(&dn.mu);
   return e;
