@@ -79,6 +79,15 @@ describe("conv2d through oneDNN (float32, 16+ input channels)", function()
     local lx64 = x:double():requires_grad_()
     F.conv2d(lx64, w:double(), nil, { padding = 1 }):sum():backward()
     close("grad_x", lx.grad, lx64.grad, 1e-4)
+    -- the weights' alone, and with the bias (a frozen input)
+    for _, with_b in ipairs({ false, true }) do
+      local lw, lb32 = w:detach():requires_grad_(), with_b and b:detach():requires_grad_() or nil
+      local lw64, lb64 = w:double():requires_grad_(), with_b and b:double():requires_grad_() or nil
+      F.conv2d(x, lw, lb32, { padding = 1 }):sum():backward()
+      F.conv2d(x:double(), lw64, lb64, { padding = 1 }):sum():backward()
+      close("grad_w", lw.grad, lw64.grad, 1e-4)
+      if with_b then close("grad_b", lb32.grad, lb64.grad, 1e-4) end
+    end
   end)
 
   it("keeps one primitive per geometry: a second batch size, then the first again", function()

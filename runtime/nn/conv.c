@@ -3,6 +3,8 @@
 ** each sample and group is unfolded (im2col) into a [C/g * kh * kw, Ho * Wo]
 ** matrix and multiplied by the weight with one BLAS gemm; backward adds
 ** grad_out @ col^T into grad_w and folds w^T @ grad_out back onto grad_x.
+** Float32 convs with one group and many input channels run oneDNN's
+** kernels instead, where those measured faster (nn/conv_onednn.c).
 **
 ** Threads: OpenBLAS keeps its own pool, and the two must never run at once.
 ** With a sample per thread or more, the samples are split over our pool
