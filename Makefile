@@ -26,7 +26,9 @@ CXXFLAGS += -std=c++17 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 # without errno, sqrt vectorises (nothing reads errno after a kernel).
 KERNELS  := ops/elementwise ops/reduce ops/scan nn/optim nn/conv nn/pool nn/norm nn/attention_cpu \
             nn/embedding_dropout nn/loss dist/reduce_kernels autograd/grad_elementwise
-LDLIBS   := -lopenblas -lz -lm -lpthread -ldl
+# -ldnnl: oneDNN, float32 convolutions with many channels (nn/conv_onednn.c);
+# -lgomp: the OpenMP runtime it runs on, whose thread count we set.
+LDLIBS   := -lopenblas -ldnnl -lgomp -lz -lm -lpthread -ldl
 GLOO_LIBS := -lgloo -lstdc++
 
 # The library, by layer (runtime/README: what each folder holds).

@@ -2,6 +2,10 @@
 ** of a Fashion-MNIST CNN, beside bench/nn_conv.py (PyTorch).  Prints one
 ** line per layer: median (and minimum) milliseconds over the repetitions.
 **
+** The 32 -> 64 layer runs through oneDNN (nn/conv_onednn.c) unless
+** DDPLUA_CONV=im2col; this program is not ddplua, so give it ddplua's
+** OMP_WAIT_POLICY=PASSIVE (cli/main.c) and OPENBLAS_CORETYPE yourself.
+**
 ** cc -O2 -std=c11 -Iruntime/include bench/nn_conv.c -Lbuild -lddplua \
 **    -Wl,-rpath,$PWD/build -o build/bench_nn_conv && build/bench_nn_conv 1
 */

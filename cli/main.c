@@ -1,5 +1,6 @@
 /* main.c -- the ddplua program: options, module paths and scripts, after lua.c. */
 #include <cblas.h>
+#include <dnnl.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -445,6 +446,14 @@ static void cli_paths(lua_State *L) {
 static void cli_version(void) {
   printf("%s %s (%s)\n", CLI_NAME, dl_version(), LUAJIT_VERSION);
   printf("BLAS: %s; kernels: %s\n", openblas_get_config(), openblas_get_corename());
+  /* the library's choice (nn/conv_onednn.c), which reads the same variable */
+  const dnnl_version_t *dv = dnnl_version();
+  const char *conv = getenv("DDPLUA_CONV");
+  if (conv && strcmp(conv, "im2col") == 0)
+    printf("conv: im2col + BLAS (DDPLUA_CONV=im2col)\n");
+  else
+    printf("conv: oneDNN %d.%d.%d for float32 with 16+ input channels, else im2col + BLAS\n",
+           dv->major, dv->minor, dv->patch);
   fflush(stdout);
 }
 
@@ -519,10 +528,15 @@ static const char *blas_core_for_cpu(void) {
   return NULL;
 }
 
-/* OpenBLAS reads both settings once, when the library loads -- before
+/* OpenMP (libgomp, under oneDNN's convolutions: nn/conv_onednn.c) keeps
+** its idle threads spinning for a while after each parallel region unless
+** OMP_WAIT_POLICY is PASSIVE; between the convolutions our own pool runs
+** the elementwise ops, and the spinning threads took its cores (the CNN
+** step at 2 threads: 113-116 ms spinning, 27-31 passive; bench/RESULTS.md). */
+/* OpenBLAS and libgomp read these settings once, when they load -- before
 ** main -- so set what is missing and start again (once: the second start
-** finds them set); the user's own values win. */
-static void tame_openblas(char **argv) {
+** finds them set); the user's own values win (GOMP_SPINCOUNT too). */
+static void tame_thread_pools(char **argv) {
   const char *pre = getenv("LD_PRELOAD");
   /* under valgrind /proc/self/exe is valgrind's own tool: stay as we are */
   if (pre && strstr(pre, "vgpreload")) return;
@@ -530,6 +544,8 @@ static void tame_openblas(char **argv) {
   if (!getenv("OPENBLAS_THREAD_TIMEOUT")) again |= setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1) == 0;
   const char *core = getenv("OPENBLAS_CORETYPE") ? NULL : blas_core_for_cpu();
   if (core) again |= setenv("OPENBLAS_CORETYPE", core, 1) == 0;
+  if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT"))
+    again |= setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0;
   if (again) execv("/proc/self/exe", argv);  /* returns only on failure: go on as is */
 }
 
@@ -538,7 +554,7 @@ int main(int argc, char **argv) {
   ** reports it and removes its temporary file) instead of killing the
   ** program; Python does the same.  Children started by a script inherit it. */
   signal(SIGXFSZ, SIG_IGN);
-  tame_openblas(argv);
+  tame_thread_pools(argv);
   link_open(); /* a launched worker: the launcher's control channel */
   cli_args a;
   memset(&a, 0, sizeof(a));

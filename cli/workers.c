@@ -365,8 +365,10 @@ static char **worker_env(const job *j, const worker *w, int ctl_r, int ctl_w) {
       if ((env[k] = malloc(len))) snprintf(env[k++], len, "%s=%s", names[t], j->threads);
     }
   }
-  /* main.c re-execs itself to set this; the workers need not */
+  /* main.c re-execs itself to set these; the workers need not */
   if (!getenv("OPENBLAS_THREAD_TIMEOUT")) env[k++] = strdup("OPENBLAS_THREAD_TIMEOUT=4");
+  if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT"))
+    env[k++] = strdup("OMP_WAIT_POLICY=PASSIVE");
   env[k] = NULL;
   return env;
 }

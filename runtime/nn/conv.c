@@ -3,6 +3,8 @@
 ** each sample and group is unfolded (im2col) into a [C/g * kh * kw, Ho * Wo]
 ** matrix and multiplied by the weight with one BLAS gemm; backward adds
 ** grad_out @ col^T into grad_w and folds w^T @ grad_out back onto grad_x.
+** Float32 convs with one group and many input channels run oneDNN's
+** kernels instead, where those measured faster (nn/conv_onednn.c).
 **
 ** Threads: OpenBLAS keeps its own pool, and the two must never run at once.
 ** With a sample per thread or more, the samples are split over our pool
@@ -15,6 +17,7 @@
 #include <string.h>
 
 #include "nn/conv.h"
+#include "nn/conv_onednn.h"
 #include "core/simd.h"
 
 /* OpenBLAS (interface/gemm.c: SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD)
@@ -380,11 +383,12 @@ DL_API dl_tensor *dl_conv2d(const dl_tensor *x, const dl_tensor *w,
   return dv ? dv->conv2d(op, dev, &g, x, w, b) : NULL;
 }
 
-/* The CPU's kernel (core/device.h): im2col (or the 1x1 fast path) and
-** BLAS, by samples or by parts of them across the threads. */
+/* The CPU's kernel (core/device.h): oneDNN where it is faster
+** (nn/conv_onednn.c), else im2col (or the 1x1 fast path) and BLAS, by
+** samples or by parts of them across the threads. */
 DL_HIDDEN dl_tensor *cpu_conv2d(const char *op, int dev, const conv_geom *gp,
                                 const dl_tensor *x, const dl_tensor *w, const dl_tensor *b) {
-  (void)op, (void)dev;
+  (void)dev;
   conv_geom g = *gp;
   int kd = nn_kdtype(x->dtype), bt = x->ndim == 4;
   dl_tensor *cx = nn_prep(x, kd), *cw = NULL, *cb = NULL, *out = NULL,
@@ -393,6 +397,14 @@ DL_HIDDEN dl_tensor *cpu_conv2d(const char *op, int dev, const conv_geom *gp,
     goto fail;
   int64_t oshape[4] = {g.N, g.O, g.Ho, g.Wo};
   if (!(out = tensor_new(kd, oshape + !bt, x->ndim))) goto fail;
+  if (!g.f64) {
+    int r = conv_onednn_forward(op, &g, (const float *)tensor_first(cx),
+                                (const float *)tensor_first(cw),
+                                cb ? (const float *)tensor_first(cb) : NULL,
+                                (float *)tensor_first(out));
+    if (r < 0) goto fail;
+    if (r == 0) goto done;
+  }
   conv_plan plan = plan_samples(&g);
   fwd_ctx c = {&g, tensor_first(cx), tensor_first(cw),
                cb ? tensor_first(cb) : NULL, tensor_first(out), NULL,
@@ -407,6 +419,7 @@ DL_HIDDEN dl_tensor *cpu_conv2d(const char *op, int dev, const conv_geom *gp,
       for (int64_t n = 0; n < g.N; n++) fwd_sample(&c, n, c.cols, 1);
     }
   }
+done:
   dl_tensor_release(cols);
   dl_tensor_release(cx);
   dl_tensor_release(cw);
@@ -541,12 +554,13 @@ DL_API int dl_conv2d_backward(const dl_tensor *grad_out, const dl_tensor *x,
                              grad_w, grad_b);
 }
 
-/* The CPU's kernel (core/device.h): the gradients asked for (need_*). */
+/* The CPU's kernel (core/device.h): the gradients asked for (need_*),
+** through oneDNN where it is faster (nn/conv_onednn.c), else ours. */
 DL_HIDDEN int cpu_conv2d_backward(const char *op, int dev, const conv_geom *gp,
                                   const dl_tensor *grad_out, const dl_tensor *x,
                                   const dl_tensor *w, int need_x, int need_w, int need_b,
                                   dl_tensor **grad_x, dl_tensor **grad_w, dl_tensor **grad_b) {
-  (void)op, (void)dev;
+  (void)dev;
   conv_geom g = *gp;
   int kd = nn_kdtype(x->dtype);
   dl_tensor *cx = NULL, *cw = NULL, *cg = NULL, *gx = NULL, *gw = NULL,
@@ -562,14 +576,24 @@ DL_HIDDEN int cpu_conv2d_backward(const char *op, int dev, const conv_geom *gp,
     if (!(cx = nn_prep(x, kd)) || !(cw = nn_prep(w, kd))) goto done;
     c.x = tensor_first(cx), c.w = tensor_first(cw);
   }
+  if ((need_x && !(gx = tensor_new(kd, x->shape, x->ndim))) ||
+      (need_w && !(gw = tensor_new(kd, w->shape, 4))) ||
+      (need_b && !(gb = tensor_new(kd, &g.O, 1))))
+    goto done;
+  if (!g.f64) {
+    int r = conv_onednn_backward(op, &g, (const float *)c.gout, (const float *)c.x,
+                                 (const float *)c.w, gx ? (float *)tensor_first(gx) : NULL,
+                                 gw ? (float *)tensor_first(gw) : NULL,
+                                 gb ? (float *)tensor_first(gb) : NULL);
+    if (r < 0) goto done;
+    if (r == 0) goto finish;
+  }
   if (need_x) {
-    if (!(gx = tensor_new(kd, x->shape, x->ndim))) goto done;
     c.gx = tensor_first(gx);
     if (!g.pointwise && scratch(kd, c.nparts * g.K * g.HW, &gcols)) goto done;
   }
   c.colstride = (need_w ? g.K * g.HW : 0) + (need_x || need_w ? g.padn : 0);
   if (need_w) {
-    if (!(gw = tensor_new(kd, w->shape, 4))) goto done;
     c.gw = tensor_first(gw);
     if (g.N == 0) memset(c.gw, 0, (size_t)(wn * g.es));
     if (scratch(kd, (c.nparts - 1) * wn, &gwp)) goto done;
@@ -577,9 +601,7 @@ DL_HIDDEN int cpu_conv2d_backward(const char *op, int dev, const conv_geom *gp,
   }
   if (!g.pointwise && scratch(kd, c.nparts * c.colstride, &cols)) goto done;
   if (need_b) {
-    if (!(gb = tensor_new(kd, &g.O, 1)) ||
-        scratch(DL_FLOAT64, nn_max64(1, c.nparts * g.O), &gbp))
-      goto done;
+    if (scratch(DL_FLOAT64, nn_max64(1, c.nparts * g.O), &gbp)) goto done;
     c.gbp = (double *)tensor_first(gbp);
     memset(c.gbp, 0, sizeof(double) * (size_t)(c.nparts * g.O));
   }
@@ -601,6 +623,7 @@ DL_HIDDEN int cpu_conv2d_backward(const char *op, int dev, const conv_geom *gp,
       else ((float *)tensor_first(gb))[o] = (float)v;
     }
   }
+finish:
   /* nn_finish consumes its argument, result or not */
   if (need_x && (*grad_x = nn_finish(gx, x->dtype), gx = NULL, !*grad_x)) goto done;
   if (need_w && (*grad_w = nn_finish(gw, x->dtype), gw = NULL, !*grad_w)) goto done;
