@@ -454,6 +454,13 @@ static void cli_version(void) {
   else
     printf("conv: oneDNN %d.%d.%d for float32 with 16+ input channels, else im2col + BLAS\n",
            dv->major, dv->minor, dv->patch);
+  /* ops/linalg.c's choice, from the same variable */
+  const char *gemm = getenv("DDPLUA_GEMM");
+  if (gemm && strcmp(gemm, "openblas") == 0)
+    printf("gemm: OpenBLAS (DDPLUA_GEMM=openblas)\n");
+  else
+    printf("gemm: oneDNN %d.%d.%d for float32 products of 2^20+ multiply-adds at one thread, else OpenBLAS\n",
+           dv->major, dv->minor, dv->patch);
   fflush(stdout);
 }
 

@@ -158,7 +158,7 @@ print(...)
   it("prints the version with -v", function()
     local out, rc = run("-v")
     assert.equals(0, rc)
-    assert.truthy(out:match("^ddplua %d+%.%d+%.%d+%S* %(LuaJIT 2%.1[^)]*%)\nBLAS: [^\n]+; kernels: %S+\nconv: [^\n]+\n$"), out)
+    assert.truthy(out:match("^ddplua %d+%.%d+%.%d+%S* %(LuaJIT 2%.1[^)]*%)\nBLAS: [^\n]+; kernels: %S+\nconv: [^\n]+\ngemm: [^\n]+\n$"), out)
   end)
 
   it("prints usage with -h and --help", function()

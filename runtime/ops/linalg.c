@@ -4,6 +4,8 @@
 ** float16 computed in float32 and rounded once at the end.
 */
 #include <cblas.h>
+#include <dnnl.h>
+#include <stdlib.h>
 #include <limits.h>
 #include <string.h>
 
@@ -77,6 +79,30 @@ static void batch_offsets(const mm_plan *p, int64_t i, int64_t *ao,
 
 /* -- BLAS path ------------------------------------------------------------- */
 
+/* -- oneDNN's sgemm ----------------------------------------------------------- */
+
+/* libgomp's (linked for oneDNN: Makefile); omp.h is GCC's only (make fuzz). */
+extern void omp_set_num_threads(int n);
+
+/* Products of at least this many multiply-adds go to oneDNN at one thread. */
+#define ONEDNN_MIN_MNK (1 << 20)
+
+/* Whether a float32 product runs in oneDNN's sgemm rather than OpenBLAS's:
+** at one thread (a DDP rank, ddp.set_num_threads(1)) its AVX-512 kernels
+** took a GPT step 10% faster (bench/RESULTS.md); with more threads
+** OpenBLAS's own threading stays, and small products (attention's
+** per-head ones) measured as fast or faster in OpenBLAS.  One thread also
+** keeps oneDNN's OpenMP team empty, so a forked child can call it.
+** DDPLUA_GEMM=openblas keeps every product in OpenBLAS. */
+static int use_onednn(double mnk) {
+  static int off = -1;  /* read once; a race only computes the same value */
+  if (off < 0) {
+    const char *env = getenv("DDPLUA_GEMM");
+    off = env && strcmp(env, "openblas") == 0;
+  }
+  return !off && mnk >= ONEDNN_MIN_MNK && parallel_threads() == 1;
+}
+
 /* One product into c (m x n, row-major, ldc = n). */
 static void blas_one(const mm_plan *p, const char *a, const char *b, char *c) {
   int f32 = p->dtype == DL_FLOAT32;
@@ -110,6 +136,15 @@ static void blas_one(const mm_plan *p, const char *a, const char *b, char *c) {
       cblas_dgemv(CblasRowMajor, t, rows, cols, p->alpha, (const double *)mat,
                   ld, (const double *)vec, inc, p->beta, (double *)c, 1);
     return;
+  }
+  if (f32 && use_onednn((double)m * (double)n * (double)k)) {
+    omp_set_num_threads(1);  /* this thread's OpenMP count: no team */
+    dnnl_status_t st = dnnl_sgemm(p->ta == CblasNoTrans ? 'N' : 'T', p->tb == CblasNoTrans ? 'N' : 'T',
+                                  m, n, k, (float)p->alpha, (const float *)a, lda,
+                                  (const float *)b, ldb, (float)p->beta, (float *)c, n);
+    if (st == dnnl_success) return;
+    /* it refuses only arguments OpenBLAS takes too (it checks the same
+    ** sizes and leading dimensions): fall through to OpenBLAS */
   }
   if (f32)
     cblas_sgemm(CblasRowMajor, p->ta, p->tb, m, n, k, (float)p->alpha,
