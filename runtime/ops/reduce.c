@@ -18,6 +18,7 @@
 enum { KD_F32, KD_F64, KD_I64, KD_U8 };
 
 typedef union { double d; int64_t i; } acc_t;
+_Static_assert(sizeof(acc_t) == sizeof(double), "OUTER_FN walks acc_t[] as double[]");
 
 typedef struct {
   int op, kd;
@@ -178,8 +179,16 @@ static acc_t inner1(const kspec *k, const char *x, int64_t n, int64_t m) {
 /* Accumulates nr rows (rs bytes apart) of bw contiguous columns into acc:
 ** the column loops vectorise without reassociating anything. */
 #define OUTER_FN(NAME, T)                                                    \
-  static void NAME(const kspec *k, const char *x, int64_t nr, int64_t rs,    \
+  HOT static void NAME(const kspec *k, const char *x, int64_t nr, int64_t rs, \
                    int64_t bw, const double *c, acc_t *acc) {                \
+    if (k->op == K_SUM) { /* a bias's gradient: rows added into doubles */   \
+      double *ad = &acc[0].d; /* acc_t is one double wide */                 \
+      EACH(r, nr) {                                                          \
+        const T *v = (const T *)(x + r * rs);                                \
+        EACH(b, bw) ad[b] += v[b];                                           \
+      }                                                                      \
+      return;                                                                \
+    }                                                                        \
     EACH(r, nr) {                                                            \
       const T *v = (const T *)(x + r * rs);                                  \
       switch (k->op) {                                                       \
