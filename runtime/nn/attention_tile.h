@@ -52,6 +52,29 @@ static void FN(scores)(const sdpa_ctx *c, int64_t b, int64_t i0, int64_t nq, int
       for (int64_t j = nn_max64(0, i0 + r + 1 - j0); j < nk; j++) s[r * nk + j] = -INFINITY;
 }
 
+/* The largest of x[0..n) (NaN never wins) and the sum of x[0..n), in 8
+** lanes: as single chains these reductions ran scalar, and with the exp
+** between them were most of the forward's own time. */
+static inline T FN(row_max)(const T *x, int64_t n) {
+  T mx[8], m = -INFINITY;
+  for (int k = 0; k < 8; k++) mx[k] = -INFINITY;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; k++) mx[k] = x[j + k] > mx[k] ? x[j + k] : mx[k];
+  for (int k = 0; k < 8; k++) m = mx[k] > m ? mx[k] : m;
+  for (; j < n; j++) m = x[j] > m ? x[j] : m;
+  return m;
+}
+static inline T FN(row_sum)(const T *x, int64_t n) {
+  T sm[8] = {0}, s = 0;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; k++) sm[k] += x[j + k];
+  for (int k = 0; k < 8; k++) s += sm[k];
+  for (; j < n; j++) s += x[j];
+  return s;
+}
+
 /* p[j] *= keep[j] / (1 - p) over a row. */
 static void FN(drop_row)(T *p, const uint8_t *keep, int64_t n, double inv) {
   for (int64_t j = 0; j < n; j++) p[j] = keep[j] ? p[j] * (T)inv : 0;
@@ -82,16 +105,15 @@ HOT static void FN(forward)(void *p, int64_t t0, int64_t t1) {
       int64_t nk = nn_min64(BK, kend - j0);
       FN(scores)(c, b, i0, nq, j0, nk, s);
       for (int64_t r = 0; r < nq; r++) {
-        T *row = s + r * nk, mx = -INFINITY;
-        for (int64_t j = 0; j < nk; j++) mx = row[j] > mx ? row[j] : mx;
+        T *row = s + r * nk, mx = FN(row_max)(row, nk);
         T mnew = mx > m[r] ? mx : m[r];
         if (mnew == -INFINITY) {  /* nothing seen yet: no weight */
           memset(row, 0, sizeof(T) * (size_t)nk);
           continue;
         }
-        T alpha = EXP_FN(m[r] - mnew), sum = 0;
+        T alpha = EXP_FN(m[r] - mnew);
         for (int64_t j = 0; j < nk; j++) row[j] = EXP_FN(row[j] - mnew);
-        for (int64_t j = 0; j < nk; j++) sum += row[j];
+        T sum = FN(row_sum)(row, nk);
         l[r] = l[r] * alpha + sum;
         m[r] = mnew;
         if (alpha != 1)
@@ -119,14 +141,19 @@ HOT static void FN(forward)(void *p, int64_t t0, int64_t t1) {
 
 /* D[row] = sum(grad_out * out) over the row (the softmax backward's
 ** correction; with dropout it is the same sum). */
-static void FN(row_dots)(void *p, int64_t r0, int64_t r1) {
+HOT static void FN(row_dots)(void *p, int64_t r0, int64_t r1) {
   const sdpa_ctx *c = p;
   int64_t Ev = c->g->Ev;
   const T *go = (const T *)c->gout, *o = (const T *)c->out;
   T *D = (T *)c->D;
   for (int64_t r = r0; r < r1; r++) {
-    T d = 0;
-    for (int64_t e = 0; e < Ev; e++) d += go[r * Ev + e] * o[r * Ev + e];
+    T dl[8] = {0}, d = 0;  /* 8 lanes, as row_sum */
+    const T *a = go + r * Ev, *bo = o + r * Ev;
+    int64_t e = 0;
+    for (; e + 8 <= Ev; e += 8)
+      for (int k = 0; k < 8; k++) dl[k] += a[e + k] * bo[e + k];
+    for (int k = 0; k < 8; k++) d += dl[k];
+    for (; e < Ev; e++) d += a[e] * bo[e];
     D[r] = d;
   }
 }
