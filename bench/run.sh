@@ -8,8 +8,11 @@
 # PyTorch for rates, PyTorch / ddplua for times (us, ms, s): above 1,
 # ddplua is faster.  Units ending in "(info)" are shown, not compared.
 #   BENCHES="allreduce startup" make bench   runs only those
-#   (train_gpt: bench/train_gpt.* in one process; train_gpt_ddp: the same
-#   script as a 2-rank job, 1 thread a rank)
+#   (train_gpt: bench/train_gpt.* in one process; train_gpt_fused: ddplua
+#   with F.scaled_dot_product_attention, the default of
+#   examples/gpt_model.lua, against the same twin -- torch 1.13 has no fused
+#   attention, so its side is the formula as in train_gpt; train_gpt_ddp:
+#   the same script as a 2-rank job, 1 thread a rank)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=bench/out
@@ -40,7 +43,7 @@ median() {
             printf "%s\t%s\t%s\n", k[i], a[int((m + 1) / 2)], u[k[i]] } }' "$@"
 }
 
-for bench in ${BENCHES:-tensor_ops train_mlp train_cnn train_gpt allreduce train_ddp train_cnn_ddp train_gpt_ddp startup}; do
+for bench in ${BENCHES:-tensor_ops train_mlp train_cnn train_gpt train_gpt_fused allreduce train_ddp train_cnn_ddp train_gpt_ddp startup}; do
   # the twins' commands ($t: threads per process) and the thread counts
   case $bench in
     allreduce)
@@ -59,6 +62,9 @@ for bench in ${BENCHES:-tensor_ops train_mlp train_cnn train_gpt allreduce train
       threads=1 what="2 ranks x 1 thread"
       lua="build/ddplua --nproc 2 --no-prefix bench/train_gpt.lua 1"
       py="$PY bench/torchrun.py --nproc_per_node 2 bench/train_gpt.py 1" ;;
+    train_gpt_fused)
+      threads="1 2" what=""
+      lua="GPT_FUSED=1 build/ddplua bench/train_gpt.lua \$t" py="$PY bench/train_gpt.py \$t" ;;
     startup)
       threads=1 what="2 ranks x 1 thread"
       lua="bash bench/startup.sh ddplua" py="bash bench/startup.sh torchrun" ;;
