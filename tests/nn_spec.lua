@@ -261,6 +261,15 @@ describe("fast paths", function()
         local err = (z.grad:double() - z64.grad):abs():max():item()
         assert.is_true(err < 1e-6, ("C = %d: grad differs by %g"):format(C, err))
       end
+      -- logits far below the row's largest: probabilities that underflow
+      -- through the subnormals to 0 in the gradient (z - lse near -745)
+      local far = {}
+      for i = 1, C do far[i] = (i == 1) and 0 or -(700 + 7 * i) end
+      local zf = ddp.tensor(far, { dtype = "float32" }):view(1, C):requires_grad_()
+      local zf64 = zf:detach():double():requires_grad_()
+      F.cross_entropy(zf, ddp.tensor({ C - 1 })):backward()
+      F.cross_entropy(zf64, ddp.tensor({ C - 1 })):backward()
+      assert.is_true(zf.grad:double():equal(zf64.grad:float():double()), "far logits, C = " .. C)
       -- a NaN logit makes its row's loss NaN; +inf too (inf - inf), as PyTorch
       for _, bad in ipairs({ 0 / 0, math.huge }) do
         local v = {}
