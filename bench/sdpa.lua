@@ -12,18 +12,6 @@ local B, H, E = 8, 4, 64
 ddp.manual_seed(0)
 local now = dofile((arg[0]:match("^(.*)/") or ".") .. "/clock.lua")
 
-local function median(reps, f)
-  f()
-  local ts = {}
-  for i = 1, reps do
-    collectgarbage()
-    local t = now()
-    f()
-    ts[i] = now() - t
-  end
-  table.sort(ts)
-  return ts[math.floor((reps + 1) / 2)]
-end
 
 local q = ddp.randn(B, H, T, E, { dtype = dtype }):requires_grad_()
 local k = ddp.randn(B, H, T, E, { dtype = dtype }):requires_grad_()
@@ -51,7 +39,7 @@ local rows = {
 }
 local t = {}
 for _, r in ipairs(rows) do
-  t[r[1]] = median(15, r[2])
+  t[r[1]] = now.median(15, r[2])
   print(("%s B=%d H=%d T=%d E=%d %s causal\t%.3f"):format(r[1], B, H, T, E, dtype, t[r[1]] * 1e3))
 end
 print(("speedup fwd %.2fx, fwd+bwd %.2fx (threads %d)"):format(t["explicit fwd"] / t["fused fwd"],

@@ -8,21 +8,8 @@ ddp.manual_seed(0)
 
 local now = dofile((arg[0]:match("^(.*)/") or ".") .. "/clock.lua")
 
--- median time of `reps` runs after one warm-up (the best of a few runs
--- rewards lucky outliers on a shared machine)
-local function best(reps, f)
-  f()
-  local ts = {}
-  reps = reps * 2 + 1
-  for i = 1, reps do
-    collectgarbage()
-    local t = now()
-    f()
-    ts[i] = now() - t
-  end
-  table.sort(ts)
-  return ts[(reps + 1) / 2]
-end
+-- median time of 2 reps + 1 runs after one warm-up (bench/clock.lua)
+local function best(reps, f) return now.median(reps * 2 + 1, f) end
 
 local function report(name, value, unit)
   print(("%s\t%.3f\t%s"):format(name, value, unit))

@@ -51,14 +51,8 @@ steps(WARMUP, STEPS)
 if world > 1 then ddp.barrier() end
 local dt = now() - t0
 
-local function peak_rss_mb()
-  for line in io.lines("/proc/self/status") do
-    local kb = line:match("^VmHWM:%s+(%d+)")
-    if kb then return tonumber(kb) / 1024 end
-  end
-end
 if rank == 0 then
   print(("samples/s\t%.1f\tsamples/s"):format(world * BATCH * STEPS / dt))
   print(("ms/step\t%.2f\tms"):format(dt / STEPS * 1e3))
-  print(("peak RSS (rank 0)\t%.1f\tMiB"):format(peak_rss_mb()))
+  print(("peak RSS (rank 0)\t%.1f\tMiB"):format(now.peak_rss_mb()))
 end

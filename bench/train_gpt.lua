@@ -72,17 +72,11 @@ loss = loss:item()
 if world > 1 then ddp.barrier() end
 local dt = now() - t0
 
-local function peak_rss_mb()
-  for line in io.lines("/proc/self/status") do
-    local kb = line:match("^VmHWM:%s+(%d+)")
-    if kb then return tonumber(kb) / 1024 end
-  end
-end
 if rank == 0 then
   print(("steps/s\t%.3f\tsteps/s"):format(STEPS / dt))
   print(("ms/step\t%.1f\tms"):format(dt / STEPS * 1e3))
   print(("tokens/s\t%.0f\ttokens/s"):format(STEPS * world * B * T / dt))
-  print(("peak RSS\t%.1f\tMiB"):format(peak_rss_mb()))
+  print(("peak RSS\t%.1f\tMiB"):format(now.peak_rss_mb()))
   print(("parameters\t%d\tn (info)"):format(model:num_parameters()))
   print(("last loss\t%.3f\tnats (info)"):format(loss))
 end

@@ -13,12 +13,6 @@ ddp.manual_seed(0)
 
 local now = dofile((arg[0]:match("^(.*)/") or ".") .. "/clock.lua")
 
-local function peak_rss_mb()
-  for line in io.lines("/proc/self/status") do
-    local kb = line:match("^VmHWM:%s+(%d+)")
-    if kb then return tonumber(kb) / 1024 end
-  end
-end
 
 local train = data.fashion_mnist("train")
 local loader = data.DataLoader(train, { batch_size = 64, shuffle = true, seed = 0 })
@@ -37,4 +31,4 @@ for _, x, y in loader:iter() do
 end
 local dt = now() - t0
 print(("samples/s\t%.1f\tsamples/s"):format(STEPS * 64 / dt))
-print(("peak RSS\t%.1f\tMiB"):format(peak_rss_mb()))
+print(("peak RSS\t%.1f\tMiB"):format(now.peak_rss_mb()))

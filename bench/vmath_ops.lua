@@ -9,18 +9,6 @@ ddp.set_num_threads(tonumber(arg[1]) or 1)
 ddp.manual_seed(0)
 local now = dofile((arg[0]:match("^(.*)/") or ".") .. "/clock.lua")
 
-local function median(reps, f)
-  f()
-  local ts = {}
-  for i = 1, reps do
-    collectgarbage()
-    local t = now()
-    f()
-    ts[i] = now() - t
-  end
-  table.sort(ts)
-  return ts[math.floor((reps + 1) / 2)]
-end
 local function report(name, t) print(("%s\t%.3f"):format(name, t * 1e3)) end
 
 local h = ddp.randn(2048, 704)                 -- the MLP's hidden layer
@@ -28,13 +16,13 @@ local hg = ddp.randn(2048, 704):requires_grad_()
 local g = ddp.randn(2048, 704)
 local att = ddp.randn(32 * 4, 64, 64)          -- attention scores
 local logits, y = ddp.randn(2048, 65), ddp.randint(0, 65, {2048})
-report("gelu 2048x704", median(21, function() return h:gelu() end))
-report("gelu tanh 2048x704", median(21, function() return h:gelu("tanh") end))
-report("gelu fwd+bwd 2048x704", median(21, function() hg.grad = nil; hg:gelu():backward(g) end))
-report("sigmoid 2048x704", median(21, function() return h:sigmoid() end))
-report("tanh 2048x704", median(21, function() return h:tanh() end))
-report("exp 2048x704", median(21, function() return h:exp() end))
-report("softmax 128x64x64 (-1)", median(21, function() return att:softmax(-1) end))
-report("softmax 128x64x64 (dim 1)", median(21, function() return att:softmax(1) end))
-report("log_softmax 2048x65", median(21, function() return logits:log_softmax(1) end))
-report("cross_entropy 2048x65", median(21, function() return F.cross_entropy(logits, y) end))
+report("gelu 2048x704", now.median(21, function() return h:gelu() end))
+report("gelu tanh 2048x704", now.median(21, function() return h:gelu("tanh") end))
+report("gelu fwd+bwd 2048x704", now.median(21, function() hg.grad = nil; hg:gelu():backward(g) end))
+report("sigmoid 2048x704", now.median(21, function() return h:sigmoid() end))
+report("tanh 2048x704", now.median(21, function() return h:tanh() end))
+report("exp 2048x704", now.median(21, function() return h:exp() end))
+report("softmax 128x64x64 (-1)", now.median(21, function() return att:softmax(-1) end))
+report("softmax 128x64x64 (dim 1)", now.median(21, function() return att:softmax(1) end))
+report("log_softmax 2048x65", now.median(21, function() return logits:log_softmax(1) end))
+report("cross_entropy 2048x65", now.median(21, function() return F.cross_entropy(logits, y) end))

@@ -443,24 +443,27 @@ static void cli_paths(lua_State *L) {
 
 /* -- Main ---------------------------------------------------------------- */
 
+/* One "-v" line for a kernel choice the library makes from variable var:
+** `what: off_text (var=off)` when it is set to off, else on_text with
+** oneDNN's version (nn/conv_onednn.c, ops/linalg.c read the same). */
+static void print_choice(const char *what, const char *var, const char *off,
+                         const char *off_text, const char *on_text) {
+  const char *v = getenv(var);
+  if (v && strcmp(v, off) == 0) {
+    printf("%s: %s (%s=%s)\n", what, off_text, var, off);
+    return;
+  }
+  const dnnl_version_t *dv = dnnl_version();
+  printf("%s: oneDNN %d.%d.%d %s\n", what, dv->major, dv->minor, dv->patch, on_text);
+}
+
 static void cli_version(void) {
   printf("%s %s (%s)\n", CLI_NAME, dl_version(), LUAJIT_VERSION);
   printf("BLAS: %s; kernels: %s\n", openblas_get_config(), openblas_get_corename());
-  /* the library's choice (nn/conv_onednn.c), which reads the same variable */
-  const dnnl_version_t *dv = dnnl_version();
-  const char *conv = getenv("DDPLUA_CONV");
-  if (conv && strcmp(conv, "im2col") == 0)
-    printf("conv: im2col + BLAS (DDPLUA_CONV=im2col)\n");
-  else
-    printf("conv: oneDNN %d.%d.%d for float32 with 16+ input channels, else im2col + BLAS\n",
-           dv->major, dv->minor, dv->patch);
-  /* ops/linalg.c's choice, from the same variable */
-  const char *gemm = getenv("DDPLUA_GEMM");
-  if (gemm && strcmp(gemm, "openblas") == 0)
-    printf("gemm: OpenBLAS (DDPLUA_GEMM=openblas)\n");
-  else
-    printf("gemm: oneDNN %d.%d.%d for float32 products of 2^20+ multiply-adds at one thread, else OpenBLAS\n",
-           dv->major, dv->minor, dv->patch);
+  print_choice("conv", "DDPLUA_CONV", "im2col", "im2col + BLAS",
+               "for float32 with 16+ input channels, else im2col + BLAS");
+  print_choice("gemm", "DDPLUA_GEMM", "openblas", "OpenBLAS",
+               "for float32 products of 2^20+ multiply-adds at one thread, else OpenBLAS");
   fflush(stdout);
 }
 

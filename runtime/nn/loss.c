@@ -185,19 +185,25 @@ static double lse_f32(const float *z, int64_t C, int64_t S) {
 ** exp, called per class, made a GPT's cross entropy 6x PyTorch's time):
 ** gi[c] = p[c] tot - B w[c] - A [c == t], rounded once.  Returns 0 where
 ** there is no such path (float64, S > 1). */
-HOT static int grad_row_f32(float *gi, const float *z, int64_t C, int64_t S, double lse,
-                            double tot, double B, const double *w, int smooth) {
+HOT static int grad_row_f32(float *gi, const float *z, int64_t C, int64_t S, int64_t t,
+                            double lse, double tot, double A, double B, const double *w,
+                            int smooth) {
   if (S != 1) return 0;
+  /* the loops without the target's term vectorise; the target's entry is
+  ** then computed alone, in double like the rest */
   if (!smooth)
     for (int64_t c = 0; c < C; c++) gi[c] = (float)(neg_exp((double)z[c] - lse) * tot);
   else
     for (int64_t c = 0; c < C; c++)
       gi[c] = (float)(neg_exp((double)z[c] - lse) * tot - B * (w ? w[c] : 1));
+  gi[t] = (float)(neg_exp((double)z[t] - lse) * tot - (smooth ? B * (w ? w[t] : 1) : 0) - A);
   return 1;
 }
-static int grad_row_f64(double *gi, const double *z, int64_t C, int64_t S, double lse,
-                        double tot, double B, const double *w, int smooth) {
-  (void)gi, (void)z, (void)C, (void)S, (void)lse, (void)tot, (void)B, (void)w, (void)smooth;
+static int grad_row_f64(double *gi, const double *z, int64_t C, int64_t S, int64_t t,
+                        double lse, double tot, double A, double B, const double *w,
+                        int smooth) {
+  (void)gi, (void)z, (void)C, (void)S, (void)t, (void)lse, (void)tot, (void)A, (void)B,
+      (void)w, (void)smooth;
   return 0;
 }
 
@@ -245,11 +251,8 @@ static int grad_row_f64(double *gi, const double *z, int64_t C, int64_t S, doubl
       double lse = lse_##SFX(z, k->C, k->S), tot = A + B * k->wsum;          \
       /* in double, rounded once: the terms cancel as p nears its target  \
       ** (1, or the smoothing's share) */                                  \
-      if (grad_row_##SFX(gi, z, k->C, k->S, lse, tot, B, k->w, k->smooth)) { \
-        double pt = neg_exp((double)z[t] - lse);                             \
-        gi[t] = (T)(pt * tot - (k->smooth ? B * (k->w ? k->w[t] : 1) : 0) - A); \
+      if (grad_row_##SFX(gi, z, k->C, k->S, t, lse, tot, A, B, k->w, k->smooth)) \
         continue;                                                            \
-      }                                                                      \
       for (int64_t c = 0; c < k->C; c++) {                                   \
         double pc = exp((double)z[c * k->S] - lse);                          \
         double v = pc * tot - (k->smooth ? B * (k->w ? k->w[c] : 1) : 0);    \
