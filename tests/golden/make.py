@@ -32,6 +32,8 @@ import zlib
 import torch
 import torch.nn.functional as F
 
+from lua_writer import DTYPES, lua_str, lua_tensor
+
 assert torch.__version__.startswith("1.13"), torch.__version__
 torch.set_num_threads(1)  # reductions then sum in one fixed order
 
@@ -53,11 +55,6 @@ GELU32 = (1e-5, 5e-7)
 
 inf, nan = math.inf, math.nan
 
-DTYPES = {
-    torch.float32: "float32", torch.float64: "float64", torch.int32: "int32",
-    torch.int64: "int64", torch.uint8: "uint8", torch.bool: "bool",
-    torch.bfloat16: "bfloat16", torch.float16: "float16",
-}
 
 CASES = []
 NAMES = set()
@@ -134,35 +131,6 @@ def case(name, lua, py, tol, **inputs):
 
 
 # -- Lua writer -------------------------------------------------------------
-
-def lua_str(s):
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def lua_num(v, dtype):
-    if dtype == torch.bool:
-        return "true" if v else "false"
-    if dtype in (torch.int32, torch.int64, torch.uint8):
-        v = int(v)
-        return "%dLL" % v if abs(v) > 2 ** 53 else "%d" % v
-    v = float(v)
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    if v == int(v) and abs(v) < 2 ** 53:
-        return ("-0.0" if math.copysign(1, v) < 0 else "%d" % v) if v == 0 else "%d" % v
-    r = repr(v)
-    assert float(r) == v
-    return r
-
-
-def lua_tensor(x):
-    vals = x.detach().flatten().tolist()
-    return "{dtype=%s, shape={%s}, values={%s}}" % (
-        lua_str(DTYPES[x.dtype]), ", ".join(str(s) for s in x.shape),
-        ", ".join(lua_num(v, x.dtype) for v in vals))
-
 
 def write(path):
     lines = [

@@ -33,6 +33,8 @@ import zlib
 import torch
 import torch.nn.functional as F
 
+from lua_writer import DTYPES, lua_str, lua_tensor
+
 assert torch.__version__.startswith("1.13"), torch.__version__
 torch.set_num_threads(1)
 
@@ -42,10 +44,6 @@ F32 = (1e-5, 1e-6)        # float32 sums over up to a few hundred terms
 F32L = (1e-4, 1e-5)       # float32 convolutions (sums of ~300 products), norms
 F64 = (1e-12, 1e-14)
 
-DTYPES = {
-    torch.float32: "float32", torch.float64: "float64", torch.int32: "int32",
-    torch.int64: "int64", torch.uint8: "uint8", torch.bool: "bool",
-}
 
 CASES = []
 NAMES = set()
@@ -97,34 +95,6 @@ def case(name, lua, py, inputs, grad=(), tol=F32L, gtol=None, env=None):
 
 
 # -- Lua writer -------------------------------------------------------------
-
-def lua_str(s):
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def lua_num(v, dtype):
-    if dtype == torch.bool:
-        return "true" if v else "false"
-    if dtype in (torch.int32, torch.int64, torch.uint8):
-        return "%d" % int(v)
-    v = float(v)
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    if v == int(v) and abs(v) < 2 ** 53:
-        return ("-0.0" if math.copysign(1, v) < 0 else "0") if v == 0 else "%d" % v
-    r = repr(v)
-    assert float(r) == v
-    return r
-
-
-def lua_tensor(x):
-    vals = x.detach().flatten().tolist()
-    return "{dtype=%s, shape={%s}, values={%s}}" % (
-        lua_str(DTYPES[x.dtype]), ", ".join(str(s) for s in x.shape),
-        ", ".join(lua_num(v, x.dtype) for v in vals))
-
 
 def write(path):
     lines = [

@@ -23,12 +23,13 @@ import zlib
 
 import torch
 
+from lua_writer import lua_str, lua_tensor
+
 assert torch.__version__.startswith("1.13"), torch.__version__
 torch.set_num_threads(1)
 
 F32 = (1e-4, 1e-5)
 F64 = (1e-12, 1e-13)
-DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.bool: "bool"}
 
 
 def section(name):
@@ -39,33 +40,7 @@ def rn(*shape, dtype=torch.float32):
     return torch.randn(*shape, dtype=torch.float64).to(dtype)
 
 
-# -- Lua writer (the format of make_nn.py's) ----------------------------------
-
-def lua_str(s):
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def lua_num(v, dtype):
-    if dtype == torch.bool:
-        return "true" if v else "false"
-    v = float(v)
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    if v == int(v) and abs(v) < 2 ** 53:
-        return ("-0.0" if math.copysign(1, v) < 0 else "0") if v == 0 else "%d" % v
-    r = repr(v)
-    assert float(r) == v
-    return r
-
-
-def lua_tensor(x):
-    vals = x.detach().flatten().tolist()
-    return "{dtype=%s, shape={%s}, values={%s}}" % (
-        lua_str(DTYPES[x.dtype]), ", ".join(str(s) for s in x.shape),
-        ", ".join(lua_num(v, x.dtype) for v in vals))
-
+# -- Lua writer (tests/golden/lua_writer.py) --------------------------------
 
 def lua_map(d):
     return "{%s}" % ", ".join('[%s]=%s' % (lua_str(k), lua_tensor(v)) for k, v in sorted(d.items()))
