@@ -16,15 +16,15 @@ CFLAGS   ?= -O2
 # compiler (build/**/*.d, included below), so no list is kept by hand.
 DEPFLAGS := -MMD -MP
 CFLAGS   += -std=c11 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
-            -D_GNU_SOURCE -Iruntime/include -Iruntime $(PKG_CFLAGS)
+            -D_GNU_SOURCE -Iruntime/include -Iruntime -I$(GEN) $(PKG_CFLAGS)
 # C++ (dist/gloo.cc only: Gloo's API is C++), same warnings and visibility.
 CXXFLAGS ?= -O2
 CXXFLAGS += -std=c++17 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
-            -D_GNU_SOURCE -Iruntime/include -Iruntime
+            -D_GNU_SOURCE -Iruntime/include -Iruntime -I$(GEN)
 # Kernel files: -O3 lets GCC vectorise loops with runtime alias checks, and
 # fused multiply-adds (in the x86-64-v3 clones) speed up polynomials, and
 # without errno, sqrt vectorises (nothing reads errno after a kernel).
-KERNELS  := ops/elementwise ops/reduce ops/scan nn/optim nn/conv nn/pool nn/norm nn/attention_cpu \
+KERNELS  := ops/elementwise ops/reduce ops/scan ops/softmax nn/optim nn/conv nn/pool nn/norm nn/attention_cpu \
             nn/embedding_dropout nn/loss dist/reduce_kernels autograd/grad_elementwise
 # -ldnnl: oneDNN, float32 convolutions with many channels (nn/conv_onednn.c);
 # -lgomp: the OpenMP runtime it runs on, whose thread count we set.
@@ -40,6 +40,9 @@ LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(BUILD)/obj/%.o) $(LIB_CXX:runtime/%.cc=$(BUI
 CLI_SRC  := $(wildcard cli/*.c)
 CLI_OBJ  := $(CLI_SRC:cli/%.c=$(BUILD)/obj/cli/%.o)
 LIB      := $(BUILD)/libddplua.so
+# Generated headers: the CUDA launcher table (scripts/gen_dlc_api.sh).
+GEN      := $(BUILD)/gen
+DLC_GEN  := $(GEN)/dlc_api.h $(GEN)/dlc_table.h
 # The same objects as an archive: the C tests link it, so they reach the
 # runtime's internals without the shared library exporting them.
 LIB_A    := $(BUILD)/libddplua.a
@@ -69,7 +72,7 @@ EMU_RACE_OBJ := $(EMU_SRC:runtime/cuda/kernels/%.cu=$(BUILD)/emu-race/%.o) $(BUI
             $(BUILD)/emu/racecheck.o
 EMU_FLAGS := -std=c++17 -O1 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror \
             -Wno-unused-parameter -Wno-unknown-pragmas -DDLC_EMU -Iruntime/cuda/emu -Iruntime \
-            -Iruntime/include $(DEPFLAGS)
+            -Iruntime/include -I$(GEN) $(DEPFLAGS)
 EMU_RACE_FLAGS := $(EMU_FLAGS) -DDLC_EMU_RACE -fsanitize=thread \
             --param tsan-instrument-func-entry-exit=0
 # The emulator's own tests (tests/emu/test_*.cc): racy kernels, and the
@@ -80,7 +83,7 @@ EMU_TESTS := $(patsubst tests/emu/%.cc,$(BUILD)/emu_%,$(wildcard tests/emu/test_
 # the library then needs only the driver's libcuda.so.1 at run time, which
 # cudart dlopens itself, so it loads on any machine with an NVIDIA driver.
 NVFLAGS  := -O2 -std=c++17 --cudart static -diag-suppress 186 \
-            -Xcompiler -fPIC,-fvisibility=hidden -Iruntime/include -Iruntime \
+            -Xcompiler -fPIC,-fvisibility=hidden -Iruntime/include -Iruntime -I$(GEN) \
             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
             -gencode arch=compute_90,code=compute_90
 
@@ -136,6 +139,14 @@ $(CLI): $(CLI_OBJ) $(LIB)
 	$(CC) -o $@ $(CLI_OBJ) -L$(BUILD) -Wl,--push-state,--no-as-needed -lddplua \
 	  -Wl,--pop-state $(PKG_LIBS) $(LDLIBS) \
 	  -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-E
+
+# The launcher table, from the DLC_API definitions of the kernel files; the
+# script rewrites a header only when its text changes, so an edit inside a
+# kernel rebuilds no glue.  Every object waits for it (order only: the
+# compiler's .d files carry the real dependency once it exists: the last
+# lines of this file).
+$(DLC_GEN) &: $(CUDA_SRC) scripts/gen_dlc_api.sh
+	@bash scripts/gen_dlc_api.sh $(GEN) --not-emulated $(filter-out $(EMU_SRC),$(CUDA_SRC)) -- $(CUDA_SRC)
 
 $(CDEF): $(PUBLIC_H) scripts/gen_cdef.sh
 	@mkdir -p $(dir $@)
@@ -236,13 +247,13 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_CFLAGS  := -std=c11 -g -O1 -Wall -Wextra -fvisibility=hidden -D_GNU_SOURCE \
-                -Iruntime/include -Iruntime $(PKG_CFLAGS) \
+                -Iruntime/include -Iruntime -I$(GEN) $(PKG_CFLAGS) \
                 -fsanitize=address,undefined -fno-sanitize-recover=undefined
 # gloo.cc too (pg_gloo.c calls it); no vptr and function checks: they
 # need the UBSan C++ runtime, which only clang++ links in.
 FUZZ_CXX     ?= clang++
 FUZZ_CXXFLAGS := -std=c++17 -g -O1 -Wall -Wextra -fvisibility=hidden -D_GNU_SOURCE \
-                -Iruntime/include -Iruntime \
+                -Iruntime/include -Iruntime -I$(GEN) \
                 -fsanitize=address,undefined -fno-sanitize=vptr,function \
                 -fno-sanitize-recover=undefined
 FUZZ_OBJ     := $(LIB_SRC:runtime/%.c=$(FUZZ_DIR)/obj/%.o) $(LIB_CXX:runtime/%.cc=$(FUZZ_DIR)/obj/%.o)
@@ -299,3 +310,7 @@ install: all
 
 clean:
 	rm -rf $(BUILD)
+
+# Every object that may include cuda/dlc.h waits for the generated launcher
+# table (here, after every list of objects is defined).
+$(LIB_OBJ) $(CLI_OBJ) $(CUDA_OBJ) $(EMU_OBJ) $(EMU_RACE_OBJ) $(FUZZ_OBJ) $(CTESTS) $(EMU_TESTS): | $(DLC_GEN)

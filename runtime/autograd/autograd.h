@@ -139,8 +139,4 @@ DL_HIDDEN dl_tensor *ag_where(dl_tensor *out, const dl_tensor *cond,
 DL_HIDDEN dl_tensor *ag_copy(dl_tensor *out, const dl_tensor *a,
                              const char *name);
 
-/* -- The CPU's kernels (core/device.h), defined in this layer ----------------- */
-
-DL_HIDDEN int cpu_act_backward(const char *op, int act, int dtype, dl_tensor *const *ops);
-
 #endif

@@ -194,7 +194,7 @@ RELU_LOOP(relu_f32, float)
 RELU_LOOP(relu_f64, double)
 
 /* The CPU's kernel (core/device.h): ops = {out, g, x} in dtype. */
-DL_HIDDEN int cpu_act_backward(const char *op, int act, int dtype, dl_tensor *const *ops) {
+DL_HIDDEN int cpu_act_backward(const char *op, dl_unop act, dl_dtype dtype, dl_tensor *const *ops) {
   loop_fn fn = act == DL_RELU ? (dtype == DL_FLOAT64 ? relu_f64 : relu_f32)
                               : (dtype == DL_FLOAT64 ? act_f64 : act_f32);
   iter_t it;

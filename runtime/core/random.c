@@ -35,10 +35,8 @@ DL_HIDDEN uint64_t rng_reserve(uint64_t blocks, uint64_t *seed) {
   return atomic_fetch_add(&rng_offset, blocks);
 }
 
-typedef enum { D_UNIFORM, D_NORMAL, D_INT } dist_kind;
-
 typedef struct {
-  dist_kind kind;
+  philox_kind kind;
   int dtype;       /* float32, float64 (uniform/normal) or int64 */
   char *out;       /* contiguous */
   uint64_t seed, base;
@@ -60,7 +58,7 @@ static void gen_range(void *p, int64_t begin, int64_t end) {
   double v[4];
   for (int64_t blk = begin / pb; blk * pb < end; blk++) {
     philox(g->seed, g->base + (uint64_t)blk, w);
-    if (g->kind == D_INT) {
+    if (g->kind == PHILOX_INT) {
       for (int j = 0; j < 2; j++) {
         uint64_t r = ((uint64_t)w[2 * j] << 32) | w[2 * j + 1];
         int64_t i = blk * 2 + j;
@@ -75,7 +73,7 @@ static void gen_range(void *p, int64_t begin, int64_t end) {
       v[0] = philox_unit53(w[0], w[1]);
       v[1] = philox_unit53(w[2], w[3]);
     }
-    if (g->kind == D_NORMAL) {
+    if (g->kind == PHILOX_NORMAL) {
       /* Box-Muller on pairs; 1 - u keeps the log argument in (0, 1] */
       for (int j = 0; j < pb; j += 2) {
         double r = sqrt(-2.0 * log(1.0 - v[j])), th = 2.0 * M_PI * v[j + 1];
@@ -109,7 +107,7 @@ static int generate(gen_ctx *g, dl_tensor *t) {
     g->base = atomic_fetch_add(&rng_offset, blocks);
   }
   const dl_device *d = device_of("random", t);
-  return d ? d->philox_fill("random", t, (int)g->kind, g->seed, g->base, g->a, g->b, g->low,
+  return d ? d->philox_fill("random", t, g->kind, g->seed, g->base, g->a, g->b, g->low,
                             g->range)
            : -1;
 }
@@ -117,10 +115,10 @@ static int generate(gen_ctx *g, dl_tensor *t) {
 /* The CPU's Philox kernel (core/device.h): contiguous t from the stream
 ** (seed, base), in chunks of whole blocks, so no block is split across
 ** threads and the values do not depend on the thread count. */
-DL_HIDDEN int cpu_philox_fill(const char *op, dl_tensor *t, int kind, uint64_t seed,
+DL_HIDDEN int cpu_philox_fill(const char *op, dl_tensor *t, philox_kind kind, uint64_t seed,
                               uint64_t base, double a, double b, int64_t low, uint64_t range) {
   (void)op;
-  gen_ctx g = {.kind = (dist_kind)kind, .dtype = t->dtype, .out = tensor_first(t),
+  gen_ctx g = {.kind = kind, .dtype = t->dtype, .out = tensor_first(t),
                .seed = seed, .base = base, .own = 1, .a = a, .b = b, .range = range,
                .low = low};
   parallel_for(dl_tensor_numel(t), PAR_GRAIN, gen_range, &g);
@@ -132,7 +130,7 @@ DL_HIDDEN int cpu_philox_fill(const char *op, dl_tensor *t, int kind, uint64_t s
 static int fill_dist(const char *op, dl_tensor *t, gen_ctx *g, inplace_check_fn check) {
   if (check_tensor_any(op, t) || (check && check(op, t))) return -1;
   int gd;
-  if (g->kind == D_INT) {
+  if (g->kind == PHILOX_INT) {
     gd = DL_INT64;
   } else {
     if (!dl_dtype_is_float(t->dtype))
@@ -151,7 +149,7 @@ static int fill_dist(const char *op, dl_tensor *t, gen_ctx *g, inplace_check_fn 
 static dl_tensor *create(const char *op, const int64_t *shape, int ndim,
                          int dtype, gen_ctx *g) {
   if (dtype < 0 || dtype >= DL_NDTYPES) return dl_errp(EM_BADDTYPE, op, dtype);
-  if (g->kind != D_INT && !dl_dtype_is_float(dtype))
+  if (g->kind != PHILOX_INT && !dl_dtype_is_float(dtype))
     return dl_errp(EM_DTYPE_NEED_FLOAT, op, fmt_dtype(dtype));
   if (check_shape(op, shape, ndim)) return NULL;
   dl_tensor *t = tensor_new(dtype, shape, ndim);
@@ -163,25 +161,25 @@ static dl_tensor *create(const char *op, const int64_t *shape, int ndim,
 }
 
 DL_API dl_tensor *dl_rand(const int64_t *shape, int ndim, dl_dtype dtype) {
-  gen_ctx g = {.kind = D_UNIFORM, .a = 0, .b = 1};
+  gen_ctx g = {.kind = PHILOX_UNIFORM, .a = 0, .b = 1};
   return create("rand", shape, ndim, dtype, &g);
 }
 
 DL_API dl_tensor *dl_randn(const int64_t *shape, int ndim, dl_dtype dtype) {
-  gen_ctx g = {.kind = D_NORMAL, .a = 0, .b = 1};
+  gen_ctx g = {.kind = PHILOX_NORMAL, .a = 0, .b = 1};
   return create("randn", shape, ndim, dtype, &g);
 }
 
 DL_HIDDEN int fw_uniform_(dl_tensor *t, double low, double high, inplace_check_fn check) {
   if (!(low <= high))
     return dl_err(EM_BADVALUE, "uniform_", "expected low <= high");
-  gen_ctx g = {.kind = D_UNIFORM, .a = low, .b = high};
+  gen_ctx g = {.kind = PHILOX_UNIFORM, .a = low, .b = high};
   return fill_dist("uniform_", t, &g, check);
 }
 
 DL_HIDDEN int fw_normal_(dl_tensor *t, double mean, double std, inplace_check_fn check) {
   if (!(std >= 0)) return dl_err(EM_BADVALUE, "normal_", "expected std >= 0");
-  gen_ctx g = {.kind = D_NORMAL, .a = mean, .b = std};
+  gen_ctx g = {.kind = PHILOX_NORMAL, .a = mean, .b = std};
   return fill_dist("normal_", t, &g, check);
 }
 
@@ -191,7 +189,7 @@ DL_API dl_tensor *dl_randint(int64_t low, int64_t high, const int64_t *shape,
     return dl_errp(EM_LOW_HIGH, "randint", (long long)low, (long long)high);
   if (dtype == DL_BOOL)
     return dl_errp(EM_DTYPE_UNSUP, "randint", fmt_dtype(dtype));
-  gen_ctx g = {.kind = D_INT, .low = low, .range = (uint64_t)high - (uint64_t)low};
+  gen_ctx g = {.kind = PHILOX_INT, .low = low, .range = (uint64_t)high - (uint64_t)low};
   if (check_shape("randint", shape, ndim)) return NULL;
   dl_tensor *t = tensor_new(dtype, shape, ndim);
   if (t && fill_dist("randint", t, &g, NULL)) {
@@ -208,7 +206,7 @@ static dl_tensor *randperm(int64_t n, int dtype, gen_ctx *g) {
     return dl_errp(EM_DTYPE_UNSUP, "randperm", fmt_dtype(dtype));
   /* Fisher-Yates driven by one random 64-bit draw per position (the draws
   ** of dl_randint(0, INT64_MAX)) */
-  g->kind = D_INT, g->low = 0, g->range = INT64_MAX;
+  g->kind = PHILOX_INT, g->low = 0, g->range = INT64_MAX;
   dl_tensor *r = create("randperm", &n, 1, DL_INT64, g);
   dl_tensor *p = r ? tensor_new(DL_INT64, &n, 1) : NULL;
   if (!p) {

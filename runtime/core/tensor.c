@@ -582,7 +582,7 @@ DL_HIDDEN int cpu_copy_bytes(const char *op, void *dst, const void *src, size_t 
   return 0;
 }
 
-DL_HIDDEN dl_tensor *cpu_new_tensor(int dev, int dtype, const int64_t *shape, int ndim) {
+DL_HIDDEN dl_tensor *cpu_new_tensor(int dev, dl_dtype dtype, const int64_t *shape, int ndim) {
   (void)dev;
   return tensor_new(dtype, shape, ndim);
 }

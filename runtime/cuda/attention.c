@@ -8,7 +8,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "cuda/nn.h"
+#include "cuda/cuda.h"
+#include "nn/nn.h"
 #include "nn/attention.h"
 
 static void *dp(const dl_tensor *t) { return t ? tensor_first(t) : NULL; }

@@ -6,7 +6,7 @@
 */
 #include <string.h>
 
-#include "cuda/index.h"
+#include "cuda/cuda.h"
 
 /* Two int64 of device memory for a launcher's results, from the caching
 ** allocator (no shared static words: ops may run on several threads). */
@@ -24,7 +24,7 @@ static int loop_of(const char *op, dl_tensor *const *ops, int nops, dlc_iter *d)
 DL_HIDDEN int cuda_index_check(const char *op, const dl_tensor *index, int dim, int64_t size) {
   int dev = index->storage->device;
   dlc_iter d;
-  dlc_index_check_fn f = DLC(op, index_check);
+  DLC_FN(index_check) f = DLC(op, index_check);
   dl_tensor *ops[1] = {(dl_tensor *)index};
   dl_tensor *w;
   if (!f || loop_of(op, ops, 1, &d) || !(w = words_on(dev))) return -1;
@@ -38,7 +38,7 @@ DL_HIDDEN int cuda_index_check(const char *op, const dl_tensor *index, int dim, 
 DL_HIDDEN int cuda_index_minmax(const char *op, const dl_tensor *index, int64_t *lo, int64_t *hi) {
   int dev = index->storage->device;
   dlc_iter d;
-  dlc_index_minmax_fn f = DLC(op, index_minmax);
+  DLC_FN(index_minmax) f = DLC(op, index_minmax);
   dl_tensor *ops[1] = {(dl_tensor *)index};
   dl_tensor *w;
   if (!f || loop_of(op, ops, 1, &d) || !(w = words_on(dev))) return -1;
@@ -50,15 +50,15 @@ DL_HIDDEN int cuda_index_minmax(const char *op, const dl_tensor *index, int64_t 
 DL_HIDDEN int cuda_take(const char *op, dl_tensor *const *ops, int64_t step, int es) {
   int dev = ops[0]->storage->device;
   dlc_iter d;
-  dlc_take_fn f = DLC(op, take);
+  DLC_FN(take) f = DLC(op, take);
   if (!f || loop_of(op, ops, 3, &d)) return -1;
   return cuda_err(op, dev, f(dev, &d, step, es));
 }
 
-DL_HIDDEN int cuda_put(const char *op, dl_tensor *const *ops, int64_t step, int dtype, int reduce) {
+DL_HIDDEN int cuda_put(const char *op, dl_tensor *const *ops, int64_t step, dl_dtype dtype, dl_scatter_reduce reduce) {
   int dev = ops[0]->storage->device;
   dlc_iter d;
-  dlc_put_fn f = DLC(op, put);
+  DLC_FN(put) f = DLC(op, put);
   if (!f || loop_of(op, ops, 3, &d)) return -1;
   return cuda_err(op, dev, f(dev, &d, step, dtype, reduce));
 }
@@ -66,15 +66,15 @@ DL_HIDDEN int cuda_put(const char *op, dl_tensor *const *ops, int64_t step, int 
 DL_HIDDEN int cuda_masked_fill(const char *op, dl_tensor *const *ops, uint64_t bytes) {
   int dev = ops[0]->storage->device;
   dlc_iter d;
-  dlc_masked_fill_fn f = DLC(op, masked_fill);
+  DLC_FN(masked_fill) f = DLC(op, masked_fill);
   if (!f || loop_of(op, ops, 2, &d)) return -1;
   return cuda_err(op, dev, f(dev, &d, bytes, dl_dtype_sizes[ops[0]->dtype]));
 }
 
 DL_HIDDEN dl_tensor *cuda_compact(const char *op, const dl_tensor *src, const dl_tensor *mask) {
   int dev = mask->storage->device;
-  dlc_compact_count_fn count = DLC(op, compact_count);
-  dlc_compact_write_fn write = count ? DLC(op, compact_write) : NULL;
+  DLC_FN(compact_count) count = DLC(op, compact_count);
+  DLC_FN(compact_write) write = count ? DLC(op, compact_write) : NULL;
   if (!write) return NULL;
   int64_t n = dl_tensor_numel(mask), nb = (n + 1023) / 1024 + 1, total = 0;
   /* ceil(n / 1024) chunk counts and their total, as count expects */
@@ -101,7 +101,7 @@ done:
 
 DL_HIDDEN int cuda_tri(const char *op, dl_tensor *t, int64_t diag, int upper) {
   int dev = t->storage->device;
-  dlc_tri_fn f = DLC(op, tri);
+  DLC_FN(tri) f = DLC(op, tri);
   if (!f) return -1;
   int64_t R = t->shape[t->ndim - 2], C = t->shape[t->ndim - 1];
   int64_t B = R && C ? dl_tensor_numel(t) / (R * C) : 0;
@@ -111,7 +111,7 @@ DL_HIDDEN int cuda_tri(const char *op, dl_tensor *t, int64_t diag, int upper) {
 DL_HIDDEN int cuda_ramp(const char *op, dl_tensor *t, double start, double step, double end,
                         int64_t split) {
   int dev = t->storage->device;
-  dlc_ramp_fn f = DLC(op, ramp);
+  DLC_FN(ramp) f = DLC(op, ramp);
   if (!f) return -1;
   return cuda_err(op, dev, f(dev, tensor_first(t), t->dtype, dl_tensor_numel(t), start, step, end, split));
 }

@@ -7,7 +7,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "cuda/linalg.h"
+#include "cuda/cuda.h"
 #include "ops/linalg.h"
 #include "nn/conv.h"
 #include "nn/pool.h"
@@ -20,12 +20,12 @@ static atomic_int allow_tf32;
 
 DL_API void dl_cuda_set_allow_tf32(int on) { atomic_store(&allow_tf32, on != 0); }
 DL_API int dl_cuda_get_allow_tf32(void) { return atomic_load(&allow_tf32); }
-DL_HIDDEN int cuda_tf32(void) { return atomic_load(&allow_tf32); }
+static int cuda_tf32(void) { return atomic_load(&allow_tf32); }
 
 /* -- Products ------------------------------------------------------------------- */
 
 static int naive(const char *op, int device, const dlc_mm *p) {
-  dlc_matmul_naive_fn f = DLC(op, matmul_naive);
+  DLC_FN(matmul_naive) f = DLC(op, matmul_naive);
   return f ? cuda_err(op, device, f(device, p)) : -1;
 }
 
@@ -47,7 +47,7 @@ static int merge_batch_dims(int64_t *shape, int64_t *as, int64_t *bs, int nb) {
   return r;
 }
 
-DL_HIDDEN int cuda_mm(const char *op, int device, const dlc_mm *p, int ta, int64_t lda, int tb,
+static int cuda_mm(const char *op, int device, const dlc_mm *p, int ta, int64_t lda, int tb,
                       int64_t ldb) {
   int dt = p->dtype;
   if (p->nbatch == 0 || p->m == 0 || p->n == 0) return 0;
@@ -56,7 +56,7 @@ DL_HIDDEN int cuda_mm(const char *op, int device, const dlc_mm *p, int ta, int64
   int64_t big = p->m > p->n ? p->m : p->n;
   if (p->k > big) big = p->k;
   if (big > INT_MAX) return dl_err(EM_MM_BLAS_SIZE, op, (long long)big, (long long)INT_MAX);
-  dlc_gemm_fn gemm = DLC(op, gemm);
+  DLC_FN(gemm) gemm = DLC(op, gemm);
   if (!gemm) return -1;
   int64_t shape[DLC_MAX_DIMS], as[DLC_MAX_DIMS], bs[DLC_MAX_DIMS];
   for (int d = 0; d < p->nb; d++) shape[d] = p->bshape[d], as[d] = p->ast[d], bs[d] = p->bst[d];
@@ -110,11 +110,11 @@ static dl_tensor *scratch(int dev, int dtype, int64_t n) {
 
 static int64_t es_of(int dtype) { return dl_dtype_sizes[dtype]; }
 
-DL_HIDDEN int cuda_conv2d_forward(const char *op, int dev, int kd, const dlc_conv *g,
+static int cuda_conv2d_raw(const char *op, int dev, int kd, const dlc_conv *g,
                                   const void *x, const void *w, const void *b, void *out) {
   if (g->N * g->O * g->HW == 0) return 0;
-  dlc_gemm_fn gemm = DLC(op, gemm);
-  dlc_im2col_fn im2col = DLC(op, im2col);
+  DLC_FN(gemm) gemm = DLC(op, gemm);
+  DLC_FN(im2col) im2col = DLC(op, im2col);
   int64_t nc = conv_chunk(g), es = es_of(kd);
   int rc = 0;
   dl_tensor *col = NULL;
@@ -142,7 +142,7 @@ DL_HIDDEN int cuda_conv2d_forward(const char *op, int dev, int kd, const dlc_con
                 cuda_tf32());
   }
   if (!rc && b) {
-    dlc_bias_add_fn bias = DLC(op, bias_add);
+    DLC_FN(bias_add) bias = DLC(op, bias_add);
     rc = bias(dev, kd, out, b, g->N, g->O, g->HW);
   }
   dl_tensor_release(col);
@@ -152,13 +152,13 @@ DL_HIDDEN int cuda_conv2d_forward(const char *op, int dev, int kd, const dlc_con
 /* rc = a launcher's result as the runtime's error (0 stays 0). */
 #define LAUNCH(expr) (rc = cuda_err(op, dev, (expr)))
 
-DL_HIDDEN int cuda_conv2d_backward(const char *op, int dev, int kd, const dlc_conv *g,
+static int cuda_conv2d_backward_raw(const char *op, int dev, int kd, const dlc_conv *g,
                                    const void *x, const void *w, const void *gout, void *gx,
                                    void *gw, void *gb) {
-  dlc_gemm_fn gemm = DLC(op, gemm);
+  DLC_FN(gemm) gemm = DLC(op, gemm);
   int rc = 0;
   if (gb) {
-    dlc_bias_grad_fn bgrad = DLC(op, bias_grad);
+    DLC_FN(bias_grad) bgrad = DLC(op, bias_grad);
     if (LAUNCH(bgrad(dev, kd, gout, gb, g->N, g->O, g->HW))) return rc;
   }
   if (!gx && !gw) return 0;
@@ -179,9 +179,9 @@ DL_HIDDEN int cuda_conv2d_backward(const char *op, int dev, int kd, const dlc_co
     gx = NULL;
     if (!gw) return 0;
   }
-  dlc_im2col_fn im2col = DLC(op, im2col);
-  dlc_col2im_fn col2im = DLC(op, col2im);
-  dlc_swap01_fn swap = DLC(op, swap01);
+  DLC_FN(im2col) im2col = DLC(op, im2col);
+  DLC_FN(col2im) col2im = DLC(op, col2im);
+  DLC_FN(swap01) swap = DLC(op, swap01);
   int64_t nc = conv_chunk(g), coln = g->groups * g->K * nc * g->HW;
   dl_tensor *col = gw ? scratch(dev, kd, coln) : NULL;
   dl_tensor *gcol = gx ? scratch(dev, kd, coln) : NULL;
@@ -225,28 +225,28 @@ DL_HIDDEN int cuda_conv2d_backward(const char *op, int dev, int kd, const dlc_co
 
 /* -- Pooling ------------------------------------------------------------------------ */
 
-DL_HIDDEN int cuda_max_pool(const char *op, int dev, int kd, const dlc_pool *g, const void *x,
+static int cuda_max_pool_raw(const char *op, int dev, int kd, const dlc_pool *g, const void *x,
                             void *out, int64_t *idx) {
-  dlc_max_pool_fn f = DLC(op, max_pool);
+  DLC_FN(max_pool) f = DLC(op, max_pool);
   return cuda_err(op, dev, f(dev, kd, g, x, out, idx));
 }
 
-DL_HIDDEN int cuda_max_pool_backward(const char *op, int dev, int kd, int64_t planes,
+static int cuda_max_pool_backward_raw(const char *op, int dev, int kd, int64_t planes,
                                      int64_t in_plane, int64_t out_plane, const void *gout,
                                      const int64_t *idx, void *gx) {
-  dlc_max_pool_backward_fn f = DLC(op, max_pool_backward);
+  DLC_FN(max_pool_backward) f = DLC(op, max_pool_backward);
   return cuda_err(op, dev, f(dev, kd, planes, in_plane, out_plane, gout, idx, gx));
 }
 
-DL_HIDDEN int cuda_avg_pool(const char *op, int dev, int kd, const dlc_pool *g, const void *x,
+static int cuda_avg_pool_raw(const char *op, int dev, int kd, const dlc_pool *g, const void *x,
                             void *out) {
-  dlc_avg_pool_fn f = DLC(op, avg_pool);
+  DLC_FN(avg_pool) f = DLC(op, avg_pool);
   return cuda_err(op, dev, f(dev, kd, g, x, out));
 }
 
-DL_HIDDEN int cuda_avg_pool_backward(const char *op, int dev, int kd, const dlc_pool *g,
+static int cuda_avg_pool_backward_raw(const char *op, int dev, int kd, const dlc_pool *g,
                                      const void *gout, void *gx) {
-  dlc_avg_pool_backward_fn f = DLC(op, avg_pool_backward);
+  DLC_FN(avg_pool_backward) f = DLC(op, avg_pool_backward);
   return cuda_err(op, dev, f(dev, kd, g, gout, gx));
 }
 
@@ -291,7 +291,7 @@ DL_HIDDEN dl_tensor *cuda_conv2d(const char *op, int dev, const conv_geom *g, co
             *out = NULL;
   if (cw && (!b || (cb = cuda_prep(b, kd, dev))) &&
       (out = tensor_new_on(dev, kd, oshape + !bt, x->ndim)) &&
-      cuda_conv2d_forward(op, dev, kd, &d, tensor_first(cx), tensor_first(cw),
+      cuda_conv2d_raw(op, dev, kd, &d, tensor_first(cx), tensor_first(cw),
                           cb ? tensor_first(cb) : NULL, tensor_first(out))) {
     dl_tensor_release(out);
     out = NULL;
@@ -302,7 +302,7 @@ DL_HIDDEN dl_tensor *cuda_conv2d(const char *op, int dev, const conv_geom *g, co
   return nn_finish(out, x->dtype);
 }
 
-DL_HIDDEN int cuda_conv2d_grads(const char *op, int dev, const conv_geom *g,
+DL_HIDDEN int cuda_conv2d_backward(const char *op, int dev, const conv_geom *g,
                                   const dl_tensor *grad_out, const dl_tensor *x,
                                   const dl_tensor *w, int need_x, int need_w, int need_b,
                                   dl_tensor **grad_x, dl_tensor **grad_w, dl_tensor **grad_b) {
@@ -318,7 +318,7 @@ DL_HIDDEN int cuda_conv2d_grads(const char *op, int dev, const conv_geom *g,
       (need_w && !(gw = tensor_new_on(dev, kd, w->shape, 4))) ||
       (need_b && !(gb = tensor_new_on(dev, kd, &g->O, 1))))
     goto done;
-  if (cuda_conv2d_backward(op, dev, kd, &d, cx ? tensor_first(cx) : NULL,
+  if (cuda_conv2d_backward_raw(op, dev, kd, &d, cx ? tensor_first(cx) : NULL,
                            cw ? tensor_first(cw) : NULL, tensor_first(cg),
                            gx ? tensor_first(gx) : NULL, gw ? tensor_first(gw) : NULL,
                            gb ? tensor_first(gb) : NULL))
@@ -349,7 +349,7 @@ static dl_tensor *pool_done(int rc, dl_tensor *work, int dtype) {
   return nn_finish(work, dtype);
 }
 
-DL_HIDDEN int cuda_max_pool_k(const char *op, int dev, const pool_geom *g, const dl_tensor *x,
+DL_HIDDEN int cuda_max_pool(const char *op, int dev, const pool_geom *g, const dl_tensor *x,
                               dl_tensor **out, dl_tensor **indices) {
   int kd = nn_kdtype(x->dtype);
   int64_t s[4];
@@ -357,7 +357,7 @@ DL_HIDDEN int cuda_max_pool_k(const char *op, int dev, const pool_geom *g, const
   dlc_pool d = pool_to_dlc(g);
   dl_tensor *cx = cuda_prep(x, kd, dev), *o = cx ? tensor_new_on(dev, kd, s, x->ndim) : NULL;
   dl_tensor *ix = o ? tensor_new_on(dev, DL_INT64, s, x->ndim) : NULL;
-  int rc = ix ? cuda_max_pool(op, dev, kd, &d, tensor_first(cx), tensor_first(o),
+  int rc = ix ? cuda_max_pool_raw(op, dev, kd, &d, tensor_first(cx), tensor_first(o),
                               (int64_t *)tensor_first(ix))
               : -1;
   dl_tensor_release(cx);
@@ -369,7 +369,7 @@ DL_HIDDEN int cuda_max_pool_k(const char *op, int dev, const pool_geom *g, const
   return 0;
 }
 
-DL_HIDDEN dl_tensor *cuda_max_pool_backward_k(const char *op, int dev, const dl_tensor *grad_out,
+DL_HIDDEN dl_tensor *cuda_max_pool_backward(const char *op, int dev, const dl_tensor *grad_out,
                                               const dl_tensor *x, const dl_tensor *indices) {
   int nd = x->ndim, kd = nn_kdtype(x->dtype);
   int64_t in_plane = x->shape[nd - 2] * x->shape[nd - 1];
@@ -378,7 +378,7 @@ DL_HIDDEN dl_tensor *cuda_max_pool_backward_k(const char *op, int dev, const dl_
   dl_tensor *cg = cuda_prep(grad_out, kd, dev),
             *ci = cg ? cuda_prep(indices, DL_INT64, dev) : NULL;
   dl_tensor *gx = ci ? tensor_new_on(dev, kd, x->shape, nd) : NULL;
-  int rc = gx ? cuda_max_pool_backward(op, dev, kd, planes, in_plane, out_plane,
+  int rc = gx ? cuda_max_pool_backward_raw(op, dev, kd, planes, in_plane, out_plane,
                                        tensor_first(cg), (const int64_t *)tensor_first(ci),
                                        tensor_first(gx))
               : -1;
@@ -387,25 +387,25 @@ DL_HIDDEN dl_tensor *cuda_max_pool_backward_k(const char *op, int dev, const dl_
   return pool_done(rc, gx, x->dtype);
 }
 
-DL_HIDDEN dl_tensor *cuda_avg_pool_k(const char *op, int dev, const pool_geom *g,
+DL_HIDDEN dl_tensor *cuda_avg_pool(const char *op, int dev, const pool_geom *g,
                                      const dl_tensor *x) {
   int kd = nn_kdtype(x->dtype);
   int64_t s[4];
   pool_shape(x, g, s);
   dlc_pool d = pool_to_dlc(g);
   dl_tensor *cx = cuda_prep(x, kd, dev), *o = cx ? tensor_new_on(dev, kd, s, x->ndim) : NULL;
-  int rc = o ? cuda_avg_pool(op, dev, kd, &d, tensor_first(cx), tensor_first(o)) : -1;
+  int rc = o ? cuda_avg_pool_raw(op, dev, kd, &d, tensor_first(cx), tensor_first(o)) : -1;
   dl_tensor_release(cx);
   return pool_done(rc, o, x->dtype);
 }
 
-DL_HIDDEN dl_tensor *cuda_avg_pool_backward_k(const char *op, int dev, const pool_geom *g,
+DL_HIDDEN dl_tensor *cuda_avg_pool_backward(const char *op, int dev, const pool_geom *g,
                                               const dl_tensor *grad_out, const dl_tensor *x) {
   int kd = nn_kdtype(x->dtype);
   dlc_pool d = pool_to_dlc(g);
   dl_tensor *cg = cuda_prep(grad_out, kd, dev),
             *gx = cg ? tensor_new_on(dev, kd, x->shape, x->ndim) : NULL;
-  int rc = gx ? cuda_avg_pool_backward(op, dev, kd, &d, tensor_first(cg), tensor_first(gx)) : -1;
+  int rc = gx ? cuda_avg_pool_backward_raw(op, dev, kd, &d, tensor_first(cg), tensor_first(gx)) : -1;
   dl_tensor_release(cg);
   return pool_done(rc, gx, x->dtype);
 }

@@ -139,7 +139,7 @@ static dl_tensor *device_tensor(const dl_tensor *t, int device, size_t n) {
   return out;
 }
 
-DL_HIDDEN dl_tensor *cuda_new_tensor(int device, int dtype, const int64_t *shape, int ndim) {
+DL_HIDDEN dl_tensor *cuda_new_tensor(int device, dl_dtype dtype, const int64_t *shape, int ndim) {
   if (check_shape("alloc", shape, ndim)) return NULL;
   dl_tensor tmpl;
   memset(&tmpl, 0, sizeof tmpl);

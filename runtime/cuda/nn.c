@@ -1,13 +1,14 @@
 /*
 ** cuda/nn.c -- the CUDA halves of the nn ops, random fills and optimizer
-** steps (declared in cuda/nn.h): operands made contiguous in the compute
+** steps (core/device_slots.h's cuda_<slot>): operands made contiguous in the compute
 ** dtype on their device, scratch and outputs allocated there, the
 ** launchers of runtime/cuda/{nn,norm,random,optim}.cu called, results
 ** cast back to the caller's dtype.  No host syncs except the index range
 ** checks, which must read the indices back to name a bad one.
 */
 #include "autograd/autograd.h"
-#include "cuda/nn.h"
+#include "cuda/cuda.h"
+#include "nn/nn.h"
 
 
 static void *dp(const dl_tensor *t) { return t ? tensor_first(t) : NULL; }
@@ -25,7 +26,7 @@ static void release(int n, dl_tensor **ts) {
 /* The first index out of range as the CPU reports it; -1 when any is. */
 static int check_indices(const char *op, int dev, const dl_tensor *ci, int64_t rows,
                          int64_t ignore, int use_ignore, int target) {
-  dlc_bad_index_fn f = DLC(op, bad_index);
+  DLC_FN(bad_index) f = DLC(op, bad_index);
   if (!f) return -1;
   int64_t pos = -1, val = 0;
   if (cuda_err(op, dev, f(dev, (const int64_t *)dp(ci), dl_tensor_numel(ci), rows, ignore,
@@ -38,11 +39,11 @@ static int check_indices(const char *op, int dev, const dl_tensor *ci, int64_t r
 
 /* -- Losses ---------------------------------------------------------------------- */
 
-DL_HIDDEN dl_tensor *cuda_cls_forward(const char *op, int logits, const dl_tensor *input,
+DL_HIDDEN dl_tensor *cuda_cls_forward(const char *op, cls_input logits, const dl_tensor *input,
                                       const dl_tensor *target, const dl_tensor *weight,
-                                      int64_t ignore, double ls, int reduction, int64_t N,
+                                      int64_t ignore, double ls, dl_loss_reduction reduction, int64_t N,
                                       int64_t C, int64_t S, const int64_t *tshape, int tnd) {
-  dlc_cls_forward_fn f = DLC(op, cls_forward);
+  DLC_FN(cls_forward) f = DLC(op, cls_forward);
   if (!f) return NULL;
   int dev = input->storage->device, kd = nn_kdtype(input->dtype);
   int64_t P = N * S, nbuf = nn_max64(3 * P, 1), one = 1;
@@ -69,12 +70,12 @@ fail:
   return NULL;
 }
 
-DL_HIDDEN dl_tensor *cuda_cls_backward(const char *op, int logits, const dl_tensor *grad_out,
+DL_HIDDEN dl_tensor *cuda_cls_backward(const char *op, cls_input logits, const dl_tensor *grad_out,
                                        const dl_tensor *input, const dl_tensor *target,
                                        const dl_tensor *weight, int64_t ignore, double ls,
-                                       int reduction, int64_t N, int64_t C, int64_t S,
+                                       dl_loss_reduction reduction, int64_t N, int64_t C, int64_t S,
                                        int checked) {
-  dlc_cls_backward_fn f = DLC(op, cls_backward);
+  DLC_FN(cls_backward) f = DLC(op, cls_backward);
   if (!f) return NULL;
   int dev = input->storage->device, kd = nn_kdtype(input->dtype);
   int64_t two = 2;
@@ -97,9 +98,9 @@ fail:
 }
 
 DL_HIDDEN dl_tensor *cuda_mse(const char *op, const dl_tensor *input, const dl_tensor *target,
-                              int reduction) {
-  dlc_mse_fn f = DLC(op, mse);
-  dlc_mse_parts_fn parts = DLC(op, mse_parts);
+                              dl_loss_reduction reduction) {
+  DLC_FN(mse) f = DLC(op, mse);
+  DLC_FN(mse_parts) parts = DLC(op, mse_parts);
   if (!f || !parts) return NULL;
   int dev = input->storage->device, kd = nn_kdtype(input->dtype);
   int64_t n = dl_tensor_numel(input), np = nn_max64(parts(n), 1);
@@ -121,8 +122,8 @@ fail:
 
 DL_HIDDEN dl_tensor *cuda_mse_backward(const char *op, const dl_tensor *grad_out,
                                        const dl_tensor *input, const dl_tensor *target,
-                                       int reduction) {
-  dlc_mse_backward_fn f = DLC(op, mse_backward);
+                                       dl_loss_reduction reduction) {
+  DLC_FN(mse_backward) f = DLC(op, mse_backward);
   if (!f) return NULL;
   int dev = input->storage->device, kd = nn_kdtype(input->dtype);
   int64_t n = dl_tensor_numel(input);
@@ -143,7 +144,7 @@ DL_HIDDEN dl_tensor *cuda_mse_backward(const char *op, const dl_tensor *grad_out
 
 DL_HIDDEN dl_tensor *cuda_embedding(const char *op, const dl_tensor *weight,
                                     const dl_tensor *indices, const int64_t *shape, int ndim) {
-  dlc_embedding_fn f = DLC(op, embedding);
+  DLC_FN(embedding) f = DLC(op, embedding);
   if (!f) return NULL;
   int dev = weight->storage->device;
   int64_t V = weight->shape[0], D = weight->shape[1];
@@ -167,7 +168,7 @@ fail:
 DL_HIDDEN dl_tensor *cuda_embedding_backward(const char *op, const dl_tensor *grad_out,
                                              const dl_tensor *indices, int64_t num_weights,
                                              int64_t padding_idx, int scale) {
-  dlc_embedding_backward_fn f = DLC(op, embedding_backward);
+  DLC_FN(embedding_backward) f = DLC(op, embedding_backward);
   if (!f) return NULL;
   int dev = grad_out->storage->device, kd = nn_kdtype(grad_out->dtype);
   int nd = indices->ndim;
@@ -195,7 +196,7 @@ fail:
 
 DL_HIDDEN int cuda_dropout(const char *op, const dl_tensor *x, double p, dl_tensor **out,
                            dl_tensor **mask) {
-  dlc_dropout_fn f = DLC(op, dropout);
+  DLC_FN(dropout) f = DLC(op, dropout);
   if (!f) return -1;
   int dev = x->storage->device, kd = nn_kdtype(x->dtype);
   int64_t n = dl_tensor_numel(x), blocks = (n + 3) / 4;
@@ -221,7 +222,7 @@ fail:
 
 DL_HIDDEN dl_tensor *cuda_dropout_backward(const char *op, const dl_tensor *grad_out,
                                            const dl_tensor *mask, double p) {
-  dlc_dropout_backward_fn f = DLC(op, dropout_backward);
+  DLC_FN(dropout_backward) f = DLC(op, dropout_backward);
   if (!f) return NULL;
   int dev = grad_out->storage->device, kd = nn_kdtype(grad_out->dtype);
   dl_tensor *cg = cuda_prep(grad_out, kd, dev), *cm = cg ? cuda_prep(mask, DL_UINT8, dev) : NULL;
@@ -240,7 +241,7 @@ DL_HIDDEN dl_tensor *cuda_dropout_backward(const char *op, const dl_tensor *grad
 DL_HIDDEN int cuda_layer_norm(const char *op, const dl_tensor *x, int64_t M, int64_t N,
                               const int64_t *ss, const dl_tensor *w, const dl_tensor *b,
                               double eps, dl_tensor **out, dl_tensor **mean, dl_tensor **rstd) {
-  dlc_layer_norm_fn f = DLC(op, layer_norm);
+  DLC_FN(layer_norm) f = DLC(op, layer_norm);
   if (!f) return -1;
   int dev = x->storage->device, kd = nn_kdtype(x->dtype);
   dl_tensor *cx = cuda_prep(x, kd, dev), *cw = NULL, *cb = NULL, *o = NULL, *mu = NULL, *rs = NULL;
@@ -268,7 +269,7 @@ DL_HIDDEN int cuda_layer_norm_backward(const char *op, const dl_tensor *grad_out
                                        const dl_tensor *rstd, const dl_tensor *w, int need_x,
                                        int need_w, int need_b, dl_tensor **grad_x,
                                        dl_tensor **grad_w, dl_tensor **grad_b) {
-  dlc_layer_norm_backward_fn f = DLC(op, layer_norm_backward);
+  DLC_FN(layer_norm_backward) f = DLC(op, layer_norm_backward);
   if (!f) return -1;
   int dev = x->storage->device, kd = nn_kdtype(x->dtype), rc = -1;
   (void)N;
@@ -299,7 +300,7 @@ DL_HIDDEN int cuda_batch_norm(const char *op, const dl_tensor *x, const dl_tenso
                               const dl_tensor *b, dl_tensor *rm, dl_tensor *rv, int training,
                               double momentum, double eps, int64_t N, int64_t C, int64_t S,
                               dl_tensor **out, dl_tensor **save_mean, dl_tensor **save_invstd) {
-  dlc_batch_norm_fn f = DLC(op, batch_norm);
+  DLC_FN(batch_norm) f = DLC(op, batch_norm);
   if (!f) return -1;
   int dev = x->storage->device, kd = nn_kdtype(x->dtype), rc = -1;
   int64_t n4 = nn_max64(4 * C, 1);
@@ -348,7 +349,7 @@ DL_HIDDEN int cuda_batch_norm_backward(const char *op, const dl_tensor *grad_out
                                        int training, int need_x, int need_w, int need_b,
                                        int64_t N, int64_t C, int64_t S, dl_tensor **grad_x,
                                        dl_tensor **grad_w, dl_tensor **grad_b) {
-  dlc_batch_norm_backward_fn f = DLC(op, batch_norm_backward);
+  DLC_FN(batch_norm_backward) f = DLC(op, batch_norm_backward);
   if (!f) return -1;
   int dev = x->storage->device, kd = nn_kdtype(x->dtype), rc = -1;
   int64_t n5 = nn_max64(5 * C, 1), one = 1;
@@ -379,9 +380,9 @@ done:
 
 /* -- Random fills and optimizer steps ----------------------------------------------------- */
 
-DL_HIDDEN int cuda_philox_fill(const char *op, dl_tensor *t, int kind, uint64_t seed,
+DL_HIDDEN int cuda_philox_fill(const char *op, dl_tensor *t, philox_kind kind, uint64_t seed,
                                uint64_t base, double a, double b, int64_t low, uint64_t range) {
-  dlc_philox_fill_fn f = DLC(op, philox_fill);
+  DLC_FN(philox_fill) f = DLC(op, philox_fill);
   if (!f) return -1;
   int dev = t->storage->device;
   return cuda_err(op, dev, f(dev, kind, t->dtype, dl_tensor_numel(t), dp(t), seed, base, a, b,
@@ -391,7 +392,7 @@ DL_HIDDEN int cuda_philox_fill(const char *op, dl_tensor *t, int kind, uint64_t 
 DL_HIDDEN int cuda_sgd(const char *op, dl_tensor *p, const dl_tensor *g, dl_tensor *buf,
                        double lr, double momentum, double dampening, double wd, int nesterov,
                        int first, int maximize) {
-  dlc_sgd_fn f = DLC(op, sgd);
+  DLC_FN(sgd) f = DLC(op, sgd);
   if (!f) return -1;
   int dev = p->storage->device;
   return cuda_err(op, dev, f(dev, p->dtype, dl_tensor_numel(p), dp(p), dp(g), dp(buf), lr,
@@ -402,7 +403,7 @@ DL_HIDDEN int cuda_adam(const char *op, dl_tensor *p, const dl_tensor *g, dl_ten
                         dl_tensor *v, dl_tensor *vmax, double lr, double b1, double b2,
                         double eps, double wd, double bc1, double bc2_sqrt, int decoupled,
                         int maximize) {
-  dlc_adam_fn f = DLC(op, adam);
+  DLC_FN(adam) f = DLC(op, adam);
   if (!f) return -1;
   int dev = p->storage->device;
   return cuda_err(op, dev, f(dev, p->dtype, dl_tensor_numel(p), dp(p), dp(g), dp(m), dp(v),

@@ -20,7 +20,7 @@ DL_HIDDEN dl_tensor *cuda_prep(const dl_tensor *t, int kd, int dev) {
 
 DL_HIDDEN int cuda_err(const char *op, int device, int rc) {
   if (rc == 0) return 0;
-  dlc_last_error_fn last = DLC(op, last_error);
+  DLC_FN(last_error) last = DLC(op, last_error);
   const char *msg = last ? last() : "unknown CUDA error";
   if (rc == DL_ENOMEM) return dl_err(EM_CUDA_OOM, op, device, msg);
   if (rc == DL_EINVAL && strstr(msg, "division by zero")) return dl_err(EM_INT_DIV_ZERO, op, "integer");
@@ -60,38 +60,38 @@ static int iter_call(const char *op, dl_tensor *const *ops, int nops, dlc_iter *
 DL_HIDDEN int cuda_cast(const char *op, dl_tensor *dst, const dl_tensor *src) {
   dl_tensor *ops[2] = {dst, (dl_tensor *)src};
   dlc_iter d;
-  dlc_cast_fn f = DLC(op, cast);
+  DLC_FN(cast) f = DLC(op, cast);
   if (!f || iter_call(op, ops, 2, &d)) return -1;
   return cuda_err(op, dst->storage->device, f(dst->storage->device, &d));
 }
 
 DL_HIDDEN int cuda_fill(const char *op, dl_tensor *t, uint64_t bytes) {
   dlc_iter d;
-  dlc_fill_fn f = DLC(op, fill);
+  DLC_FN(fill) f = DLC(op, fill);
   if (!f || iter_call(op, &t, 1, &d)) return -1;
   return cuda_err(op, t->storage->device, f(t->storage->device, &d, bytes));
 }
 
-DL_HIDDEN int cuda_binary(const char *op, int binop, int dtype, dl_tensor *const *ops) {
+DL_HIDDEN int cuda_binary(const char *op, dl_binop binop, dl_dtype dtype, dl_tensor *const *ops) {
   int dev = ops[0]->storage->device;
   dlc_iter d;
-  dlc_binary_fn f = DLC(op, binary);
+  DLC_FN(binary) f = DLC(op, binary);
   if (!f || iter_call(op, ops, 3, &d)) return -1;
   return cuda_err(op, dev, f(dev, binop, dtype, &d));
 }
 
-DL_HIDDEN int cuda_unary(const char *op, int unop, int dtype, dl_tensor *const *ops) {
+DL_HIDDEN int cuda_unary(const char *op, dl_unop unop, dl_dtype dtype, dl_tensor *const *ops) {
   int dev = ops[0]->storage->device;
   dlc_iter d;
-  dlc_unary_fn f = DLC(op, unary);
+  DLC_FN(unary) f = DLC(op, unary);
   if (!f || iter_call(op, ops, 2, &d)) return -1;
   return cuda_err(op, dev, f(dev, unop, dtype, &d));
 }
 
-DL_HIDDEN int cuda_clamp(const char *op, int dtype, double lo, double hi, dl_tensor *const *ops) {
+DL_HIDDEN int cuda_clamp(const char *op, dl_dtype dtype, double lo, double hi, dl_tensor *const *ops) {
   int dev = ops[0]->storage->device;
   dlc_iter d;
-  dlc_clamp_fn f = DLC(op, clamp);
+  DLC_FN(clamp) f = DLC(op, clamp);
   if (!f || iter_call(op, ops, 2, &d)) return -1;
   return cuda_err(op, dev, f(dev, dtype, lo, hi, &d));
 }
@@ -99,15 +99,15 @@ DL_HIDDEN int cuda_clamp(const char *op, int dtype, double lo, double hi, dl_ten
 DL_HIDDEN int cuda_where(const char *op, dl_tensor *const *ops) {
   int dev = ops[0]->storage->device;
   dlc_iter d;
-  dlc_where_fn f = DLC(op, where);
+  DLC_FN(where) f = DLC(op, where);
   if (!f || iter_call(op, ops, 4, &d)) return -1;
   return cuda_err(op, dev, f(dev, &d));
 }
 
-DL_HIDDEN int cuda_act_backward(const char *op, int act, int dtype, dl_tensor *const *ops) {
+DL_HIDDEN int cuda_act_backward(const char *op, dl_unop act, dl_dtype dtype, dl_tensor *const *ops) {
   int dev = ops[0]->storage->device;
   dlc_iter d;
-  dlc_act_backward_fn f = DLC(op, act_backward);
+  DLC_FN(act_backward) f = DLC(op, act_backward);
   if (!f || iter_call(op, ops, 3, &d)) return -1;
   return cuda_err(op, dev, f(dev, act, dtype, &d));
 }

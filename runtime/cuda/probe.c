@@ -105,9 +105,9 @@ static int cuda_load_lib(const char *file) {
     return -1;
   }
   if (api->abi_version != DLC_ABI_VERSION || api->size != sizeof(dlc_api)) {
-    status_set("%s is of another build (launcher ABI %u, %u bytes; this runtime wants %d, %zu):"
+    status_set("%s is of another build (launcher ABI %u, %u bytes; this runtime wants %u, %zu):"
                " rebuild it with make", path, (unsigned)api->abi_version, (unsigned)api->size,
-               (int)DLC_ABI_VERSION, sizeof(dlc_api));
+               (unsigned)DLC_ABI_VERSION, sizeof(dlc_api));
     return -1;
   }
   cuda.api = api;

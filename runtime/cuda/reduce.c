@@ -1,19 +1,11 @@
 /*
-** cuda/reduce.c -- reductions, max/min with indices, scans and softmax on
-** CUDA tensors: the strided layout of the input as the launchers of
-** runtime/cuda/reduce.cu, scan.cu and sort.cu take it, their workspaces, and the
-** second pass of var, std and logsumexp.
+** cuda/reduce.c -- reductions, max/min with indices, scans, softmax and
+** sort on CUDA tensors: the strided layout of the input as the launchers of
+** kernels/reduce.cu, scan.cu, softmax.cu and sort.cu take it, their
+** workspaces, and the second pass of var, std and logsumexp.
 */
 #include <string.h>
 
-#include "cuda/cuda.h"
-#include "cuda/reduce.h"
-#include "ops/reduce_passes.h"
-
-/* The CUDA kernels take ops/reduce.c's passes by these numbers. */
-_Static_assert((int)K_COUNT == (int)DLC_K_COUNT && (int)K_POW == (int)DLC_K_POW &&
-                   (int)K_MINABS == (int)DLC_K_MINABS,
-               "ops/reduce_passes.h and cuda/dlc.h's DLC_K_* differ");
 #include "cuda/cuda.h"
 
 /* Appends (size, stride) to a dim list, fastest first, merging it into the
@@ -48,9 +40,9 @@ static void layout(dlc_reduce *r, const dl_tensor *x, const int *red) {
 }
 
 /* One pass into out (a tensor, or the float64 centres). */
-static int reduce_pass(const char *op, int dev, dlc_reduce *r) {
-  dlc_reduce_ws_fn ws = DLC(op, reduce_ws);
-  dlc_reduce_fn run = ws ? DLC(op, reduce_run) : NULL;
+static int run_pass(const char *op, int dev, dlc_reduce *r) {
+  DLC_FN(reduce_ws) ws = DLC(op, reduce_ws);
+  DLC_FN(reduce_run) run = ws ? DLC(op, reduce_run) : NULL;
   if (!run) return -1;
   size_t bytes = ws(r);
   int64_t nb = (int64_t)bytes;
@@ -61,8 +53,8 @@ static int reduce_pass(const char *op, int dev, dlc_reduce *r) {
   return rc;
 }
 
-DL_HIDDEN int cuda_reduce(const char *op, const dl_tensor *x, const int *red, int kop,
-                          int redop, double param, int64_t N, dl_tensor *out) {
+DL_HIDDEN int cuda_reduce(const char *op, const dl_tensor *x, const int *red, reduce_pass kop,
+                          dl_redop redop, double param, int64_t N, dl_tensor *out) {
   int dev = x->storage->device;
   dlc_reduce r;
   memset(&r, 0, sizeof r);
@@ -73,16 +65,16 @@ DL_HIDDEN int cuda_reduce(const char *op, const dl_tensor *x, const int *red, in
   if (N > 0) layout(&r, x, red);
   else r.nk = r.nr = 0;  /* nothing to read: every output is the identity */
   int centred = N > 0 && (redop == DL_VAR || redop == DL_STD || redop == DL_LOGSUMEXP);
-  if (!centred) return reduce_pass(op, dev, &r);
+  if (!centred) return run_pass(op, dev, &r);
   /* a first pass for the centres: the mean, or the max */
   dl_tensor *cen = tensor_new_on(dev, DL_FLOAT64, &r.M, 1);
   if (!cen) return -1;
   dlc_reduce r1 = r;
-  r1.kop = redop == DL_LOGSUMEXP ? DLC_K_MAX : DLC_K_SUM;
+  r1.kop = redop == DL_LOGSUMEXP ? K_MAX : K_SUM;
   r1.redop = -1, r1.out_dtype = DL_FLOAT64, r1.out = tensor_first(cen);
-  int rc = reduce_pass(op, dev, &r1);
+  int rc = run_pass(op, dev, &r1);
   r.center = (const double *)tensor_first(cen);
-  if (!rc) rc = reduce_pass(op, dev, &r);
+  if (!rc) rc = run_pass(op, dev, &r);
   dl_tensor_release(cen);
   return rc;
 }
@@ -98,11 +90,11 @@ static void along_dim(dlc_reduce *r, const dl_tensor *x, int d) {
     if (i != d) push_dim(r->kshape, r->kstride, &r->nk, x->shape[i], x->stride[i]);
 }
 
-DL_HIDDEN int cuda_argreduce(const char *op, const dl_tensor *x, int d, int mx,
+DL_HIDDEN int cuda_argreduce(const char *op, const dl_tensor *x, int d, dl_redop which,
                              dl_tensor *values, dl_tensor *indices) {
   int dev = x->storage->device;
-  dlc_argreduce_ws_fn ws = DLC(op, argreduce_ws);
-  dlc_argreduce_fn f = ws ? DLC(op, argreduce) : NULL;
+  DLC_FN(argreduce_ws) ws = DLC(op, argreduce_ws);
+  DLC_FN(argreduce) f = ws ? DLC(op, argreduce) : NULL;
   if (!f) return -1;
   dlc_reduce r;
   along_dim(&r, x, d);
@@ -111,25 +103,33 @@ DL_HIDDEN int cuda_argreduce(const char *op, const dl_tensor *x, int d, int mx,
   dl_tensor *w = nb ? tensor_new_on(dev, DL_UINT8, &nb, 1) : NULL;
   if (nb && !w) return -1;
   void *v = values ? tensor_first(values) : NULL;
-  int rc = cuda_err(op, dev, f(dev, mx, &r, v, (int64_t *)tensor_first(indices),
+  int rc = cuda_err(op, dev, f(dev, which == DL_AMAX, &r, v, (int64_t *)tensor_first(indices),
                                w ? tensor_first(w) : NULL));
   dl_tensor_release(w);
   return rc;
 }
 
-DL_HIDDEN int cuda_dimop(const char *op, int kind, const dl_tensor *x, dl_tensor *y,
-                         int64_t outer, int64_t n, int64_t inner) {
+DL_HIDDEN int cuda_scan(const char *op, scan_kind kind, const dl_tensor *x, dl_tensor *y,
+                        int64_t outer, int64_t n, int64_t inner) {
   int dev = x->storage->device;
-  dlc_dimop_fn f = DLC(op, dimop);
+  DLC_FN(scan) f = DLC(op, scan);
   if (!f) return -1;
   return cuda_err(op, dev, f(dev, kind, x->dtype, outer, n, inner, tensor_first(x), tensor_first(y)));
+}
+
+DL_HIDDEN int cuda_softmax(const char *op, int log, const dl_tensor *x, dl_tensor *y,
+                           int64_t outer, int64_t n, int64_t inner) {
+  int dev = x->storage->device;
+  DLC_FN(softmax) f = DLC(op, softmax);
+  if (!f) return -1;
+  return cuda_err(op, dev, f(dev, log, x->dtype, outer, n, inner, tensor_first(x), tensor_first(y)));
 }
 
 DL_HIDDEN int cuda_sort(const char *op, const dl_tensor *x, int d, int desc, int64_t k,
                         dl_tensor *values, dl_tensor *indices) {
   int dev = x->storage->device;
-  dlc_sort_ws_fn ws = DLC(op, sort_ws);
-  dlc_sort_fn run = ws ? DLC(op, sort) : NULL;
+  DLC_FN(sort_ws) ws = DLC(op, sort_ws);
+  DLC_FN(sort) run = ws ? DLC(op, sort) : NULL;
   if (!run) return -1;
   dlc_reduce r;
   along_dim(&r, x, d);

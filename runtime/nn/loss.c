@@ -284,7 +284,7 @@ static dl_tensor *cls_forward(const char *op, int logits, const dl_tensor *input
 }
 
 /* The CPU's kernel (core/device.h), after the op's checks. */
-DL_HIDDEN dl_tensor *cpu_cls_forward(const char *op, int logits, const dl_tensor *input, const dl_tensor *target, const dl_tensor *weight, int64_t ignore, double ls, int reduction, int64_t N, int64_t C, int64_t S, const int64_t *tshape, int tnd) {
+DL_HIDDEN dl_tensor *cpu_cls_forward(const char *op, cls_input logits, const dl_tensor *input, const dl_tensor *target, const dl_tensor *weight, int64_t ignore, double ls, dl_loss_reduction reduction, int64_t N, int64_t C, int64_t S, const int64_t *tshape, int tnd) {
   int kd = nn_kdtype(input->dtype);
   int64_t P = N * S, nbuf = 3 * P + C + 1;
   dl_tensor *ci = nn_prep_index(target), *cz = NULL, *buf = NULL, *out = NULL;
@@ -336,7 +336,7 @@ static dl_tensor *cls_backward(const char *op, int logits, const dl_tensor *grad
 }
 
 /* The CPU's kernel (core/device.h), after the op's checks. */
-DL_HIDDEN dl_tensor *cpu_cls_backward(const char *op, int logits, const dl_tensor *grad_out, const dl_tensor *input, const dl_tensor *target, const dl_tensor *weight, int64_t ignore, double ls, int reduction, int64_t N, int64_t C, int64_t S, int checked) {
+DL_HIDDEN dl_tensor *cpu_cls_backward(const char *op, cls_input logits, const dl_tensor *grad_out, const dl_tensor *input, const dl_tensor *target, const dl_tensor *weight, int64_t ignore, double ls, dl_loss_reduction reduction, int64_t N, int64_t C, int64_t S, int checked) {
   (void)checked;
   int kd = nn_kdtype(input->dtype);
   int64_t P = N * S, nbuf = C + 1;
@@ -506,7 +506,7 @@ DL_API dl_tensor *dl_mse_loss(const dl_tensor *input, const dl_tensor *target,
 }
 
 /* The CPU's kernel (core/device.h), after the op's checks. */
-DL_HIDDEN dl_tensor *cpu_mse(const char *op, const dl_tensor *input, const dl_tensor *target, int reduction) {
+DL_HIDDEN dl_tensor *cpu_mse(const char *op, const dl_tensor *input, const dl_tensor *target, dl_loss_reduction reduction) {
   (void)op;
   int kd = nn_kdtype(input->dtype), f64 = kd == DL_FLOAT64;
   int64_t n = dl_tensor_numel(input), nb = (n + MSE_BLOCK - 1) / MSE_BLOCK;
@@ -551,7 +551,7 @@ DL_API dl_tensor *dl_mse_loss_backward(const dl_tensor *grad_out,
 }
 
 /* The CPU's kernel (core/device.h), after the op's checks. */
-DL_HIDDEN dl_tensor *cpu_mse_backward(const char *op, const dl_tensor *grad_out, const dl_tensor *input, const dl_tensor *target, int reduction) {
+DL_HIDDEN dl_tensor *cpu_mse_backward(const char *op, const dl_tensor *grad_out, const dl_tensor *input, const dl_tensor *target, dl_loss_reduction reduction) {
   (void)op;
   int kd = nn_kdtype(input->dtype), f64 = kd == DL_FLOAT64;
   int64_t n = dl_tensor_numel(input);

@@ -712,7 +712,7 @@ DL_HIDDEN dl_tensor *fw_where(const dl_tensor *cond, const dl_tensor *a,
 
 /* -- The CPU's kernels (core/device.h) ------------------------------------ */
 
-DL_HIDDEN int cpu_binary(const char *op, int binop, int dtype, dl_tensor *const *ops) {
+DL_HIDDEN int cpu_binary(const char *op, dl_binop binop, dl_dtype dtype, dl_tensor *const *ops) {
   loop_fn fn = bin_table[binop][kslot(dtype)];
   iter_t it;
   if (iter_init(&it, op, ops, 3)) return -1;
@@ -722,7 +722,7 @@ DL_HIDDEN int cpu_binary(const char *op, int binop, int dtype, dl_tensor *const 
   return c.err ? kernel_error(op, &c, dtype) : 0;
 }
 
-DL_HIDDEN int cpu_unary(const char *op, int unop, int dtype, dl_tensor *const *ops) {
+DL_HIDDEN int cpu_unary(const char *op, dl_unop unop, dl_dtype dtype, dl_tensor *const *ops) {
   loop_fn fn = un_table[unop][kslot(dtype)];
   iter_t it;
   if (iter_init(&it, op, ops, 2)) return -1;
@@ -732,7 +732,7 @@ DL_HIDDEN int cpu_unary(const char *op, int unop, int dtype, dl_tensor *const *o
   return 0;
 }
 
-DL_HIDDEN int cpu_clamp(const char *op, int dtype, double lo, double hi, dl_tensor *const *ops) {
+DL_HIDDEN int cpu_clamp(const char *op, dl_dtype dtype, double lo, double hi, dl_tensor *const *ops) {
   iter_t it;
   clamp_ctx c = {lo, hi};
   if (iter_init(&it, op, ops, 2)) return -1;

@@ -5,7 +5,7 @@
 #ifndef DL_FORWARD_H
 #define DL_FORWARD_H
 
-#include "core/internal.h"
+#include "core/device.h"
 
 /* Elementwise (ops/elementwise.c); the in-place forms take the check the
 ** public op hands down (inplace_check_fn, core/internal.h). */
@@ -24,6 +24,14 @@ DL_HIDDEN int fw_min_dim(const dl_tensor *t, int dim, int keepdim, dl_tensor
     **values, dl_tensor **indices);
 DL_HIDDEN dl_tensor *fw_argmax(const dl_tensor *t, int dim, int keepdim);
 DL_HIDDEN dl_tensor *fw_argmin(const dl_tensor *t, int dim, int keepdim);
+/* kernel (a device's scan or softmax, by a wrapper of this signature) over
+** a contiguous copy of t in dtype cd, along dim, as [outer, n, inner]
+** (ops/scan.c; no parameter is called I: complex.h, which cblas.h includes,
+** defines it). */
+typedef int (*dim_kernel)(const dl_device *dv, const char *op, int kind, const dl_tensor *x,
+                          dl_tensor *y, int64_t outer, int64_t n, int64_t inner);
+DL_HIDDEN dl_tensor *fw_along_dim(const char *name, const dl_tensor *t, int dim, int cd,
+                                  dim_kernel kernel, int kind);
 DL_HIDDEN dl_tensor *fw_cumsum(const dl_tensor *t, int dim);
 DL_HIDDEN dl_tensor *fw_cumprod(const dl_tensor *t, int dim);
 DL_HIDDEN dl_tensor *fw_softmax(const dl_tensor *t, int dim);
@@ -59,27 +67,5 @@ DL_HIDDEN dl_tensor *fw_masked_select(const dl_tensor *t, const dl_tensor
 DL_HIDDEN dl_tensor *fw_cat(dl_tensor *const *ts, int n, int dim);
 DL_HIDDEN dl_tensor *fw_stack(dl_tensor *const *ts, int n, int dim);
 DL_HIDDEN dl_tensor *fw_one_hot(const dl_tensor *t, int64_t num_classes);
-
-/* -- The CPU's kernels (core/device.h), defined in this layer ----------------- */
-
-DL_HIDDEN int cpu_binary(const char *op, int binop, int dtype, dl_tensor *const *ops);
-DL_HIDDEN int cpu_unary(const char *op, int unop, int dtype, dl_tensor *const *ops);
-DL_HIDDEN int cpu_clamp(const char *op, int dtype, double lo, double hi, dl_tensor *const *ops);
-DL_HIDDEN int cpu_where(const char *op, dl_tensor *const *ops);
-DL_HIDDEN int cpu_reduce(const char *op, const dl_tensor *x, const int *red, int kop, int redop,
-                         double param, int64_t N, dl_tensor *out);
-DL_HIDDEN int cpu_argreduce(const char *op, const dl_tensor *x, int d, int mx, dl_tensor *values,
-                            dl_tensor *indices);
-DL_HIDDEN int cpu_dimop(const char *op, int kind, const dl_tensor *x, dl_tensor *y, int64_t outer,
-                        int64_t n, int64_t inner);
-DL_HIDDEN int cpu_index_check(const char *op, const dl_tensor *index, int dim, int64_t size);
-DL_HIDDEN int cpu_index_minmax(const char *op, const dl_tensor *index, int64_t *lo, int64_t *hi);
-DL_HIDDEN int cpu_take(const char *op, dl_tensor *const *ops, int64_t step, int es);
-DL_HIDDEN int cpu_put(const char *op, dl_tensor *const *ops, int64_t step, int dtype, int reduce);
-DL_HIDDEN int cpu_masked_fill(const char *op, dl_tensor *const *ops, uint64_t bytes);
-DL_HIDDEN dl_tensor *cpu_compact(const char *op, const dl_tensor *src, const dl_tensor *mask);
-DL_HIDDEN int cpu_tri(const char *op, dl_tensor *t, int64_t diag, int upper);
-DL_HIDDEN int cpu_sort(const char *op, const dl_tensor *x, int d, int desc, int64_t k,
-                       dl_tensor *values, dl_tensor *indices);
 
 #endif

@@ -196,7 +196,7 @@ DL_HIDDEN int cpu_take(const char *op, dl_tensor *const *ops, int64_t step, int 
 
 /* The CPU's put kernel: ops = {dst with stride 0 along the dim, src,
 ** index}, serial, since duplicate indices would race. */
-DL_HIDDEN int cpu_put(const char *op, dl_tensor *const *ops, int64_t step, int dtype, int reduce) {
+DL_HIDDEN int cpu_put(const char *op, dl_tensor *const *ops, int64_t step, dl_dtype dtype, dl_scatter_reduce reduce) {
   step_ctx c = {step, ops[2]->dtype == DL_INT64};
   iter_t it;
   if (iter_init(&it, op, ops, 3)) return -1;

@@ -27,7 +27,7 @@ static int64_t max1(int64_t x) { return x > 1 ? x : 1; }
 ** (row-major), transposed (column-major), or not at all (-1: copy it).
 ** Sizes of 1 leave their stride free, as PyTorch's addmm checks do. */
 static int blas_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1,
-                       CBLAS_TRANSPOSE *tr, int64_t *ld) {
+                       int *tr, int64_t *ld) {
   if ((cols <= 1 || s1 == 1) && (rows <= 1 || s0 >= max1(cols))) {
     *tr = CblasNoTrans;
     *ld = rows <= 1 ? max1(cols) : s0;
@@ -304,7 +304,7 @@ static dl_tensor *compact(const dl_tensor *t) {
 /* Replaces *t by a compact copy when BLAS cannot read its matrices. */
 static int blas_ready(dl_tensor **t) {
   const dl_tensor *x = *t;
-  CBLAS_TRANSPOSE tr;
+  int tr;
   int64_t ld;
   if (!blas_layout(x->shape[x->ndim - 2], x->shape[x->ndim - 1],
                    x->stride[x->ndim - 2], x->stride[x->ndim - 1], &tr, &ld))

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/reduce_passes.h"
+#include "core/device.h"
 #include "ops/forward.h"
 
 #include "core/simd.h"
@@ -527,8 +527,8 @@ DL_HIDDEN dl_tensor *fw_reduce(int op, const dl_tensor *t, const int *dims,
 
 /* The CPU's kernel (core/device.h): out = redop of x over the dims marked
 ** in red (N elements each), through kernel kop. */
-DL_HIDDEN int cpu_reduce(const char *name, const dl_tensor *x, const int *red, int kop,
-                         int op, double param, int64_t N, dl_tensor *out) {
+DL_HIDDEN int cpu_reduce(const char *name, const dl_tensor *x, const int *red, reduce_pass kop,
+                         dl_redop op, double param, int64_t N, dl_tensor *out) {
   int cd = x->dtype;
   kspec k = {kop, cd == DL_FLOAT32 ? KD_F32 : cd == DL_FLOAT64 ? KD_F64 : cd == DL_BOOL ? KD_U8
                                                                                   : KD_I64,
@@ -629,7 +629,7 @@ static int arg_reduce(const char *name, const dl_tensor *t, int dim, int keepdim
   const dl_device *dv = device_get(name, dev);
   dl_tensor *v = dv && values ? tensor_new_on(dev, x->dtype, oshape, ond) : NULL;
   dl_tensor *ix = !dv || (values && !v) ? NULL : tensor_new_on(dev, DL_INT64, oshape, ond);
-  int rc = ix ? dv->argreduce(name, x, d, mx, v, ix) : -1;
+  int rc = ix ? dv->argreduce(name, x, d, mx ? DL_AMAX : DL_AMIN, v, ix) : -1;
   if (!rc && v && v->dtype != t->dtype) {  /* half types went through float32 */
     dl_tensor *vh = fw_to_dtype(v, t->dtype);
     dl_tensor_release(v);
@@ -697,9 +697,9 @@ DL_HIDDEN dl_tensor *fw_argmin(const dl_tensor *t, int dim, int keepdim) {
   return argmaxmin("argmin", t, dim, keepdim, 0);
 }
 
-/* The CPU's kernel (core/device.h): the max (mx) or min of x along dim d,
+/* The CPU's kernel (core/device.h): the max (DL_AMAX) or min of x along dim d,
 ** values (may be NULL) and int64 indices, contiguous. */
-DL_HIDDEN int cpu_argreduce(const char *name, const dl_tensor *x, int d, int mx,
+DL_HIDDEN int cpu_argreduce(const char *name, const dl_tensor *x, int d, dl_redop which,
                             dl_tensor *values, dl_tensor *indices) {
   (void)name;
   static const arg_fn fns[DL_NDTYPES] = {arg_f32, arg_f64, arg_i32, arg_i64,
@@ -710,7 +710,7 @@ DL_HIDDEN int cpu_argreduce(const char *name, const dl_tensor *x, int d, int mx,
   pl.rs = x->ndim ? x->stride[d] * pl.esize : 0;
   for (int i = 0; i < x->ndim; i++)
     if (i != d) pl.ks[pl.nk] = x->shape[i], pl.kst[pl.nk++] = x->stride[i] * pl.esize;
-  arg_ctx c = {&pl, fns[x->dtype], mx, values ? tensor_first(values) : NULL,
+  arg_ctx c = {&pl, fns[x->dtype], which == DL_AMAX, values ? tensor_first(values) : NULL,
                (int64_t *)tensor_first(indices)};
   parallel_for(dl_tensor_numel(indices), PAR_GRAIN / pl.n + 1, arg_body, &c);
   return 0;

@@ -1,6 +1,6 @@
 /*
-** scan.c -- ops along one dim of a tensor: cumsum, cumprod, softmax and
-** log_softmax, over a contiguous [O, N, I] view.
+** scan.c -- cumsum and cumprod along one dim of a tensor, over a contiguous
+** [O, N, I] view, and the driver such ops share (ops/softmax.c's too).
 */
 #include <math.h>
 #include <stdlib.h>
@@ -8,8 +8,6 @@
 
 #include "core/device.h"
 #include "ops/forward.h"
-#include "core/simd.h"
-#include "core/vmath.h"
 
 /* The dtype a kernel reads, and a running value of either kind. */
 enum { KD_F32, KD_F64, KD_I64 };
@@ -17,7 +15,7 @@ typedef union { double d; int64_t i; } acc_t;
 /* Columns handled together when the dim is not the last one. */
 enum { CBLK = 1024 };
 
-/* -- Scans and softmax over one dim of a contiguous [O, N, I] tensor ----- */
+/* -- Ops over one dim of a contiguous [O, N, I] tensor ------------------- */
 
 static void split_dim(const dl_tensor *t, int d, int64_t *O, int64_t *N,
                       int64_t *I) {
@@ -32,7 +30,7 @@ static void split_dim(const dl_tensor *t, int d, int64_t *O, int64_t *N,
 typedef struct {
   const char *x;
   char *y;
-  int kd, flag;  /* flag: cumprod, or log_softmax */
+  int kd, flag;  /* flag: cumprod */
   int64_t N, I, ncb;
 } dim_ctx;
 
@@ -85,108 +83,26 @@ static void cum_body(void *c_, int64_t b, int64_t e) {
   }
 }
 
-/* One row of floats: max, then exp(x - max) and its sum, then a scale.  A
-** row of 1024 is 4 KB, so the second and third sweeps run from L1. */
-HOT static void softmax_row_f32(float *y, const float *x, int64_t n, int lg) {
-  v8f v, w, mv = (v8f){0} - INFINITY, mw = mv, sv = {0};
-  int64_t i = 0;
-  float m = -INFINITY;
-  for (; i + 16 <= n; i += 16) {  /* two chains: the compare-select is slow */
-    LD(v, x + i);
-    LD(w, x + i + 8);
-    mv = SEL(v > mv, v, mv);
-    mw = SEL(w > mw, w, mw);
-  }
-  for (; i + 8 <= n; i += 8) {
-    LD(v, x + i);
-    mv = SEL(v > mv, v, mv);
-  }
-  mv = SEL(mw > mv, mw, mv);
-  for (int j = 0; j < 8; j++) m = mv[j] > m ? mv[j] : m;
-  for (; i < n; i++) m = x[i] > m ? x[i] : m;
-  const v8f mm = (v8f){0} + m;
-  for (i = 0; i + 8 <= n; i += 8) {
-    LD(v, x + i);
-    v -= mm;
-    vexp8(&v);
-    if (!lg) ST(y + i, v);
-    sv += v;
-  }
-  double s = 0;
-  for (int j = 0; j < 8; j++) s += sv[j];
-  for (; i < n; i++) {
-    float ex = expf(x[i] - m);
-    if (!lg) y[i] = ex;
-    s += ex;
-  }
-  if (lg) {
-    float ls = logf((float)s);
-    for (i = 0; i < n; i++) y[i] = x[i] - m - ls;
-  } else {
-    float inv = 1.0f / (float)s;
-    for (i = 0; i < n; i++) y[i] *= inv;
-  }
-}
-
-/* The other layouts: bw columns of N rows, I apart (I = 1: one row). */
-#define SOFTMAX_COLS(NAME, T, EXP, LOG)                                       \
-  HOT static void NAME(T *y, const T *x, int64_t N, int64_t I, int64_t bw,        \
-                   int lg) {                                                 \
-    T mx[CBLK], sm[CBLK];                                                    \
-    for (int64_t b = 0; b < bw; b++) mx[b] = -INFINITY, sm[b] = 0;           \
-    for (int64_t n = 0; n < N; n++)                                          \
-      for (int64_t b = 0; b < bw; b++)                                       \
-        mx[b] = x[n * I + b] > mx[b] ? x[n * I + b] : mx[b];                 \
-    for (int64_t n = 0; n < N; n++)                                          \
-      for (int64_t b = 0; b < bw; b++) {                                     \
-        T ex = EXP(x[n * I + b] - mx[b]);                                    \
-        if (!lg) y[n * I + b] = ex;                                          \
-        sm[b] += ex;                                                         \
-      }                                                                      \
-    for (int64_t b = 0; b < bw; b++) sm[b] = lg ? LOG(sm[b]) : 1 / sm[b];    \
-    for (int64_t n = 0; n < N; n++)                                          \
-      for (int64_t b = 0; b < bw; b++)                                       \
-        y[n * I + b] = lg ? x[n * I + b] - mx[b] - sm[b] : y[n * I + b] * sm[b]; \
-  }
-SOFTMAX_COLS(softmax_cols_f32, float, vm_expf, vm_logf)
-SOFTMAX_COLS(softmax_cols_f64, double, exp, log)
-
-static void softmax_body(void *c_, int64_t b, int64_t e) {
-  const dim_ctx *c = c_;
-  for (int64_t t = b; t < e; t++) {
-    int64_t o = t / c->ncb, i0 = t % c->ncb * CBLK;
-    int64_t bw = c->I - i0 < CBLK ? c->I - i0 : CBLK, off = o * c->N * c->I + i0;
-    float *yf = (float *)c->y + off;
-    const float *xf = (const float *)c->x + off;
-    if (c->kd == KD_F32 && c->I == 1)
-      softmax_row_f32(yf, xf, c->N, c->flag);
-    else if (c->kd == KD_F32)
-      softmax_cols_f32(yf, xf, c->N, c->I, bw, c->flag);
-    else
-      softmax_cols_f64((double *)c->y + off, (const double *)c->x + off, c->N,
-                       c->I, bw, c->flag);
-  }
-}
-
-/* The CPU's kernel (core/device.h): kind 0 cumsum, 1 cumprod, 2 softmax,
-** 3 log_softmax along the middle dim of contiguous [O, N, I] x into y. */
-DL_HIDDEN int cpu_dimop(const char *name, int kind, const dl_tensor *x, dl_tensor *y,
-                        int64_t O, int64_t N, int64_t I) {
+/* The CPU's kernel (core/device_slots.h): cumsum or cumprod along the
+** middle dim of contiguous [O, N, I] x into y. */
+DL_HIDDEN int cpu_scan(const char *name, scan_kind kind, const dl_tensor *x, dl_tensor *y,
+                       int64_t O, int64_t N, int64_t I) {
   (void)name;
   if (!dl_tensor_numel(y)) return 0;
   int cd = x->dtype;
-  dim_ctx c = {tensor_first(x), tensor_first(y), KD_I64, kind & 1, 0, 0, 0};
+  dim_ctx c = {tensor_first(x), tensor_first(y), KD_I64, kind == SCAN_CUMPROD, 0, 0, 0};
   c.kd = cd == DL_FLOAT32 ? KD_F32 : cd == DL_FLOAT64 ? KD_F64 : KD_I64;
   c.N = N, c.I = I;
   c.ncb = (c.I + CBLK - 1) / CBLK;
   int64_t work = c.N * (c.I < CBLK ? c.I : CBLK);
-  parallel_for(O * c.ncb, PAR_GRAIN / work + 1, kind >= 2 ? softmax_body : cum_body, &c);
+  parallel_for(O * c.ncb, PAR_GRAIN / work + 1, cum_body, &c);
   return 0;
 }
 
-/* Runs dim op kind over a contiguous copy of t in dtype cd on t's device;
-** half results go back to their dtype. */
-static dl_tensor *dim_op(const char *name, const dl_tensor *t, int dim, int cd, int kind) {
+/* kernel over a contiguous copy of t in dtype cd on t's device, along dim
+** (kind: the kernel's own); half results go back to their dtype. */
+DL_HIDDEN dl_tensor *fw_along_dim(const char *name, const dl_tensor *t, int dim, int cd,
+                                  dim_kernel kernel, int kind) {
   int d;
   if (norm_dim(name, dim, t->ndim, &d)) return NULL;
   const dl_device *dv = device_of(name, t);
@@ -195,7 +111,7 @@ static dl_tensor *dim_op(const char *name, const dl_tensor *t, int dim, int cd, 
   if (y) {
     int64_t O, N, I;
     split_dim(t, d, &O, &N, &I);
-    if (dv->dimop(name, kind, xc, y, O, N, I)) {
+    if (kernel(dv, name, kind, xc, y, O, N, I)) {
       dl_tensor_release(y);
       y = NULL;
     }
@@ -210,12 +126,17 @@ static dl_tensor *dim_op(const char *name, const dl_tensor *t, int dim, int cd, 
   return y;
 }
 
+static int scan_kernel(const dl_device *dv, const char *name, int kind, const dl_tensor *x,
+                       dl_tensor *y, int64_t O, int64_t N, int64_t I) {
+  return dv->scan(name, (scan_kind)kind, x, y, O, N, I);
+}
+
 static dl_tensor *cum_op(const char *name, const dl_tensor *t, int dim,
                          int prod) {
   if (check_tensor_any(name, t)) return NULL;
   int dt = t->dtype;
   int cd = is_half_dtype(dt) ? DL_FLOAT32 : dl_dtype_is_float(dt) ? dt : DL_INT64;
-  return dim_op(name, t, dim, cd, prod ? 1 : 0);
+  return fw_along_dim(name, t, dim, cd, scan_kernel, prod ? SCAN_CUMPROD : SCAN_CUMSUM);
 }
 
 DL_HIDDEN dl_tensor *fw_cumsum(const dl_tensor *t, int dim) {
@@ -226,21 +147,3 @@ DL_HIDDEN dl_tensor *fw_cumprod(const dl_tensor *t, int dim) {
   return cum_op("cumprod", t, dim, 1);
 }
 
-static dl_tensor *softmax_op(const char *name, const dl_tensor *t, int dim,
-                             int lg) {
-  if (check_tensor_any(name, t)) return NULL;
-  if (!dl_dtype_is_float(t->dtype) && dl_tensor_numel(t) == 0)
-    return fw_clone(t);  /* as PyTorch, which checks dtypes in the kernel */
-  if (!dl_dtype_is_float(t->dtype))
-    return dl_errp(EM_DTYPE_NEED_FLOAT, name, fmt_dtype(t->dtype));
-  int cd = t->dtype == DL_FLOAT64 ? DL_FLOAT64 : DL_FLOAT32;
-  return dim_op(name, t, dim, cd, lg ? 3 : 2);
-}
-
-DL_HIDDEN dl_tensor *fw_softmax(const dl_tensor *t, int dim) {
-  return softmax_op("softmax", t, dim, 0);
-}
-
-DL_HIDDEN dl_tensor *fw_log_softmax(const dl_tensor *t, int dim) {
-  return softmax_op("log_softmax", t, dim, 1);
-}

@@ -234,6 +234,11 @@ static int check_dims(const char *what, int E, int Ev) {
 
 using namespace dlc_attn;
 
+/* q [BH, L, E], k [BH, S, E], v [BH, S, Ev] contiguous in kd (float32/64),
+** head dims 1-128; mask additive in kd, [L, S] per (batch, head) at mask +
+** bh * mask_bh (mask_bh 0: one for all), or NULL; causal: row i sees keys
+** j <= i.  Forward: out [BH, L, Ev] and lse [BH, L].  Backward: dsum
+** [BH, L] scratch; dq, dk, dv all written. */
 DLC_API int dlc_sdpa_forward(int device, int kd, int64_t BH, int64_t L, int64_t S, int E, int Ev,
                              double scale, int causal, const void *q, const void *k, const void *v,
                              const void *mask, int64_t mask_bh, void *out, void *lse) {

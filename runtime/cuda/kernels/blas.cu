@@ -112,6 +112,11 @@ static int handle_of(int device, cublasHandle_t *out) {
 
 /* -- GEMM ---------------------------------------------------------------------- */
 
+/* C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for i < batch, in
+** cuBLAS's column-major terms (m x n results, k inner; ta/tb 0: as is,
+** 1: transposed); dtype float32, float64, bfloat16 or float16 (half types
+** accumulate in float32).  tf32: float32 may use TF32 tensor cores.
+** Strides in elements; beta 0 never reads C. */
 DLC_API int dlc_gemm(int device, int dtype, int ta, int tb, int m, int n, int k, double alpha,
                      const void *a, int64_t lda, int64_t sa, const void *b, int64_t ldb,
                      int64_t sb, double beta, void *c, int64_t ldc, int64_t sc, int64_t batch,

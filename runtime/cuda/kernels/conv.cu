@@ -59,6 +59,8 @@ __global__ void col2im_k(dlc_conv g, const T *__restrict__ col, T *__restrict__ 
   }
 }
 
+/* x [N, C, H, W] to columns (zeros where the window is in the padding);
+** dtype float32 or float64 (also for the ones below). */
 DLC_API int dlc_im2col(int device, int dtype, const dlc_conv *g, const void *x, void *col,
                        int64_t n0, int64_t nchunk) {
   int64_t total = g->groups * g->K * nchunk * g->HW;
@@ -72,6 +74,8 @@ DLC_API int dlc_im2col(int device, int dtype, const dlc_conv *g, const void *x, 
   });
 }
 
+/* The adjoint: x[n0 .. n0 + nchunk) = the sum of every column entry read
+** from it (written, not accumulated). */
 DLC_API int dlc_col2im(int device, int dtype, const dlc_conv *g, const void *col, void *x,
                        int64_t n0, int64_t nchunk) {
   int64_t total = nchunk * g->C * g->H * g->W;
@@ -91,6 +95,7 @@ template <class T> __global__ void bias_add_k(T *out, const T *b, int64_t total,
   GRID_STRIDE(e, total) out[e] += b[(e / HW) % O];
 }
 
+/* out [N, O, HW] += b[o]. */
 DLC_API int dlc_bias_add(int device, int dtype, void *out, const void *b, int64_t N, int64_t O,
                          int64_t HW) {
   int64_t total = N * O * HW;
@@ -123,6 +128,7 @@ __global__ void bias_grad_k(const T *g, T *gb, int64_t N, int64_t O, int64_t HW)
   if (threadIdx.x == 0) gb[o] = (T)part[0];
 }
 
+/* gb[o] = the sum of g [N, O, HW] over N and HW (accumulated in double). */
 DLC_API int dlc_bias_grad(int device, int dtype, const void *g, void *gb, int64_t N, int64_t O,
                           int64_t HW) {
   if (O == 0) return 0;
@@ -149,6 +155,7 @@ __global__ void swap01_k(const T *__restrict__ src, T *__restrict__ dst, int64_t
   }
 }
 
+/* dst [B, A, R] = src [A, B, R] with its first two dims swapped. */
 DLC_API int dlc_swap01(int device, int dtype, const void *src, void *dst, int64_t A, int64_t B,
                        int64_t R) {
   int64_t total = A * B * R;

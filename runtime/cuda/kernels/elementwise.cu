@@ -173,6 +173,12 @@ template <int OP> static int run_binary(int device, int dtype, const dlc_iter &i
   return DL_EINVAL;
 }
 
+/* op (dl_binop), computed in dtype (float32, float64, int32, int64,
+** uint8, bool); the result is dtype, or bool for comparisons.  dtype
+** bfloat16 / float16: operands of that dtype or float32 host scalars,
+** computed in float32 registers and rounded once into the result.  Integer
+** division by zero and negative integer powers: returns DL_EINVAL after
+** a stream sync, with the message naming which (these sync; others not). */
 DLC_API int dlc_binary(int device, int op, int dtype, const dlc_iter *it) {
   switch (op) {
 #define C(OP) case OP: return run_binary<OP>(device, dtype, *it);
@@ -277,6 +283,8 @@ template <int OP> static int run_unary(int device, int dtype, const dlc_iter &it
   return rc;
 }
 
+/* op (dl_unop) in dtype; bool results for the predicates (bfloat16 and
+** float16 in float32 registers, as for dlc_binary). */
 DLC_API int dlc_unary(int device, int op, int dtype, const dlc_iter *it) {
   switch (op) {
 #define C(OP) case OP: return run_unary<OP>(device, dtype, *it);
@@ -297,6 +305,7 @@ template <class D, class S> struct cast_f {
   __device__ void operator()(char **p) const { *(D *)p[0] = convert<D, S>(*(const S *)p[1]); }
 };
 
+/* out = src cast to out's dtype (dtype[0] <- dtype[1]). */
 DLC_API int dlc_cast(int device, const dlc_iter *it) {
   int rc = DL_EDTYPE;
   bool ok = dlc_dispatch(it->dtype[0], [&](auto dtag) {
@@ -315,6 +324,7 @@ template <class W> struct fill_f {
   __device__ void operator()(char **p) const { *(W *)p[0] = v; }
 };
 
+/* Operand 0 = the value's bytes (its dtype's size of them). */
 DLC_API int dlc_fill(int device, const dlc_iter *it, uint64_t bytes) {
   switch (it->dtype[0] == DL_FLOAT64 || it->dtype[0] == DL_INT64 ? 8
           : it->dtype[0] == DL_FLOAT32 || it->dtype[0] == DL_INT32 ? 4
@@ -337,6 +347,7 @@ template <class T> struct clamp_f {
   }
 };
 
+/* out = clamp(a, lo, hi) in dtype (NaN bounds mean no bound). */
 DLC_API int dlc_clamp(int device, int dtype, double lo, double hi, const dlc_iter *it) {
   int rc = DL_EDTYPE;
   dlc_dispatch(dtype, [&](auto tag) {
@@ -356,6 +367,7 @@ template <class W> struct where_f {
   }
 };
 
+/* out = cond ? a : b; cond bool, a and b already in out's dtype. */
 DLC_API int dlc_where(int device, const dlc_iter *it) {
   switch (it->dtype[0] == DL_FLOAT64 || it->dtype[0] == DL_INT64 ? 8
           : it->dtype[0] == DL_FLOAT32 || it->dtype[0] == DL_INT32 ? 4
@@ -394,7 +406,8 @@ template <class T> struct act_f {
   }
 };
 
-/* out, g, x in float32 or float64. */
+/* out = g * act'(x) for gelu, gelu_tanh, silu, relu (dl_unop): out, g, x
+** in float32 or float64. */
 DLC_API int dlc_act_backward(int device, int op, int dtype, const dlc_iter *it) {
   if (dtype == DL_FLOAT32) return dlc_run<3>("backward", device, *it, act_f<float>{op});
   if (dtype == DL_FLOAT64) return dlc_run<3>("backward", device, *it, act_f<double>{op});

@@ -44,6 +44,9 @@ template <class I> struct range_f {
   }
 };
 
+/* Checks the index it (one operand, int32 or int64, any layout) lies in
+** [0, size): 0 when it does, 1 with *bad an offending value when not (both
+** after a stream sync).  words: 2 int64 of device memory to work in. */
 DLC_API int dlc_index_check(int device, const dlc_iter *it, int64_t size, int64_t *words,
                             int64_t *bad) {
   if (it->numel == 0) return 0;
@@ -69,7 +72,8 @@ template <class I> struct minmax_f {
   }
 };
 
-/* lo and hi of a non-empty index (one operand). */
+/* Smallest and largest value of a non-empty index (one operand), with
+** words as dlc_index_check's; syncs. */
 DLC_API int dlc_index_minmax(int device, const dlc_iter *it, int64_t *words, int64_t *lo,
                              int64_t *hi) {
   DLC_ON(device, "index min/max");
@@ -106,6 +110,9 @@ template <class F> static int by_size(int es, F &&f) {
   return DL_EINVAL;
 }
 
+/* out = src[index] (index_select, gather): it = {out, src with stride 0
+** along dim, index}; step: src's stride along dim in bytes; es: element
+** size. */
 DLC_API int dlc_take(int device, const dlc_iter *it, int64_t step, int es) {
   int rc = 0;
   int bad = by_size(es, [&](auto tag) {
@@ -164,8 +171,9 @@ template <class T, class I, bool ADD> struct put_f {
   }
 };
 
-/* reduce 0 stores (duplicate indices: one of them wins, as on PyTorch's
-** CUDA), 1 adds atomically in dtype. */
+/* dst[index] = src (reduce 0; duplicate indices: one of them wins, as on
+** PyTorch's CUDA) or += src (reduce 1, atomically in dtype): it = {dst with
+** stride 0 along dim, src (or a scalar), index}. */
 DLC_API int dlc_put(int device, const dlc_iter *it, int64_t step, int dtype, int reduce) {
   int rc = DL_EDTYPE;
   bool is64 = it->dtype[2] == DL_INT64;
@@ -198,7 +206,8 @@ template <class W> struct mfill_f {
   }
 };
 
-/* p = {t, bool mask}; bytes: the value in t's dtype. */
+/* t = value where mask: it = {t, bool mask}; bytes: the value in t's dtype
+** (es bytes of it). */
 DLC_API int dlc_masked_fill(int device, const dlc_iter *it, uint64_t bytes, int es) {
   int rc = 0;
   int bad = by_size(es, [&](auto tag) {
@@ -294,6 +303,9 @@ template <class W> __global__ void write_kernel(const uint8_t *m, int64_t n, con
   }
 }
 
+/* Compaction of a contiguous bool mask of n bytes: counts the set bytes
+** into scratch (ceil(n / 1024) + 1 int64 of device memory) and returns
+** their number in *total (after a stream sync). */
 DLC_API int dlc_compact_count(int device, const uint8_t *mask, int64_t n, int64_t *scratch_nb1,
                               int64_t *total) {
   *total = 0;
@@ -312,6 +324,9 @@ DLC_API int dlc_compact_count(int device, const uint8_t *mask, int64_t n, int64_
   return e == cudaSuccess ? 0 : dlc_cuda_fail(e, "compaction count", device);
 }
 
+/* Then writes, in order, the elements of contiguous src (es bytes each)
+** where mask is set into out; without src, their coordinates in shape
+** (nd dims, row-major) as int64 rows of nd (nonzero). */
 DLC_API int dlc_compact_write(int device, const uint8_t *mask, int64_t n, const int64_t *offsets,
                               const char *src, int es, int nd, const int64_t *shape, char *out) {
   if (n == 0) return 0;
@@ -347,6 +362,8 @@ __global__ void tri_kernel(W *p, int64_t total, int64_t R, int64_t C, int64_t di
   }
 }
 
+/* Zeroes, in contiguous p (B matrices R x C of es bytes), the elements
+** below diagonal diag (upper: triu) or above it (tril). */
 DLC_API int dlc_tri(int device, char *p, int64_t B, int64_t R, int64_t C, int64_t diag, int upper,
                     int es) {
   int64_t total = B * R * C;
@@ -388,6 +405,8 @@ __global__ void ramp_kernel(T *out, int64_t n, double start, double step, double
     out[i] = store_as<T>(i < split ? start + (double)i * step : end - step * (double)(n - 1 - i));
 }
 
+/* Contiguous out[i] = i < split ? start + i * step : end - (n - 1 - i) * step,
+** stored in dtype as store_double does (arange: split = n; linspace). */
 DLC_API int dlc_ramp(int device, char *out, int dtype, int64_t n, double start, double step, double end,
                      int64_t split) {
   if (n == 0) return 0;

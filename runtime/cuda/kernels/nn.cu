@@ -152,9 +152,11 @@ __global__ void cls_reduce_kernel(int64_t P, int reduction, double a1, double b1
   store_as(out, dtype, 0, v);
 }
 
-/* buf: 3 P doubles (nll, sm, wt); out in out_dtype: [P] or one element.
-** The targets are checked in the same pass: *bad_pos (-1: none) and
-** *bad_val say which is out of range, after a sync. */
+/* cross_entropy (logits 1) or nll_loss over z [N, C, S] (kd), targets t
+** [N * S]; w: C doubles or NULL; buf: 3 N S doubles (nll, sm, wt); out
+** (out_dtype): [N S] or one element.  Checks the targets in the same pass
+** and syncs: *bad_pos (-1: none) and *bad_val as dlc_bad_index's (out is
+** then garbage). */
 DLC_API int dlc_cls_forward(int device, int kd, int logits, int64_t N, int64_t C, int64_t S,
                             const void *z, const int64_t *t, const double *w, int64_t ignore,
                             double ls, int reduction, double *buf, void *out, int out_dtype,
@@ -233,7 +235,8 @@ template <class T> __global__ void cls_bwd_kernel(cls_args a) {
   }
 }
 
-/* gi, z, g in kd; scratch: 2 doubles. */
+/* gi [N, C, S] (kd) from g (kd: per position for reduction none, else
+** one element); scratch: 2 doubles. */
 DLC_API int dlc_cls_backward(int device, int kd, int logits, int64_t N, int64_t C, int64_t S,
                              const void *z, const int64_t *t, const double *w, int64_t ignore,
                              double ls, int reduction, const void *g, double *scratch, void *gi) {
@@ -349,6 +352,7 @@ __global__ void gather_kernel(int64_t n, int64_t words, const W *w, const int64_
   }
 }
 
+/* out row i = w row idx[i] (rows of row_bytes); indices already checked. */
 DLC_API int dlc_embedding(int device, int64_t n, int64_t row_bytes, const void *w,
                           const int64_t *idx, void *out) {
   if (n == 0 || row_bytes == 0) return 0;
@@ -387,6 +391,7 @@ __global__ void scatter_kernel(int64_t V, int64_t D, int64_t padding_idx, int sc
   }
 }
 
+/* gw [V, D] (kd): row v sums gout rows order[start[v] .. start[v + 1]). */
 DLC_API int dlc_embedding_backward(int device, int kd, int64_t V, int64_t D, int64_t padding_idx,
                                    int scale, const int64_t *start, const int64_t *order,
                                    const void *gout, void *gw) {

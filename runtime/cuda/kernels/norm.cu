@@ -231,6 +231,8 @@ __global__ void bn_affine_kernel(int64_t total, int64_t C, int64_t S, const T *x
   }
 }
 
+/* stats: 4 C doubles out (mean, invstd, scale, shift); rm, rv: running
+** statistics as doubles, updated in training (either may be NULL). */
 DLC_API int dlc_batch_norm(int device, int kd, int64_t N, int64_t C, int64_t S, int training,
                            double momentum, double eps, const void *x, const double *w,
                            const double *b, double *rm, double *rv, double *stats, void *y) {

@@ -49,6 +49,8 @@ __global__ void max_pool_bwd_k(int64_t planes, int64_t in_plane, int64_t out_pla
   }
 }
 
+/* Max pooling, float32 / float64: out and idx (int64, into each H x W
+** plane) as PyTorch's CPU kernel (a NaN wins; the first tap on ties). */
 DLC_API int dlc_max_pool(int device, int dtype, const dlc_pool *g, const void *x, void *out,
                          int64_t *idx) {
   int64_t total = g->NC * g->Ho * g->Wo;
@@ -62,6 +64,8 @@ DLC_API int dlc_max_pool(int device, int dtype, const dlc_pool *g, const void *x
   });
 }
 
+/* gx (planes x in_plane, zeroed here) += gout at idx; indices outside a
+** plane are skipped (the CPU reports them; here that would need a sync). */
 DLC_API int dlc_max_pool_backward(int device, int dtype, int64_t planes, int64_t in_plane,
                                   int64_t out_plane, const void *gout, const int64_t *idx,
                                   void *gx) {
@@ -139,6 +143,7 @@ __global__ void avg_pool_bwd_k(dlc_pool g, const T *__restrict__ go, T *__restri
   }
 }
 
+/* Average pooling and its gradient (as a gather: deterministic). */
 DLC_API int dlc_avg_pool(int device, int dtype, const dlc_pool *g, const void *x, void *out) {
   int64_t total = g->NC * g->Ho * g->Wo;
   if (total == 0) return 0;

@@ -53,22 +53,22 @@ template <> struct acc_t_of<uint8_t> { typedef i64 type; };
 
 template <int K, class A> __device__ __forceinline__ A k_identity() {
   if constexpr (std::is_same<A, i64>::value)
-    return K == DLC_K_PROD ? 1 : K == DLC_K_MAX ? INT64_MIN : K == DLC_K_MIN ? INT64_MAX : 0;
+    return K == K_PROD ? 1 : K == K_MAX ? INT64_MIN : K == K_MIN ? INT64_MAX : 0;
   else
-    return K == DLC_K_PROD ? 1.0 : (K == DLC_K_MAX || K == DLC_K_MAXABS) ? -INFINITY
-         : (K == DLC_K_MIN || K == DLC_K_MINABS) ? INFINITY : 0.0;
+    return K == K_PROD ? 1.0 : (K == K_MAX || K == K_MAXABS) ? -INFINITY
+         : (K == K_MIN || K == K_MINABS) ? INFINITY : 0.0;
 }
 
 template <int K, class A> __device__ __forceinline__ A k_combine(A a, A b) {
   if constexpr (std::is_same<A, i64>::value) {
-    if constexpr (K == DLC_K_PROD) return (i64)((uint64_t)a * (uint64_t)b);
-    else if constexpr (K == DLC_K_MAX) return b > a ? b : a;
-    else if constexpr (K == DLC_K_MIN) return b < a ? b : a;
+    if constexpr (K == K_PROD) return (i64)((uint64_t)a * (uint64_t)b);
+    else if constexpr (K == K_MAX) return b > a ? b : a;
+    else if constexpr (K == K_MIN) return b < a ? b : a;
     else return (i64)((uint64_t)a + (uint64_t)b);
   } else {
-    if constexpr (K == DLC_K_PROD) return a * b;
-    else if constexpr (K == DLC_K_MAX || K == DLC_K_MAXABS) return (b > a || b != b) ? b : a;
-    else if constexpr (K == DLC_K_MIN || K == DLC_K_MINABS) return (b < a || b != b) ? b : a;
+    if constexpr (K == K_PROD) return a * b;
+    else if constexpr (K == K_MAX || K == K_MAXABS) return (b > a || b != b) ? b : a;
+    else if constexpr (K == K_MIN || K == K_MINABS) return (b < a || b != b) ? b : a;
     else return a + b;
   }
 }
@@ -78,14 +78,14 @@ template <int K, class T, class A> __device__ __forceinline__ A k_map(T x, doubl
   else if constexpr (std::is_same<A, i64>::value) return (i64)x;
   else {
     double v = (double)x;
-    if constexpr (K == DLC_K_ABS || K == DLC_K_MAXABS || K == DLC_K_MINABS) return fabs(v);
-    else if constexpr (K == DLC_K_SQ) return v * v;
-    else if constexpr (K == DLC_K_NZ) return x != 0;
-    else if constexpr (K == DLC_K_SQDEV) return (v - c) * (v - c);
-    else if constexpr (K == DLC_K_EXP) {
+    if constexpr (K == K_ABS || K == K_MAXABS || K == K_MINABS) return fabs(v);
+    else if constexpr (K == K_SQ) return v * v;
+    else if constexpr (K == K_NZ) return x != 0;
+    else if constexpr (K == K_SQDEV) return (v - c) * (v - c);
+    else if constexpr (K == K_EXP) {
       if constexpr (std::is_same<T, float>::value) return expf(x - (float)c);
       else return exp(v - c);
-    } else if constexpr (K == DLC_K_POW) return pow(fabs(v), p);
+    } else if constexpr (K == K_POW) return pow(fabs(v), p);
     else return v;
   }
 }
@@ -95,7 +95,7 @@ template <class A> __device__ void k_finish(const dlc_reduce &r, int64_t m, A a)
   if constexpr (std::is_same<A, double>::value) {
     double v = a, N = (double)r.N, p = r.param;
     if (r.redop < 0) {  /* the centre of the next pass */
-      if (r.kop == DLC_K_MAX) v = isinf(v) ? 0.0 : v;
+      if (r.kop == K_MAX) v = isinf(v) ? 0.0 : v;
       else v = v / N;
       ((double *)r.out)[m] = v;
       return;
@@ -124,8 +124,8 @@ template <class A> __device__ void k_finish(const dlc_reduce &r, int64_t m, A a)
     }
   } else {
     i64 v = a;
-    if (r.kop == DLC_K_COUNT && (r.redop == DL_ALL || r.redop == DL_AMIN)) v = v == r.N;
-    else if (r.kop == DLC_K_COUNT && r.redop != DL_COUNT_NONZERO) v = v > 0;
+    if (r.kop == K_COUNT && (r.redop == DL_ALL || r.redop == DL_AMIN)) v = v == r.N;
+    else if (r.kop == K_COUNT && r.redop != DL_COUNT_NONZERO) v = v > 0;
     if (r.out_dtype == DL_INT64) ((int64_t *)r.out)[m] = v;
     else if (r.out_dtype == DL_INT32) ((int32_t *)r.out)[m] = (int32_t)v;
     else ((uint8_t *)r.out)[m] = (uint8_t)v;
@@ -250,8 +250,8 @@ static geom geom_of(const dlc_reduce &r) {
 
 /* The pass that combines partials of op K. */
 template <int K> constexpr int combine_op() {
-  return K == DLC_K_PROD ? DLC_K_PROD : (K == DLC_K_MAX || K == DLC_K_MAXABS) ? DLC_K_MAX
-       : (K == DLC_K_MIN || K == DLC_K_MINABS) ? DLC_K_MIN : DLC_K_SUM;
+  return K == K_PROD ? K_PROD : (K == K_MAX || K == K_MAXABS) ? K_MAX
+       : (K == K_MIN || K == K_MINABS) ? K_MIN : K_SUM;
 }
 
 template <int K, class T> static void launch_rows(const dlc_reduce &r, const geom &g, int G,
@@ -291,6 +291,7 @@ template <int K, class T> static int run_reduce(int device, const dlc_reduce &r,
   return dlc_check_launch("reduce", device);
 }
 
+/* Bytes of device workspace the reduction needs (0: none). */
 DLC_API size_t dlc_reduce_ws(const dlc_reduce *r) {
   if (r->M == 0) return 0;
   plan p = make_plan(*r);
@@ -300,18 +301,18 @@ DLC_API size_t dlc_reduce_ws(const dlc_reduce *r) {
 template <int K> static int reduce_k(int device, const dlc_reduce &r, void *ws) {
   switch (r.in_dtype) {
     case DL_FLOAT32:
-      if constexpr (K != DLC_K_COUNT) return run_reduce<K, float>(device, r, ws);
+      if constexpr (K != K_COUNT) return run_reduce<K, float>(device, r, ws);
       break;
     case DL_FLOAT64:
-      if constexpr (K != DLC_K_COUNT) return run_reduce<K, double>(device, r, ws);
+      if constexpr (K != K_COUNT) return run_reduce<K, double>(device, r, ws);
       break;
     case DL_INT64:
-      if constexpr (K == DLC_K_SUM || K == DLC_K_PROD || K == DLC_K_MAX || K == DLC_K_MIN)
+      if constexpr (K == K_SUM || K == K_PROD || K == K_MAX || K == K_MIN)
         return run_reduce<K, i64>(device, r, ws);
       break;
     case DL_UINT8:
     case DL_BOOL:
-      if constexpr (K == DLC_K_COUNT) return run_reduce<K, uint8_t>(device, r, ws);
+      if constexpr (K == K_COUNT) return run_reduce<K, uint8_t>(device, r, ws);
       break;
   }
   dlc_set_error("reduction pass %d has no CUDA kernel for dtype %d", K, r.in_dtype);
@@ -322,10 +323,10 @@ DLC_API int dlc_reduce_run(int device, const dlc_reduce *r, void *ws) {
   if (r->M == 0) return 0;
   switch (r->kop) {
 #define K_CASE(k) case k: return reduce_k<k>(device, *r, ws);
-    K_CASE(DLC_K_SUM) K_CASE(DLC_K_ABS) K_CASE(DLC_K_SQ) K_CASE(DLC_K_NZ)
-    K_CASE(DLC_K_SQDEV) K_CASE(DLC_K_EXP) K_CASE(DLC_K_POW) K_CASE(DLC_K_PROD)
-    K_CASE(DLC_K_MAX) K_CASE(DLC_K_MIN) K_CASE(DLC_K_MAXABS) K_CASE(DLC_K_MINABS)
-    K_CASE(DLC_K_COUNT)
+    K_CASE(K_SUM) K_CASE(K_ABS) K_CASE(K_SQ) K_CASE(K_NZ)
+    K_CASE(K_SQDEV) K_CASE(K_EXP) K_CASE(K_POW) K_CASE(K_PROD)
+    K_CASE(K_MAX) K_CASE(K_MIN) K_CASE(K_MAXABS) K_CASE(K_MINABS)
+    K_CASE(K_COUNT)
 #undef K_CASE
   }
   dlc_set_error("unknown reduction pass %d", r->kop);
@@ -442,6 +443,10 @@ static bool arg_by_rows(const dlc_reduce &r) {
   return r.nk == 0 || llabs(r.rstride[0]) < min_abs(r.kstride, r.nk) || r.M < TARGET_THREADS / 64;
 }
 
+/* Max (max != 0) or min over r's one reduced dim, ties to the first and a
+** NaN winning, as reduce.c: values (NULL: not wanted) in in_dtype (any
+** but the half types) and int64 indices, both contiguous; ws: the bytes
+** dlc_argreduce_ws(r) says of device memory (NULL when 0). */
 DLC_API size_t dlc_argreduce_ws(const dlc_reduce *r) {
   int64_t chunk, S = r->M && r->N ? arg_slices(*r, &chunk) : 1;
   return S > 1 && arg_by_rows(*r) ? (size_t)(r->M * S) * 16 : 0;

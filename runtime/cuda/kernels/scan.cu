@@ -1,8 +1,7 @@
 /*
-** scan.cu -- cumsum, cumprod, softmax and log_softmax along one dim of a
-** contiguous [O, N, I] CUDA tensor, with runtime/scan.c's semantics:
-** float scans run in double, integer scans wrap, a NaN never wins the
-** max of a softmax row (so it turns the whole row NaN, as on the CPU).
+** scan.cu -- cumsum and cumprod along one dim of a contiguous [O, N, I]
+** CUDA tensor, with ops/scan.c's semantics: float scans run in double,
+** integer scans wrap.
 */
 #include <math.h>
 
@@ -93,119 +92,44 @@ __global__ void __launch_bounds__(THREADS) cum_cols(int64_t O, int64_t N, int64_
   }
 }
 
-/* -- Softmax ------------------------------------------------------------------ */
-
-__device__ __forceinline__ float m_exp(float x) { return expf(x); }
-__device__ __forceinline__ double m_exp(double x) { return exp(x); }
-__device__ __forceinline__ float m_log(float x) { return logf(x); }
-__device__ __forceinline__ double m_log(double x) { return log(x); }
-
-/* Max (a NaN never wins, as the CPU's x > m ? x : m) and sum over a group
-** of G threads (a warp, or the block), the result in every thread. */
-template <class T, int G, bool MAX> __device__ __forceinline__ T group_all(T v, T *sh) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    T u = __shfl_xor_sync(0xffffffffu, v, o);
-    v = MAX ? (u > v ? u : v) : v + u;
-  }
-  if constexpr (G > 32) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    __syncthreads();  /* sh may still be read from the previous call */
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    v = sh[0];
-    for (int w = 1; w < G / 32; w++) v = MAX ? (sh[w] > v ? sh[w] : v) : v + sh[w];
-  }
-  return v;
-}
-
-/* A row along the last dim per warp (G = 32) or per block (G = THREADS):
-** max, then the sum of exp(x - max), then the outputs. */
-template <class T, bool LOG, int G>
-__global__ void __launch_bounds__(THREADS) softmax_rows(int64_t O, int64_t N, const T *x, T *y) {
-  __shared__ T sh[WARPS];
-  int64_t row = G == 32 ? (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5) : blockIdx.x;
-  int t = G == 32 ? (threadIdx.x & 31) : threadIdx.x;
-  if (row >= O) return;  /* whole warps (G = 32) or the whole block */
-  x += row * N, y += row * N;
-  T m = -INFINITY, s = 0;
-  for (int64_t n = t; n < N; n += G) m = x[n] > m ? x[n] : m;
-  m = group_all<T, G, true>(m, sh);
-  for (int64_t n = t; n < N; n += G) s += m_exp(x[n] - m);
-  s = group_all<T, G, false>(s, sh);
-  if (LOG) {
-    T ls = m_log(s);
-    for (int64_t n = t; n < N; n += G) y[n] = x[n] - m - ls;
-  } else {
-    T inv = (T)1 / s;
-    for (int64_t n = t; n < N; n += G) y[n] = m_exp(x[n] - m) * inv;
-  }
-}
-
-/* Other dims: a thread per (o, i) column, three sweeps down it. */
-template <class T, bool LOG>
-__global__ void __launch_bounds__(THREADS) softmax_cols(int64_t O, int64_t N, int64_t I,
-                                                       const T *x, T *y) {
-  int64_t t = (int64_t)blockIdx.x * THREADS + threadIdx.x;
-  if (t >= O * I) return;
-  int64_t off = t / I * N * I + t % I;
-  T m = -INFINITY, s = 0;
-  for (int64_t n = 0; n < N; n++) m = x[off + n * I] > m ? x[off + n * I] : m;
-  for (int64_t n = 0; n < N; n++) s += m_exp(x[off + n * I] - m);
-  T f = LOG ? m_log(s) : (T)1 / s;
-  for (int64_t n = 0; n < N; n++)
-    y[off + n * I] = LOG ? x[off + n * I] - m - f : m_exp(x[off + n * I] - m) * f;
-}
-
-template <class T, bool B> static void run_dimop(int op, int64_t O, int64_t N, int64_t I,
-                                                 const void *xv, void *yv, cudaStream_t st) {
+template <class T, bool PROD> static void run_scan(int64_t O, int64_t N, int64_t I,
+                                                  const void *xv, void *yv, cudaStream_t st) {
   const T *x = (const T *)xv;
   T *y = (T *)yv;
-  unsigned cols = (unsigned)((O * I + THREADS - 1) / THREADS);
-  unsigned warps = (unsigned)((O + WARPS - 1) / WARPS);
-  if (op < 2) {
-    if (I > 1) {
-      auto k = cum_cols<T, B>;
-      DLC_LAUNCH(k, cols, THREADS, 0, st, O, N, I, x, y);
-    } else if (N <= WARP_ROW_MAX) {
-      auto k = cum_rows<T, B>;
-      DLC_LAUNCH(k, warps, THREADS, 0, st, O, N, x, y);
-    } else {
-      auto k = cum_rows_block<T, B>;
-      DLC_LAUNCH(k, (unsigned)O, THREADS, 0, st, N, x, y);
-    }
-  } else if constexpr (!std::is_same<T, int64_t>::value) {
-    if (I > 1) {
-      auto k = softmax_cols<T, B>;
-      DLC_LAUNCH(k, cols, THREADS, 0, st, O, N, I, x, y);
-    } else if (N <= WARP_ROW_MAX) {
-      auto k = softmax_rows<T, B, 32>;
-      DLC_LAUNCH(k, warps, THREADS, 0, st, O, N, x, y);
-    } else {
-      auto k = softmax_rows<T, B, THREADS>;
-      DLC_LAUNCH(k, (unsigned)O, THREADS, 0, st, O, N, x, y);
-    }
+  if (I > 1) {
+    auto k = cum_cols<T, PROD>;
+    DLC_LAUNCH(k, (unsigned)((O * I + THREADS - 1) / THREADS), THREADS, 0, st, O, N, I, x, y);
+  } else if (N <= WARP_ROW_MAX) {
+    auto k = cum_rows<T, PROD>;
+    DLC_LAUNCH(k, (unsigned)((O + WARPS - 1) / WARPS), THREADS, 0, st, O, N, x, y);
+  } else {
+    auto k = cum_rows_block<T, PROD>;
+    DLC_LAUNCH(k, (unsigned)O, THREADS, 0, st, N, x, y);
   }
 }
 
-DLC_API int dlc_dimop(int device, int op, int dtype, int64_t O, int64_t N, int64_t I,
-                      const void *x, void *y) {
-  bool soft = op >= 2;
-  if (op < 0 || op > 3 || (dtype != DL_FLOAT32 && dtype != DL_FLOAT64 && (soft || dtype != DL_INT64))) {
-    dlc_set_error("dim op %d has no CUDA kernel for dtype %d", op, dtype);
+/* Along the middle dim of a contiguous [outer, n, inner] tensor, y the
+** same: kind SCAN_CUMSUM or SCAN_CUMPROD (core/kinds.h), dtype float32,
+** float64 or int64.  (No parameter is called I: complex.h, which cblas.h
+** includes, defines it.) */
+DLC_API int dlc_scan(int device, int kind, int dtype, int64_t O, int64_t N, int64_t I,
+                     const void *x, void *y) {
+  if ((kind != SCAN_CUMSUM && kind != SCAN_CUMPROD) ||
+      (dtype != DL_FLOAT32 && dtype != DL_FLOAT64 && dtype != DL_INT64)) {
+    dlc_set_error("scan %d has no CUDA kernel for dtype %d", kind, dtype);
     return DL_EDTYPE;
   }
   if (O * N * I == 0) return 0;
-  DLC_ON(device, "dim op");
+  DLC_ON(device, "scan");
   cudaStream_t st = dlc_stream(device);
-  bool b = op == 1 || op == 3;  /* cumprod, log_softmax */
-  if (dtype == DL_FLOAT32) b ? run_dimop<float, true>(op, O, N, I, x, y, st)
-                             : run_dimop<float, false>(op, O, N, I, x, y, st);
-  else if (dtype == DL_FLOAT64) b ? run_dimop<double, true>(op, O, N, I, x, y, st)
-                                  : run_dimop<double, false>(op, O, N, I, x, y, st);
-  else b ? run_dimop<int64_t, true>(op, O, N, I, x, y, st)
-         : run_dimop<int64_t, false>(op, O, N, I, x, y, st);
-  return dlc_check_launch("dim op", device);
+  bool prod = kind == SCAN_CUMPROD;
+  if (dtype == DL_FLOAT32) prod ? run_scan<float, true>(O, N, I, x, y, st)
+                                : run_scan<float, false>(O, N, I, x, y, st);
+  else if (dtype == DL_FLOAT64) prod ? run_scan<double, true>(O, N, I, x, y, st)
+                                     : run_scan<double, false>(O, N, I, x, y, st);
+  else prod ? run_scan<int64_t, true>(O, N, I, x, y, st)
+            : run_scan<int64_t, false>(O, N, I, x, y, st);
+  return dlc_check_launch("scan", device);
 }
 
 }  // namespace dlc_scan_kernels

@@ -123,6 +123,10 @@ static int64_t pow2(int64_t n) {
   return p;
 }
 
+/* Stable sort (sort.cu) of r's M slices along its one reduced dim (any
+** dtype; desc: descending, NaN first), the first k of each into values
+** (in_dtype) and int64 indices, contiguous with k in the dim's place and
+** `inner` elements after it.  ws: dlc_sort_ws(r) bytes of device memory. */
 DLC_API size_t dlc_sort_ws(const dlc_reduce *r) {
   return (size_t)(r->M * pow2(r->N)) * sizeof(pair_t);
 }
