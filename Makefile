@@ -25,7 +25,7 @@ CXXFLAGS += -std=c++17 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 # fused multiply-adds (in the x86-64-v3 clones) speed up polynomials, and
 # without errno, sqrt vectorises (nothing reads errno after a kernel).
 KERNELS  := ops/elementwise ops/reduce ops/scan ops/softmax nn/optim nn/conv nn/pool nn/norm nn/attention_cpu \
-            nn/embedding_dropout nn/loss dist/reduce_kernels autograd/grad_elementwise
+            nn/embedding_dropout nn/loss dist/reduce_kernels ops/act_backward
 # -ldnnl: oneDNN, float32 convolutions with many channels (nn/conv_onednn.c);
 # -lgomp: the OpenMP runtime it runs on, whose thread count we set.
 LDLIBS   := -lopenblas -ldnnl -lgomp -lz -lm -lpthread -ldl

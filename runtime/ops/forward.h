@@ -67,5 +67,7 @@ DL_HIDDEN dl_tensor *fw_masked_select(const dl_tensor *t, const dl_tensor
 DL_HIDDEN dl_tensor *fw_cat(dl_tensor *const *ts, int n, int dim);
 DL_HIDDEN dl_tensor *fw_stack(dl_tensor *const *ts, int n, int dim);
 DL_HIDDEN dl_tensor *fw_one_hot(const dl_tensor *t, int64_t num_classes);
+/* g * act'(x) for gelu, gelu_tanh, silu, relu (ops/act_backward.c). */
+DL_HIDDEN dl_tensor *fw_act_backward(dl_unop op, const dl_tensor *g, const dl_tensor *x);
 
 #endif
