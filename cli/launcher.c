@@ -263,119 +263,157 @@ static void raise_nofile(void) {
   }
 }
 
+/* The job's own options (--grace, --max-restarts, --nproc) and its nodes;
+** -1 after saying which is wrong. */
+static int setup_options(job *j, const launch_opts *o, char **argv) {
+  j->argv = argv;
+  j->prefix = !o->no_prefix;
+  j->quiet_ranks = o->quiet_ranks;
+  j->bind_cores = o->bind_cores;
+  j->log_dir = o->log_dir;
+  j->interactive = o->interactive;
+  j->grace = 5;
+  if (o->grace) {
+    char *end;
+    j->grace = strtod(o->grace, &end);
+    if (end == o->grace || *end || !(j->grace >= 0 && j->grace <= 86400)) {
+      job_say("--grace expects seconds (0..86400), got '%s'", o->grace);
+      return -1;
+    }
+  }
+  if (o->max_restarts &&
+      (j->max_restarts = parse_int("--max-restarts", o->max_restarts, 0, 1000000)) < 0)
+    return -1;
+  if (!o->nproc || strcmp(o->nproc, "auto") == 0) {
+    int ndev = dl_cuda_device_count();
+    j->nproc = ndev > 0 ? ndev : 1;
+  } else if ((j->nproc = parse_int("--nproc", o->nproc, 1, 4096)) < 0) {
+    return -1;
+  }
+  if (setup_nodes(j, o) != 0) return -1;
+  j->world = j->nnodes * j->nproc;
+  j->prefix = j->prefix && j->world > 1;
+  return 0;
+}
+
+/* The program the workers run: this one (/proc/self/exe). */
+static int find_program(job *j) {
+  ssize_t n = readlink("/proc/self/exe", j->exe, sizeof j->exe - 1);
+  if (n <= 0) {
+    job_say("cannot find the program itself (/proc/self/exe): %s", strerror(errno));
+    return -1;
+  }
+  j->exe[n] = '\0';
+  return 0;
+}
+
+/* The store's token and the job's ids.  Every node must agree on the
+** token, so it can come from outside (DDP_STORE_TOKEN); a single node
+** makes its own. */
+static void setup_token(job *j) {
+  const char *tok = getenv("DDP_STORE_TOKEN");
+  if (tok && *tok) snprintf(j->token, sizeof j->token, "%.32s", tok);
+  else if (j->nnodes == 1) random_hex(j->token);
+  setup_ids(j);
+}
+
+/* This node's workers, none started yet. */
+static int alloc_workers(job *j) {
+  j->w = calloc((size_t)j->nproc, sizeof *j->w);
+  if (!j->w) {
+    job_say("out of memory");
+    return -1;
+  }
+  for (int i = 0; i < j->nproc; i++) {
+    j->w[i].local_rank = i;
+    j->w[i].rank = j->node_rank * j->nproc + i;
+    j->w[i].log = -1;
+    j->w[i].out.fd = j->w[i].err.fd = j->w[i].ctl.fd = j->w[i].ctl_w = -1;
+  }
+  return 0;
+}
+
+/* What comes before any worker: the guardian first (if this process is
+** killed, it cleans up), the script from stdin, the thread budget, the
+** signals and the log files.  -1 after saying what failed. */
+static int prepare_start(job *j, const launch_opts *o) {
+  if (guardian_start(j) != 0)
+    job_say("warning: cannot start the guardian process (%s); if the launcher is killed, "
+            "processes its workers started and files in /dev/shm may be left", strerror(errno));
+  if (o->stdin_script && read_script(j) != 0) return -1;
+  setup_threads(j);
+  if (job_install_signals() != 0) {
+    job_say("cannot set up signals: %s", strerror(errno));
+    return -1;
+  }
+  return open_logs(j);
+}
+
+/* One run of the group, on a fresh store each time: keys (and half-done
+** barriers) of a failed group must not leak into the next.  RUN_* (-1: no
+** store); *ix names the failed worker. */
+static int run_once(job *j, int *ix) {
+  if (open_store(j) != 0) return -1;
+  *ix = -1;
+  int r = job_run_group(j, ix);
+  /* a rank that died between making a file and every rank mapping it
+  ** left it; with every worker gone, nothing can use it any more */
+  job_remove_shm(j->shm_prefix);
+  if (j->store) {
+    dl_store_close(j->store);
+    j->store = NULL;
+  }
+  return r;
+}
+
+/* The exit status of a group that failed for good, after its summary. */
+static int give_up(job *j, int ix) {
+  summary(j, ix);
+  /* a blamed rank we stopped has no code of its own: the first one's */
+  return job_exit_code(j->w[ix != j->first_failed && j->first_failed >= 0 ? j->first_failed : ix].status);
+}
+
+/* Runs the group until it succeeds, is signalled, or fails with no
+** restart left (--max-restarts); the launcher's exit status. */
+static int run_with_restarts(job *j) {
+  for (;;) {
+    int ix = -1;
+    int r = run_once(j, &ix);
+    if (r < 0) return 1;
+    if (r == RUN_OK) return 0;
+    if (r == RUN_SIGNALED) return 128 + job_signal();
+    if (j->restart >= j->max_restarts) return give_up(j, ix);
+    j->restart++;
+    job_say("rank %d failed with %s; restarting all workers (restart %d of %d)", j->w[ix].rank,
+            job_describe(j->w[ix].status), j->restart, j->max_restarts);
+  }
+}
+
+/* Closes the log files and frees what the workers' records hold. */
+static void free_job(job *j) {
+  for (int i = 0; i < j->nproc; i++) {
+    if (j->w[i].log >= 0) close(j->w[i].log);
+    free(j->w[i].out.buf);
+    free(j->w[i].err.buf);
+    free(j->w[i].ctl.buf);
+    free(j->w[i].cap);
+    free(j->w[i].reply);
+    for (int t = 0; t < TAIL_LINES; t++) free(j->w[i].tail[t]);
+  }
+  free(j->w);
+  free(j->script);
+}
+
 int launcher_run(const launch_opts *o, char **argv) {
   raise_nofile();
   job j;
   memset(&j, 0, sizeof j);
   j.guard_fd = -1;
-  int status = 1;
-  j.argv = argv;
-  j.prefix = !o->no_prefix;
-  j.quiet_ranks = o->quiet_ranks;
-  j.bind_cores = o->bind_cores;
-  j.log_dir = o->log_dir;
-  j.grace = 5;
-  if (o->grace) {
-    char *end;
-    j.grace = strtod(o->grace, &end);
-    if (end == o->grace || *end || !(j.grace >= 0 && j.grace <= 86400)) {
-      job_say("--grace expects seconds (0..86400), got '%s'", o->grace);
-      return 1;
-    }
-  }
-  if (o->max_restarts &&
-      (j.max_restarts = parse_int("--max-restarts", o->max_restarts, 0, 1000000)) < 0)
-    return 1;
-  if (!o->nproc || strcmp(o->nproc, "auto") == 0) {
-    int ndev = dl_cuda_device_count();
-    j.nproc = ndev > 0 ? ndev : 1;
-  } else if ((j.nproc = parse_int("--nproc", o->nproc, 1, 4096)) < 0) {
-    return 1;
-  }
-  if (setup_nodes(&j, o) != 0) return 1;
-  j.world = j.nnodes * j.nproc;
-  j.prefix = j.prefix && j.world > 1;
-  ssize_t n = readlink("/proc/self/exe", j.exe, sizeof j.exe - 1);
-  if (n <= 0) {
-    job_say("cannot find the program itself (/proc/self/exe): %s", strerror(errno));
-    return 1;
-  }
-  j.exe[n] = '\0';
-
-  /* Every node must agree on these, so they can come from outside. */
-  const char *tok = getenv("DDP_STORE_TOKEN");
-  if (tok && *tok) snprintf(j.token, sizeof j.token, "%.32s", tok);
-  else if (j.nnodes == 1) random_hex(j.token);
-  setup_ids(&j);
-
-  j.w = calloc((size_t)j.nproc, sizeof *j.w);
-  if (!j.w) {
-    job_say("out of memory");
-    return 1;
-  }
-  for (int i = 0; i < j.nproc; i++) {
-    j.w[i].local_rank = i;
-    j.w[i].rank = j.node_rank * j.nproc + i;
-    j.w[i].log = -1;
-    j.w[i].out.fd = j.w[i].err.fd = j.w[i].ctl.fd = j.w[i].ctl_w = -1;
-  }
-  /* before any worker: if this process is killed, it cleans up */
-  if (guardian_start(&j) != 0)
-    job_say("warning: cannot start the guardian process (%s); if the launcher is killed, "
-            "processes its workers started and files in /dev/shm may be left", strerror(errno));
-  j.interactive = o->interactive;
-  if (o->stdin_script && read_script(&j) != 0) goto done;
-  setup_threads(&j);
-  if (job_install_signals() != 0) {
-    job_say("cannot set up signals: %s", strerror(errno));
-    goto done;
-  }
-  if (open_logs(&j) != 0) goto done;
-
-  for (;;) {
-    /* A fresh store each start: keys (and half-done barriers) of a failed
-    ** group must not leak into the next. */
-    if (open_store(&j) != 0) goto done;
-    int ix = -1;
-    int r = job_run_group(&j, &ix);
-    /* a rank that died between making a file and every rank mapping it
-    ** left it; with every worker gone, nothing can use it any more */
-    job_remove_shm(j.shm_prefix);
-    if (j.store) {
-      dl_store_close(j.store);
-      j.store = NULL;
-    }
-    if (r == RUN_OK) {
-      status = 0;
-      break;
-    }
-    if (r == RUN_SIGNALED) {
-      status = 128 + job_signal();
-      break;
-    }
-    if (j.restart < j.max_restarts) {
-      j.restart++;
-      job_say("rank %d failed with %s; restarting all workers (restart %d of %d)", j.w[ix].rank,
-          job_describe(j.w[ix].status), j.restart, j.max_restarts);
-      continue;
-    }
-    summary(&j, ix);
-    /* a blamed rank we stopped has no code of its own: the first one's */
-    status = job_exit_code(j.w[ix != j.first_failed && j.first_failed >= 0 ? j.first_failed : ix].status);
-    break;
-  }
-done:
+  if (setup_options(&j, o, argv) != 0 || find_program(&j) != 0) return 1;
+  setup_token(&j);
+  if (alloc_workers(&j) != 0) return 1;
+  int status = prepare_start(&j, o) == 0 ? run_with_restarts(&j) : 1;
   guardian_stop(&j);
-  for (int i = 0; i < j.nproc; i++) {
-    if (j.w[i].log >= 0) close(j.w[i].log);
-    free(j.w[i].out.buf);
-    free(j.w[i].err.buf);
-    free(j.w[i].ctl.buf);
-    free(j.w[i].cap);
-    free(j.w[i].reply);
-    for (int t = 0; t < TAIL_LINES; t++) free(j.w[i].tail[t]);
-  }
-  free(j.w);
-  free(j.script);
+  free_job(&j);
   return status;
 }

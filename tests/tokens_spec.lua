@@ -144,3 +144,51 @@ describe("TokenDataset", function()
     fails(function() ds:get(7) end, "index 7 out of range for 3 windows")
   end)
 end)
+
+-- tokens.write goes through the runtime's atomic writer (dl_file_*), as
+-- ddp.save does: the old file's mode and symbolic links survive, and a write
+-- that fails (here a file size limit) keeps the old file and no temporary.
+describe("tokens.write", function()
+  local shell = require "helpers.shell"
+  local q = shell.q
+  local dir = shell.sh("mktemp -d /tmp/ddplua_tokw.XXXXXX"):match("[^\n]+")
+  teardown(function() os.execute("rm -rf " .. q(dir)) end)
+  local function mode(p) return shell.sh("stat -c %a " .. q(p)):match("%d+") end
+  local function leftovers() return shell.sh("ls -A " .. q(dir) .. " | grep '\\.tmp' || true") end
+  local function read_ids(p) return tokens.decode_bytes(data.TokenDataset(p, { block_size = 1 }):tokens()) end
+
+  it("keeps an existing file's mode and writes through a symbolic link", function()
+    local p = dir .. "/private.bin"
+    tokens.write(p, ids(4))
+    os.execute("chmod 600 " .. q(p))
+    tokens.write(p, ids(6))
+    assert.are.equal("600", mode(p))
+    assert.are.equal(6, data.TokenDataset(p, { block_size = 1 }):tokens():numel())
+    local link = dir .. "/link.bin"
+    os.execute("ln -s private.bin " .. q(link))
+    tokens.write(link, tokens.bytes("via link"))
+    assert.are.equal("private.bin", shell.sh("readlink " .. q(link)):match("[^\n]+"))
+    assert.are.equal("via link", read_ids(p))
+    assert.are.equal("600", mode(p))
+    assert.are.equal("", leftovers())
+  end)
+
+  it("keeps the old file and leaves no temporary when a write fails, naming the path", function()
+    local p = dir .. "/big.bin"
+    tokens.write(p, tokens.bytes("old tokens"))
+    local child = dir .. "/child.lua"
+    shell.writefile(child, [[
+      local tokens = require "ddp.tokens"
+      local ok, err = pcall(tokens.write, arg[1], require("ddp").zeros(100000, { dtype = "int64" }))
+      print(ok, err)
+    ]])
+    -- 200 kB of uint16 tokens over a 100 kB limit (the ddplua program ignores SIGXFSZ)
+    local out = shell.sh(("ulimit -f 100; exec %s %s %s 2>&1"):format(q(shell.ddplua), q(child), q(p)))
+    assert.truthy(out:find("^false\t"), out)
+    assert.truthy(out:find("child.lua:2: tokens.write: " .. p .. ": write failed: File too large", 1, true), out)
+    assert.are.equal("old tokens", read_ids(p))
+    assert.are.equal("", leftovers())
+    fails(function() tokens.write(dir .. "/no/such/dir/x.bin", ids(3)) end,
+          "tokens.write: " .. dir .. "/no/such/dir/x.bin: cannot create a temporary file beside it: No such file")
+  end)
+end)

@@ -186,7 +186,8 @@ end
 -- tokens.write(path, ids[, {dtype = "uint16", header = "none"}]): writes
 -- the token ids (a 1-D integer tensor or a Lua list) as a flat file of
 -- little-endian uint16 or uint32, headerless or with llm.c's header
--- (header = "llmc").  Atomic: a temporary file renamed over path.
+-- (header = "llmc").  Atomic (dl_file_create): path holds the old file or
+-- the new one, never a mix; its mode is kept, a symbolic link followed.
 -- Returns the number of tokens.
 function tokens.write(path, ids, opts)
   local op = "tokens.write"
@@ -213,18 +214,22 @@ function tokens.write(path, ids, opts)
   local p = ffi.cast("const int64_t *", C.dl_tensor_data(src))
   local buf = ffi.new(dtype == "uint16" and "uint16_t[?]" or "uint32_t[?]", math.max(n, 1))
   for i = 0, n - 1 do buf[i] = p[i] end  -- x86 and arm64 are little-endian, as the format
-  local tmp = path .. ".tmp"
-  local f, err = io.open(tmp, "wb")
-  if not f then raise(("%s: cannot write %s"):format(op, err)) end
+  -- through the runtime's atomic writer (dl_file_*): fsynced, the old
+  -- file's mode kept, written through symbolic links, and a failed write
+  -- (a full disk, ulimit -f) leaves the old file and no temporary
+  local h, nh = nil, 0
   if header == "llmc" then
-    local h = ffi.new("int32_t[256]")
+    h, nh = ffi.new("int32_t[256]"), 1024
     h[0], h[1], h[2] = MAGIC[dtype], 1, n
-    f:write(ffi.string(h, 1024))
   end
-  f:write(ffi.string(buf, n * ITEMSIZE[dtype]))
-  f:close()
-  local ok, rerr = os.rename(tmp, path)
-  if not ok then raise(("%s: cannot rename %s to %s: %s"):format(op, tmp, path, tostring(rerr))) end
+  local f = C.dl_file_create(path, nh + n * ITEMSIZE[dtype], op)
+  if f == nil then core.raise_c() end
+  f = ffi.gc(f, C.dl_file_abort)  -- removes the temporary if an error escapes
+  if (nh > 0 and C.dl_file_write(f, h, nh) ~= 0) or C.dl_file_write(f, buf, n * ITEMSIZE[dtype]) ~= 0 then
+    C.dl_file_abort(ffi.gc(f, nil))  -- now, not at the next collection
+    core.raise_c()
+  end
+  core.check(C.dl_file_commit(ffi.gc(f, nil)))
   return n
 end
 

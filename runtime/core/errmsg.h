@@ -137,6 +137,17 @@ ERRDEF(SDPA_RNG, DL_EINVAL, "%s: dropout_p > 0 needs the forward's dropout strea
 ERRDEF(NOT_ON_DEVICE, DL_EDEVICE, "%s: not implemented on %s yet")
 ERRDEF(SDPA_CUDA_DROPOUT, DL_EDEVICE, "%s: dropout_p > 0 is not implemented on cuda yet (the CPU has it); pass dropout_p = 0 on a GPU")
 
+/* Files written atomically (io/atomic_file.c): "op: path: what failed: the system's reason" */
+ERRDEF(FILE_LINKS, DL_EIO, "%s: %s: cannot follow its symbolic links: %s")
+ERRDEF(FILE_CREATE, DL_EIO, "%s: %s: cannot create a temporary file beside it: %s")
+ERRDEF(FILE_MODE, DL_EIO, "%s: %s: cannot give the new file the old one's mode: %s")
+ERRDEF(FILE_WRITE, DL_EIO, "%s: %s: write failed: %s")
+ERRDEF(FILE_FAILED, DL_EIO, "%s: %s: an earlier write failed (%s); the old file is kept")
+ERRDEF(FILE_FSYNC, DL_EIO, "%s: %s: fsync failed: %s")
+ERRDEF(FILE_CLOSE, DL_EIO, "%s: %s: close failed: %s")
+ERRDEF(FILE_RENAME, DL_EIO, "%s: %s: cannot rename the temporary file over it: %s")
+ERRDEF(FILE_DIRSYNC, DL_EIO, "%s: %s: fsync of its directory failed: %s")
+
 /* Checkpoints (safetensors): "op: path: problem" */
 ERRDEF(ST_OS, DL_EIO, "%s: %s: %s: %s")
 ERRDEF(ST_NOT_FILE, DL_EIO, "%s: %s: not a regular file")

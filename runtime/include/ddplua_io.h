@@ -1,5 +1,6 @@
 /*
-** ddplua_io.h -- files: safetensors checkpoints, IDX data files and token files.
+** ddplua_io.h -- files: atomic writes, safetensors checkpoints, IDX data files
+** and token files.
 ** Part of the public API: include ddplua.h, which includes every part.
 */
 #ifndef DDPLUA_IO_H
@@ -11,19 +12,43 @@
 extern "C" {
 #endif
 
+/* -- Files written atomically -------------------------------------------- */
+
+/* A file that holds the old contents or the new ones, never a mix, as every
+** file ddplua writes for its user (checkpoints, token files).
+** dl_file_create opens a temporary file beside path -- beside the end of
+** path's symbolic links: the target is replaced, the link stays -- named
+** "<target>.tmp.<pid>.<n>", with the old file's permission bits (and, where
+** allowed, owner and group), or 0666 less the umask for a new file;
+** temporary files left by writers that died are removed first.  size: the
+** bytes the file will hold, or -1 when not known; a size over the file size
+** limit (RLIMIT_FSIZE) fails at once, and so does any write that would cross
+** it ("File too large", never SIGXFSZ).  op starts every message ("save:
+** PATH: write failed: No space left on device"); NULL: "write".
+** NULL with DL_EIO naming the path and the system's reason on failure. */
+typedef struct dl_file dl_file;
+DL_API dl_file *dl_file_create(const char *path, int64_t size, const char *op);
+/* Appends n bytes (short writes and EINTR retried).  DL_EIO on failure
+** (ENOSPC, EFBIG, ...); the handle then only refuses: abort it. */
+DL_API int dl_file_write(dl_file *f, const void *data, size_t n);
+/* fsyncs the file, renames it over the target and fsyncs the directory:
+** 0 once the new file is in place for good.  On failure, or after a write
+** failed, the temporary file is removed and the old file kept (DL_EIO; only
+** a failed fsync of the directory comes after the rename).  Frees f. */
+DL_API int dl_file_commit(dl_file *f);
+/* Removes the temporary file, keeping the old one, and frees f (NULL:
+** nothing).  Sets no error: the reason to abort stays the last one. */
+DL_API void dl_file_abort(dl_file *f);
+
 /* -- Checkpoints (safetensors) ------------------------------------------ */
 
 /* Writes n named tensors and nmeta string pairs to path in the safetensors
-** format (any layout; written row-major, little-endian).  Atomic: the data
-** goes to a temporary file beside path, is fsynced and renamed over path, so
-** path holds the old file or the new one, never a mix.  Temporary files left
-** by writers that died are removed by the next save of the same path.  The
-** new file keeps the old one's permission bits (and, where allowed, owner
-** and group); a symbolic link is written through: its target is replaced,
-** in the target's directory, and the link stays.  A file larger than the
-** size limit (RLIMIT_FSIZE) fails before a byte is written ("File too
-** large"); a program that may otherwise write past that limit should
-** ignore SIGXFSZ (the library leaves it alone).
+** format (any layout; written row-major, little-endian).  Atomic, through
+** dl_file_create: path holds the old file or the new one, never a mix; the
+** new file keeps the old one's permission bits; a symbolic link is written
+** through.  A file larger than the size limit (RLIMIT_FSIZE) fails before a
+** byte is written ("File too large"); a program that may otherwise write
+** past that limit should ignore SIGXFSZ (the library leaves it alone).
 ** Returns DL_EIO naming the path and the system's reason on failure. */
 DL_API int dl_st_save(const char *path, const char *const *names,
                       dl_tensor *const *tensors, int n,
