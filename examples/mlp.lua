@@ -1,6 +1,6 @@
 -- examples/mlp.lua: a small MLP and its training loop, as a module a
 -- project would test -- the specs in examples/spec/ do, with busted under
--- ddplua (README: Testing your training code with busted).  The same loop
+-- ddplua (docs/testing.md).  The same loop
 -- trains one process or a ddp.DDP model on each rank's share of a batch.
 local ddp = require "ddp"
 local nn, optim = require "ddp.nn", require "ddp.optim"
