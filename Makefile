@@ -11,28 +11,42 @@ PKGS     := openblas luajit libedit
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
-CFLAGS   ?= -O2
+# Generated headers: the CUDA launcher table (scripts/gen_dlc_api.sh).
+GEN      := $(BUILD)/gen
 # -MMD -MP: every object's header dependencies are written beside it by the
 # compiler (build/**/*.d, included below), so no list is kept by hand.
 DEPFLAGS := -MMD -MP
-CFLAGS   += -std=c11 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
-            -D_GNU_SOURCE -Iruntime/include -Iruntime -I$(GEN) $(PKG_CFLAGS)
-# C++ (dist/gloo.cc only: Gloo's API is C++), same warnings and visibility.
+# What every compiler of the runtime gets (cc, g++ for gloo.cc and the CUDA
+# emulator, clang for the fuzzers; nvcc the includes and visibility): the
+# warnings as errors, hidden symbols (only dl_* leave the library), and
+# the include paths.
+WARN     := -Wall -Wextra -Werror
+INCLUDES := -Iruntime/include -Iruntime -I$(GEN)
+BASE     := -g $(WARN) -fvisibility=hidden -D_GNU_SOURCE $(INCLUDES)
+CFLAGS   ?= -O2
+CFLAGS   += -std=c11 -fPIC $(BASE) $(PKG_CFLAGS)
+# C++ (dist/gloo.cc only: Gloo's API is C++), the same base.
 CXXFLAGS ?= -O2
-CXXFLAGS += -std=c++17 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
-            -D_GNU_SOURCE -Iruntime/include -Iruntime -I$(GEN)
-# Kernel files: -O3 lets GCC vectorise loops with runtime alias checks, and
+CXXFLAGS += -std=c++17 -fPIC $(BASE)
+
+# The library, by layer: the order of docs/architecture.md's one line
+# "Layers, bottom up: ..." (scripts/check-layers.sh checks the code keeps it).
+LAYERS   := $(subst [,,$(subst ],,$(shell sed -n 's/^Layers, bottom up: *//p' docs/architecture.md)))
+ifeq ($(strip $(LAYERS)),)
+$(error docs/architecture.md has no "Layers, bottom up:" line)
+endif
+# Kernel files: every file of the compute layers (ops/, nn/) and any
+# *_kernels.c.  -O3 lets GCC vectorise loops with runtime alias checks, and
 # fused multiply-adds (in the x86-64-v3 clones) speed up polynomials, and
 # without errno, sqrt vectorises (nothing reads errno after a kernel).
-KERNELS  := ops/elementwise ops/reduce ops/scan ops/softmax nn/optim nn/conv nn/pool nn/norm nn/attention_cpu \
-            nn/embedding_dropout nn/loss dist/reduce_kernels ops/act_backward
+KERNEL_SRC := $(wildcard runtime/ops/*.c runtime/nn/*.c runtime/*/*_kernels.c)
+KERNELS  := $(KERNEL_SRC:runtime/%.c=%)
+KFLAGS   := -O3 -ffp-contract=fast -fno-math-errno
 # -ldnnl: oneDNN, float32 convolutions with many channels (nn/conv_onednn.c);
 # -lgomp: the OpenMP runtime it runs on, whose thread count we set.
 LDLIBS   := -lopenblas -ldnnl -lgomp -lz -lm -lpthread -ldl
 GLOO_LIBS := -lgloo -lstdc++
 
-# The library, by layer (runtime/README: what each folder holds).
-LAYERS   := core ops autograd nn io dist cuda cpu
 LIB_SRC  := $(foreach d,$(LAYERS),$(wildcard runtime/$(d)/*.c))
 LIB_CXX  := $(wildcard runtime/dist/*.cc)
 LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(BUILD)/obj/%.o) $(LIB_CXX:runtime/%.cc=$(BUILD)/obj/%.o)
@@ -40,8 +54,6 @@ LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(BUILD)/obj/%.o) $(LIB_CXX:runtime/%.cc=$(BUI
 CLI_SRC  := $(wildcard cli/*.c)
 CLI_OBJ  := $(CLI_SRC:cli/%.c=$(BUILD)/obj/cli/%.o)
 LIB      := $(BUILD)/libddplua.so
-# Generated headers: the CUDA launcher table (scripts/gen_dlc_api.sh).
-GEN      := $(BUILD)/gen
 DLC_GEN  := $(GEN)/dlc_api.h $(GEN)/dlc_table.h
 # The same objects as an archive: the C tests link it, so they reach the
 # runtime's internals without the shared library exporting them.
@@ -70,9 +82,8 @@ EMU_OBJ  := $(EMU_SRC:runtime/cuda/kernels/%.cu=$(BUILD)/emu/%.o) $(BUILD)/emu/e
 EMU_RACE_LIB := $(BUILD)/libddplua_cudaemu_race.so
 EMU_RACE_OBJ := $(EMU_SRC:runtime/cuda/kernels/%.cu=$(BUILD)/emu-race/%.o) $(BUILD)/emu/emu.o \
             $(BUILD)/emu/racecheck.o
-EMU_FLAGS := -std=c++17 -O1 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror \
-            -Wno-unused-parameter -Wno-unknown-pragmas -DDLC_EMU -Iruntime/cuda/emu -Iruntime \
-            -Iruntime/include -I$(GEN) $(DEPFLAGS)
+EMU_FLAGS := -std=c++17 -O1 -fPIC -Iruntime/cuda/emu $(BASE) \
+            -Wno-unused-parameter -Wno-unknown-pragmas -DDLC_EMU $(DEPFLAGS)
 EMU_RACE_FLAGS := $(EMU_FLAGS) -DDLC_EMU_RACE -fsanitize=thread \
             --param tsan-instrument-func-entry-exit=0
 # The emulator's own tests (tests/emu/test_*.cc): racy kernels, and the
@@ -83,7 +94,7 @@ EMU_TESTS := $(patsubst tests/emu/%.cc,$(BUILD)/emu_%,$(wildcard tests/emu/test_
 # the library then needs only the driver's libcuda.so.1 at run time, which
 # cudart dlopens itself, so it loads on any machine with an NVIDIA driver.
 NVFLAGS  := -O2 -std=c++17 --cudart static -diag-suppress 186 \
-            -Xcompiler -fPIC,-fvisibility=hidden -Iruntime/include -Iruntime -I$(GEN) \
+            -Xcompiler -fPIC,-fvisibility=hidden $(INCLUDES) \
             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
             -gencode arch=compute_90,code=compute_90
 
@@ -112,7 +123,7 @@ deps:
 
 $(BUILD)/obj/%.o: runtime/%.c Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(DEPFLAGS) $(if $(filter $*,$(KERNELS)),-O3 -ffp-contract=fast -fno-math-errno) -c $< -o $@
+	$(CC) $(CFLAGS) $(DEPFLAGS) $(if $(filter $*,$(KERNELS)),$(KFLAGS)) -c $< -o $@
 
 $(BUILD)/obj/%.o: runtime/%.cc Makefile
 	@mkdir -p $(dir $@)
@@ -157,7 +168,7 @@ $(CDEF): $(PUBLIC_H) scripts/gen_cdef.sh
 # built as the kernel files are, so its loops vectorise as theirs do.
 $(BUILD)/test_%: tests/c/test_%.c $(LIB_A) Makefile
 	$(CC) $(filter-out -fvisibility=hidden,$(CFLAGS)) -O1 $(DEPFLAGS) -Icli -Itests/c \
-	  $(if $(filter vmath,$*),-O3 -ffp-contract=fast -fno-math-errno) $< \
+	  $(if $(filter vmath,$*),$(KFLAGS)) $< \
 	  $(if $(filter launcher,$*),cli/nodelist.c) -Wl,--whole-archive $(LIB_A) -Wl,--no-whole-archive \
 	  $(GLOO_LIBS) $(LDLIBS) -o $@
 
@@ -246,14 +257,14 @@ mutants: all
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_DIR     := $(BUILD)/fuzz
-FUZZ_CFLAGS  := -std=c11 -g -O1 -Wall -Wextra -fvisibility=hidden -D_GNU_SOURCE \
-                -Iruntime/include -Iruntime -I$(GEN) $(PKG_CFLAGS) \
+# the base without -Werror: clang warns where gcc does not
+FUZZ_BASE    := $(filter-out -Werror,$(BASE))
+FUZZ_CFLAGS  := -std=c11 -O1 $(FUZZ_BASE) $(PKG_CFLAGS) \
                 -fsanitize=address,undefined -fno-sanitize-recover=undefined
 # gloo.cc too (pg_gloo.c calls it); no vptr and function checks: they
 # need the UBSan C++ runtime, which only clang++ links in.
 FUZZ_CXX     ?= clang++
-FUZZ_CXXFLAGS := -std=c++17 -g -O1 -Wall -Wextra -fvisibility=hidden -D_GNU_SOURCE \
-                -Iruntime/include -Iruntime -I$(GEN) \
+FUZZ_CXXFLAGS := -std=c++17 -O1 $(FUZZ_BASE) \
                 -fsanitize=address,undefined -fno-sanitize=vptr,function \
                 -fno-sanitize-recover=undefined
 FUZZ_OBJ     := $(LIB_SRC:runtime/%.c=$(FUZZ_DIR)/obj/%.o) $(LIB_CXX:runtime/%.cc=$(FUZZ_DIR)/obj/%.o)

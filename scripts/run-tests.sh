@@ -45,6 +45,10 @@ done
 # -- the library exports exactly what its public headers declare
 if bash scripts/check-exports.sh "$BUILD/libddplua.so"; then count 1 0 0; else count 0 1 0; fi
 
+# -- the runtime keeps its layers (docs/architecture.md's order): includes,
+# the symbols each layer's objects use, structs named below their layer
+if bash scripts/check-layers.sh . "$BUILD/obj"; then count 1 0 0; else count 0 1 0; fi
+
 if [ "${1:-}" = c ]; then  # make test-c: the C tests alone
   echo "$passed passed, $failed failed, $skipped skipped"
   [ "$failed" -eq 0 ]
