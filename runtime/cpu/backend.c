@@ -3,13 +3,7 @@
 ** cpu_<slot> each (core/device_slots.h), which live beside the ops that use
 ** them, registered when the library loads.
 */
-#include "autograd/autograd.h"
 #include "core/device.h"
-#include "nn/attention.h"
-#include "nn/conv.h"
-#include "nn/pool.h"
-#include "ops/forward.h"
-#include "ops/linalg.h"
 
 /* Nothing on the CPU is "another device": dl_to_device asks the device end
 ** of a copy, which is never the CPU's. */

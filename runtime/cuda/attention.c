@@ -11,6 +11,7 @@
 #include "cuda/cuda.h"
 #include "nn/nn.h"
 #include "nn/attention.h"
+#include "ops/forward.h"
 
 static void *dp(const dl_tensor *t) { return t ? tensor_first(t) : NULL; }
 
@@ -25,7 +26,7 @@ static dl_tensor *expand_full(const sdpa_geom *g, const dl_tensor *t, const int6
   shape[n] = cols, stride[n++] = cs;
   dl_tensor *a = tensor_alias(t, shape, stride, n, t->offset);
   if (!a) return NULL;
-  dl_tensor *c = dl_contiguous(a);
+  dl_tensor *c = fw_contiguous(a);
   dl_tensor_release(a);
   return c;
 }
@@ -43,7 +44,7 @@ static dl_tensor *kernel_mask(const char *op, const sdpa_geom *g, const dl_tenso
   } else {
     int64_t shape[2] = {g->L, g->S}, stride[2] = {g->m_ls, g->m_ss};
     dl_tensor *a = tensor_alias(mask, shape, stride, 2, mask->offset);
-    m = a ? dl_contiguous(a) : NULL;
+    m = a ? fw_contiguous(a) : NULL;
     dl_tensor_release(a);
   }
   if (!m || g->mask != SDPA_MASK_BOOL) return m;
@@ -54,7 +55,7 @@ static dl_tensor *kernel_mask(const char *op, const sdpa_geom *g, const dl_tenso
   uint64_t bytes = 0;
   if (g->kd == DL_FLOAT64) memcpy(&bytes, &ninf, 8);
   else memcpy(&bytes, &ninf32, 4);
-  if (!add || cuda_fill(op, add, bytes) || dl_masked_fill_(add, m, 0.0)) {
+  if (!add || cuda_fill(op, add, bytes) || fw_masked_fill_(add, m, 0.0)) {
     dl_tensor_release(add);
     add = NULL;
   }

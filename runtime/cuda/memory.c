@@ -166,10 +166,10 @@ DL_HIDDEN dl_tensor *cuda_move(const dl_tensor *t, int device) {
   size_t n = (size_t)dl_tensor_numel(t) * dl_dtype_sizes[t->dtype];
   dl_tensor *src = NULL, *out = NULL;
   if (from < 0) {
-    if (!(src = dl_contiguous(t))) return NULL;
+    if (!(src = fw_contiguous(t))) return NULL;
   } else {
     /* made contiguous on its own device first, by a kernel */
-    if (!(src = dl_contiguous(t))) return NULL;
+    if (!(src = fw_contiguous(t))) return NULL;
   }
   out = device >= 0 ? device_tensor(t, device, n) : tensor_new(t->dtype, t->shape, t->ndim);
   if (out && mem.copy(tensor_first(out), tensor_first(src), n, dev, err, sizeof err)) {
@@ -242,7 +242,7 @@ DL_API dl_tensor *dl_pin_memory(const dl_tensor *t) {
     pin.free(p, err, sizeof err);
     return NULL;
   }
-  if (dl_copy_(out, t)) {
+  if (fw_copy_(out, t)) {
     dl_tensor_release(out);
     return NULL;
   }

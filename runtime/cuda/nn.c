@@ -6,7 +6,6 @@
 ** cast back to the caller's dtype.  No host syncs except the index range
 ** checks, which must read the indices back to name a bad one.
 */
-#include "autograd/autograd.h"
 #include "cuda/cuda.h"
 #include "nn/nn.h"
 
@@ -319,7 +318,7 @@ DL_HIDDEN int cuda_batch_norm(const char *op, const dl_tensor *x, const dl_tenso
                           dp(crm), dp(crv), dp(st), dp(o))))
     goto done;
   if (training &&
-      ((rm && crm != rm && dl_copy_(rm, crm)) || (rv && crv != rv && dl_copy_(rv, crv))))
+      ((rm && crm != rm && fw_copy_(rm, crm)) || (rv && crv != rv && fw_copy_(rv, crv))))
     goto done;
   if (training) {
     if (rm && crm == rm) tensor_bump_version(rm);

@@ -6,7 +6,6 @@
 */
 #include <math.h>
 
-#include "autograd/autograd.h"
 #include "nn/nn.h"
 #include "core/simd.h"
 
