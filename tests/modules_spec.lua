@@ -10,7 +10,8 @@ local function lua(code)
 end
 
 local MODULES = {
-  "ddp.ffi", "ddp.core", "ddp.serialize", "ddp.tensor_base", "ddp.ops", "ddp.tensor_grad",
+  "ddp.ffi", "ddp.core.errors", "ddp.core.handles", "ddp.core.args", "ddp.core.values",
+  "ddp.core.class", "ddp.core", "ddp.serialize", "ddp.tensor_base", "ddp.ops", "ddp.tensor_grad",
   "ddp.print", "ddp.autocast", "ddp.sampling", "ddp.tensor", "ddp.factory", "ddp.autograd",
   "ddp.functional", "ddp.nn", "ddp.optim", "ddp.store", "ddp.dist", "ddp.checkpoint", "ddp.data",
   "ddp.progress", "ddp.argparse", "ddp.ddp", "ddp.nn_sync_bn", "ddp.console", "ddp.testing",

@@ -367,13 +367,13 @@ function M.init(opts)
   state = st
   seq = 0
   local n = C.dl_cuda_device_count()
-  if n > 0 then core.current_cuda = e.local_rank % n end
+  if n > 0 then core.set_current_cuda(e.local_rank % n) end
 end
 
 -- The current CUDA device index: ddp.cuda.set_device's, else this rank's
 -- (ddp.init sets it), else 0.
 function M.current_device()
-  if core.current_cuda then return core.current_cuda end
+  if core.current_cuda() then return core.current_cuda() end
   local n = C.dl_cuda_device_count()
   return n > 0 and env().local_rank % n or 0
 end

@@ -122,7 +122,7 @@ ddp.cuda = {
   -- The current device (ddp.init makes it this rank's, ddp.device()).
   current_device = function() return dist.current_device() end,
   -- "cuda" (no index) names it from then on.
-  set_device = function(d) core.current_cuda = cuda_index("cuda.set_device", d) end,
+  set_device = function(d) core.set_current_cuda(cuda_index("cuda.set_device", d)) end,
   status = function() return ffi.string(C.dl_cuda_status()) end,
   synchronize = function(d) check(C.dl_cuda_synchronize(cuda_index("cuda.synchronize", d))) end,
   empty_cache = function(d) check(C.dl_cuda_empty_cache(cuda_index("cuda.empty_cache", d))) end,
