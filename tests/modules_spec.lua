@@ -11,8 +11,9 @@ end
 
 local MODULES = {
   "ddp.ffi", "ddp.core.errors", "ddp.core.handles", "ddp.core.args", "ddp.core.values",
-  "ddp.core.class", "ddp.core", "ddp.serialize", "ddp.tensor_base", "ddp.ops", "ddp.tensor_grad",
-  "ddp.print", "ddp.autocast", "ddp.sampling", "ddp.tensor", "ddp.factory", "ddp.autograd",
+  "ddp.core.class", "ddp.core", "ddp.serialize", "ddp.tensor.info", "ddp.tensor.views", "ddp.tensor.math",
+  "ddp.tensor.grad", "ddp.tensor.print", "ddp.autocast", "ddp.tensor.sampling", "ddp.tensor",
+  "ddp.tensor.factory", "ddp.autograd",
   "ddp.functional", "ddp.nn", "ddp.optim", "ddp.store", "ddp.dist", "ddp.checkpoint", "ddp.data",
   "ddp.progress", "ddp.argparse", "ddp.ddp", "ddp.nn_sync_bn", "ddp.console", "ddp.testing",
 }
@@ -41,7 +42,7 @@ local t = ddp.ones(2)
 print(#names, table.concat(names, " "), tostring(t + 1), t.requires_grad, t.is_leaf, #t)]]
     local plain = lua(show)
     assert.truthy(plain:match("^%d+\tabs "), plain)
-    for _, first in ipairs { "ddp.nn", "ddp.data", "ddp.autograd", "ddp.ops", "ddp.tensor_grad", "ddp.checkpoint" } do
+    for _, first in ipairs { "ddp.nn", "ddp.data", "ddp.autograd", "ddp.tensor.math", "ddp.tensor.grad", "ddp.checkpoint" } do
       assert.equal(plain, lua(("require %q\n"):format(first) .. show), first)
     end
   end)

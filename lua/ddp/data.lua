@@ -31,7 +31,7 @@
 -- one would have taken next.  Nothing is prefetched or in flight (batches
 -- are gathered when asked for), so handed out is consumed.
 local core = require "ddp.core"
-local factory = require "ddp.factory"
+local factory = require "ddp.tensor.factory"
 local dist = require "ddp.dist"
 local C, ffi = core.C, core.ffi
 local new, raise, show = core.new, core.raise, core.show

@@ -3,7 +3,7 @@
 -- from fused C kernels with their own backward.
 local core = require "ddp.core"
 local _ = require "ddp.tensor"  -- x:relu() and friends: the tensor type
-local factory = require "ddp.factory"
+local factory = require "ddp.tensor.factory"
 local C, ffi = core.C, core.ffi
 local new, raise = core.new, core.raise
 local tensor_arg = core.tensor_arg

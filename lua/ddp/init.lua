@@ -21,8 +21,8 @@
 -- specs load it, this file does not.
 local core = require "ddp.core"
 local tensor = require "ddp.tensor"
-local factory = require "ddp.factory"
-local printer = require "ddp.print"
+local factory = require "ddp.tensor.factory"
+local printer = require "ddp.tensor.print"
 local autograd = require "ddp.autograd"
 local autocast = require "ddp.autocast"
 local dist = require "ddp.dist"

@@ -8,7 +8,7 @@
 --   function Net:forward(x) return self.fc1(x):relu() end
 --   local model = Net(128)
 local core = require "ddp.core"
-local factory = require "ddp.factory"
+local factory = require "ddp.tensor.factory"
 local autograd = require "ddp.autograd"
 local F = require "ddp.functional"
 local raise = core.raise

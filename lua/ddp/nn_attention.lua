@@ -2,7 +2,7 @@
 -- parameter names and layout, so state dicts move across), over
 -- F.scaled_dot_product_attention.  nn.lua calls this with the nn table.
 local core = require "ddp.core"
-local factory = require "ddp.factory"
+local factory = require "ddp.tensor.factory"
 local raise = core.raise
 
 core.add_lib_file(debug.getinfo(1, "S").source)

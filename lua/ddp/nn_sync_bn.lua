@@ -5,7 +5,7 @@
 -- the backward all-reduces the gradient sums as torch's SyncBatchNorm does.
 -- ddp (init.lua) puts both into ddp.nn.
 local core = require "ddp.core"
-local factory = require "ddp.factory"
+local factory = require "ddp.tensor.factory"
 local autograd = require "ddp.autograd"
 local nn = require "ddp.nn"
 local dist = require "ddp.dist"

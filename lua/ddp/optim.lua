@@ -2,7 +2,7 @@
 -- parameter) and learning-rate schedulers, with state_dicts laid out as
 -- PyTorch's ({state = {[0] = {...}}, param_groups = {{lr = ..., params = {0, 1}}}}).
 local core = require "ddp.core"
-local factory = require "ddp.factory"
+local factory = require "ddp.tensor.factory"
 local autograd = require "ddp.autograd"
 local C = core.C
 local check, raise = core.check, core.raise

@@ -11,7 +11,7 @@
 -- nothing in the library requires it, so `require "ddp"` does not load it.
 local core = require "ddp.core"
 local tensor = require "ddp.tensor"
-local factory = require "ddp.factory"
+local factory = require "ddp.tensor.factory"
 local serialize = require "ddp.serialize"
 local checkpoint = require "ddp.checkpoint"
 local ffi = core.ffi

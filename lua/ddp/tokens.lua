@@ -22,7 +22,7 @@
 -- From the shell (tools/encode_tokens.lua):
 --   ddplua tools/encode_tokens.lua input.txt out.bin [--dtype uint16|uint32] [--header none|llmc]
 local core = require "ddp.core"
-local factory = require "ddp.factory"
+local factory = require "ddp.tensor.factory"
 local C, ffi = core.C, core.ffi
 local new, raise, show = core.new, core.raise, core.show
 local is_tensor, is_integer = core.is_tensor, core.is_integer

@@ -1,4 +1,4 @@
--- ddp.factory: making tensors -- from Lua values (ddp.tensor), filled
+-- ddp.tensor.factory: making tensors -- from Lua values (ddp.tensor), filled
 -- (zeros, ones, full, arange, eye, ...), random (rand, randn, randint,
 -- randperm, and the generator's seed and state), *_like, from_blob, and
 -- joined (cat, stack).  The top module ddp gives all of these out as its
