@@ -14,8 +14,10 @@ local MODULES = {
   "ddp.core.class", "ddp.core", "ddp.serialize", "ddp.tensor.info", "ddp.tensor.views", "ddp.tensor.math",
   "ddp.tensor.grad", "ddp.tensor.print", "ddp.autocast", "ddp.tensor.sampling", "ddp.tensor",
   "ddp.tensor.factory", "ddp.autograd",
-  "ddp.functional", "ddp.nn", "ddp.optim", "ddp.store", "ddp.dist", "ddp.checkpoint", "ddp.data",
-  "ddp.progress", "ddp.argparse", "ddp.ddp", "ddp.nn_sync_bn", "ddp.console", "ddp.testing",
+  "ddp.nn.functional", "ddp.functional", "ddp.store", "ddp.dist", "ddp.nn.module", "ddp.nn.weight_init",
+  "ddp.nn.layers", "ddp.nn.containers", "ddp.nn.utils", "ddp.nn.attention", "ddp.nn.sync_bn",
+  "ddp.nn.parallel", "ddp.nn", "ddp.optim", "ddp.checkpoint", "ddp.data",
+  "ddp.progress", "ddp.argparse", "ddp.console", "ddp.testing",
 }
 
 describe("the Lua modules", function()
@@ -45,6 +47,21 @@ print(#names, table.concat(names, " "), tostring(t + 1), t.requires_grad, t.is_l
     for _, first in ipairs { "ddp.nn", "ddp.data", "ddp.autograd", "ddp.tensor.math", "ddp.tensor.grad", "ddp.checkpoint" } do
       assert.equal(plain, lua(("require %q\n"):format(first) .. show), first)
     end
+  end)
+
+  it("give all of nn through require \"ddp.nn\" alone, and ddp adds nothing to it", function()
+    local out = lua([[
+local nn = require "ddp.nn"
+assert(nn.SyncBatchNorm and nn.convert_sync_batchnorm and nn.MultiheadAttention and nn.Linear and nn.Sequential,
+       "nn lacks a layer")
+assert(nn.functional == require "ddp.functional" and nn.parallel.DDP and nn.init.xavier_uniform_ and nn.utils.clip_grad_norm)
+local before = {}
+for k, v in pairs(nn) do before[k] = v end
+local ddp = require "ddp"
+for k, v in pairs(nn) do assert(before[k] == v, "ddp changed nn." .. k) end
+assert(ddp.nn == nn and ddp.DDP == nn.parallel.DDP)
+print("fine")]])
+    assert.equal("fine\n", out)
   end)
 
   it("give the submodules on ddp itself, the same tables as require", function()

@@ -28,13 +28,11 @@ local autocast = require "ddp.autocast"
 local dist = require "ddp.dist"
 local checkpoint = require "ddp.checkpoint"
 local nn = require "ddp.nn"
-local sync_bn = require "ddp.nn_sync_bn"
 local optim = require "ddp.optim"
 local data = require "ddp.data"
 local store = require "ddp.store"
 local argparse = require "ddp.argparse"
 local progress = require "ddp.progress"
-local wrapper = require "ddp.ddp"
 local console = require "ddp.console"
 local C, ffi = core.C, core.ffi
 local new, check, raise = core.new, core.check, core.raise
@@ -165,15 +163,11 @@ end
 ddp.autocast = autocast.autocast
 ddp.autocast_dtype = autocast.get_dtype
 
--- nn.SyncBatchNorm and nn.convert_sync_batchnorm (ddp.nn_sync_bn), which
--- sit above ddp.dist, join ddp.nn here.
-nn.SyncBatchNorm, nn.convert_sync_batchnorm = sync_bn.SyncBatchNorm, sync_bn.convert_sync_batchnorm
-
 -- The submodules, as ddp.nn etc. (require "ddp.nn" gives the same table).
 ddp.nn, ddp.optim, ddp.data, ddp.dist, ddp.store, ddp.argparse = nn, optim, data, dist, store, argparse
 
--- ddp.DDP(model[, opts]) (ddp.ddp): the data-parallel wrapper.
-ddp.DDP = wrapper.DDP
+-- ddp.DDP(model[, opts]) (ddp.nn.parallel): the data-parallel wrapper.
+ddp.DDP = nn.parallel.DDP
 
 -- ddp.DataLoader, ddp.DistributedSampler, ddp.reduce_metrics: ddp.data's.
 ddp.DataLoader, ddp.DistributedSampler, ddp.reduce_metrics =

@@ -1,6 +1,9 @@
--- ddp.nn.functional: the functional forms of the network layers, as
--- torch.nn.functional: activations and linear from tensor ops, the rest
--- from fused C kernels with their own backward.
+-- ddp.nn.functional (also ddp.functional): the functional forms of the
+-- network layers, as torch.nn.functional: activations from tensor ops, the
+-- rest from fused C kernels with their own backward.  Arguments C checks
+-- (shapes, ranges) are left to C, whose message (runtime/core/errmsg.h)
+-- is raised at the user's line; Lua checks what C never sees: Lua types,
+-- options tables, and the values it turns into C arguments.
 local core = require "ddp.core"
 local _ = require "ddp.tensor"  -- x:relu() and friends: the tensor type
 local factory = require "ddp.tensor.factory"
@@ -23,15 +26,11 @@ function F.sigmoid(x) return x:sigmoid() end
 function F.softmax(x, dim) return x:softmax(dim) end
 function F.log_softmax(x, dim) return x:log_softmax(dim) end
 
--- y = x @ w^T + b, w [out, in], as torch.nn.functional.linear
+-- y = x @ w^T + b, w [out, in], as torch.nn.functional.linear (the
+-- shapes checked by C, dl_f_linear)
 function F.linear(x, w, b)
-  x, w = tensor_arg(x, "linear", "input"), tensor_arg(w, "linear", "weight")
-  if w:dim() ~= 2 then raise(("linear: weight must be 2-D [out, in], got shape %s"):format(core.fmt_shape(w:shape()))) end
-  if x:dim() == 0 or x:size(-1) ~= w:size(1) then
-    raise(("linear: input of shape %s does not fit weight of shape %s (last dim %s vs in_features %d)")
-          :format(core.fmt_shape(x:shape()), core.fmt_shape(w:shape()), x:dim() > 0 and x:size(-1) or "none", w:size(1)))
-  end
-  return new(C.dl_f_linear, x, w, b ~= nil and tensor_arg(b, "linear", "bias") or nil)
+  return new(C.dl_f_linear, tensor_arg(x, "linear", "input"), tensor_arg(w, "linear", "weight"),
+             b ~= nil and tensor_arg(b, "linear", "bias") or nil)
 end
 
 -- -- Argument helpers -----------------------------------------------------------------
@@ -166,13 +165,18 @@ function F.embedding(idx, weight, ...)
              opts.scale_grad_by_freq and 1 or 0)
 end
 
-local shape_buf = ffi.new("int64_t[8]")
+-- layer_norm(x, normalized_shape, weight, bias, eps): normalized_shape
+-- is read as a shape (integers, at most 8: the buffer C reads), after the
+-- tensors, whose tables would be read into the same buffer; how it fits x,
+-- C checks.
 function F.layer_norm(x, normalized_shape, w, b, eps)
-  if type(normalized_shape) == "number" then normalized_shape = { normalized_shape } end
-  if type(normalized_shape) ~= "table" then raise("layer_norm: normalized_shape must be an integer or a table") end
-  for i = 1, #normalized_shape do shape_buf[i - 1] = normalized_shape[i] end
-  return new(C.dl_f_layer_norm, tensor_arg(x, "layer_norm", "input"), shape_buf, #normalized_shape,
-             opt_tensor(w, "layer_norm", "weight"), opt_tensor(b, "layer_norm", "bias"), eps or 1e-5)
+  x = tensor_arg(x, "layer_norm", "input")
+  w, b = opt_tensor(w, "layer_norm", "weight"), opt_tensor(b, "layer_norm", "bias")
+  if type(normalized_shape) ~= "number" and (type(normalized_shape) ~= "table" or core.is_tensor(normalized_shape)) then
+    raise("layer_norm: normalized_shape must be an integer or a table of integers, got " .. core.show(normalized_shape))
+  end
+  local n = core.shape_args("layer_norm", false, normalized_shape)
+  return new(C.dl_f_layer_norm, x, core.shape_buf, n, w, b, eps or 1e-5)
 end
 
 -- batch_norm(x, running_mean, running_var, weight, bias, training, momentum,
@@ -186,9 +190,10 @@ function F.batch_norm(x, running_mean, running_var, ...)
              opts.momentum or 0.1, opts.eps or 1e-5)
 end
 
+-- dropout(x, p, training): p in [0, 1], C checks
 function F.dropout(x, p, training)
   p = p or 0.5
-  if type(p) ~= "number" or p < 0 or p > 1 then raise("dropout: p must be a number in [0, 1], got " .. tostring(p)) end
+  if type(p) ~= "number" then raise("dropout: p must be a number, got " .. core.show(p)) end
   return new(C.dl_f_dropout, tensor_arg(x, "dropout", "input"), p, training == false and 0 or 1)
 end
 
@@ -202,9 +207,9 @@ end
 local sdpa_names = { "attn_mask", "dropout_p", "is_causal", "scale" }
 function F.scaled_dot_product_attention(q, k, v, ...)
   local o = options("scaled_dot_product_attention", sdpa_names, ...)
-  local p = o.dropout_p or 0
-  if type(p) ~= "number" or not (p >= 0 and p <= 1) then
-    raise("scaled_dot_product_attention: dropout_p must be a number in [0, 1], got " .. core.show(p))
+  local p = o.dropout_p or 0  -- in [0, 1], C checks
+  if type(p) ~= "number" then
+    raise("scaled_dot_product_attention: dropout_p must be a number, got " .. core.show(p))
   end
   if o.scale ~= nil and type(o.scale) ~= "number" then
     raise("scaled_dot_product_attention: scale must be a number or nil, got " .. core.show(o.scale))

@@ -1,7 +1,8 @@
--- ddp.DDP: data-parallel training of an nn.Module, as PyTorch's
--- DistributedDataParallel but without its traps.  The reducer (runtime
--- reducer.c) owns the gradients: each parameter's .grad is a view into a
--- flat bucket that is all-reduced (averaged) while backward still runs.
+-- ddp.nn.parallel: ddp.DDP (also nn.parallel.DDP), data-parallel training
+-- of an nn.Module, as PyTorch's torch.nn.parallel.DistributedDataParallel
+-- but without its traps.  The reducer (runtime/dist/reducer.c) owns the
+-- gradients: each parameter's .grad is a view into a flat bucket that is
+-- all-reduced (averaged) while backward still runs.
 --
 --   local dmodel = ddp.DDP(model[, opts])
 --   local loss = loss_fn(dmodel(x), y); loss:backward(); opt:step()
@@ -12,7 +13,7 @@
 local core = require "ddp.core"
 local dist = require "ddp.dist"
 local autograd = require "ddp.autograd"
-local nn = require "ddp.nn"
+local module = require "ddp.nn.module"
 local C, ffi = core.C, core.ffi
 local raise, show = core.raise, core.show
 local type, pairs, ipairs, tostring, setmetatable, getmetatable, rawget, rawset, pcall, unpack =
@@ -37,7 +38,7 @@ local options = { bucket_cap_mb = true, first_bucket_mb = true, broadcast_buffer
                   grad_accum = true, comm_hook = true, find_unused_parameters = true,
                   device_ids = true, output_device = true }
 
-local is_module = nn.is_module
+local is_module = module.is_module
 
 local function shape_str(t)
   return "[" .. concat(t:shape(), ", ") .. "]"
@@ -299,7 +300,7 @@ end
 
 -- -- Forwarding ----------------------------------------------------------------
 
-local Module = nn.Module
+local Module = module.Module
 
 mt.__index = function(self, k)
   local own = DDP[k]
