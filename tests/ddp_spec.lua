@@ -1,4 +1,4 @@
--- ddp.DDP (runtime/dist/reducer.c through lua/ddp/ddp.lua), in real jobs of
+-- ddp.DDP (runtime/dist/reducer.c through lua/ddp/nn/parallel.lua), in real jobs of
 -- `ddplua --nproc N`: K steps of DDP with per-rank batches from a
 -- DistributedSampler give the parameters of one process trained on the
 -- union of those batches (to 1e-5 relative), for N = 1..4, SGD and AdamW,

@@ -1,5 +1,6 @@
--- ddp.store: the rendezvous store (runtime/dist/store.c) from Lua -- a TCP
--- key-value store as PyTorch's TCPStore, for processes to find each other.
+-- ddp.dist.store (also ddp.store): the rendezvous store
+-- (runtime/dist/store.c) from Lua -- a TCP key-value store as PyTorch's
+-- TCPStore, for processes to find each other.
 --
 --   local srv = store.server{ port = 0 }          -- srv.port, srv.token
 --   local c = store.connect("127.0.0.1", srv.port, { token = srv.token })

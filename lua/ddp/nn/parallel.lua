@@ -12,6 +12,7 @@
 -- dmodel:state_dict() is the model's, without a prefix.
 local core = require "ddp.core"
 local dist = require "ddp.dist"
+local group = require "ddp.dist.group"  -- the C group the reducers use
 local autograd = require "ddp.autograd"
 local module = require "ddp.nn.module"
 local C, ffi = core.C, core.ffi
@@ -93,7 +94,7 @@ end
 local comm_modes = { bf16 = C.DL_COMM_BF16, fp16 = C.DL_COMM_FP16 }
 
 local function new_reducer(self, hook)
-  local pg = dist._group("ddp.DDP")
+  local pg = group._group("ddp.DDP")
   local ps = self._params
   local arr = ffi.new("dl_tensor *[?]", #ps)
   for i, p in ipairs(ps) do arr[i - 1] = p end
@@ -213,7 +214,7 @@ end
 
 -- ddp.shutdown() frees the group the reducers use: they go first (their
 -- hooks leave the parameters, which keep their last gradients).
-dist._on_shutdown[#dist._on_shutdown + 1] = function()
+group._on_shutdown[#group._on_shutdown + 1] = function()
   for self in pairs(all) do
     local r = rawget(self, "_r")
     if r ~= nil then
