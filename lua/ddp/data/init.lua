@@ -1,2 +1,29 @@
--- (moved: ddp.data.loader holds this module until the next commit splits it)
-return require "ddp.data.loader"
+-- ddp.data: data for training -- IDX files (MNIST, Fashion-MNIST:
+-- ddp.data.idx), TensorDataset (ddp.data.dataset), samplers
+-- (DistributedSampler: each rank's share; ddp.data.samplers), the
+-- DataLoader that cuts a dataset into batches (ddp.data.loader, which also
+-- tells the sampler protocol), reduce_metrics to sum evaluation metrics
+-- over ranks (ddp.data.metrics), and token files for language models
+-- (data.tokens, data.TokenDataset: ddp.data.tokens, also ddp.tokens).
+local core = require "ddp.core"
+
+core.add_lib_file(debug.getinfo(1, "S").source)
+
+local data = {}
+
+-- Each part's classes and functions, a name given twice being an error;
+-- names that start with _ are the parts' own, for each other.
+for _, part in ipairs { "ddp.data.idx", "ddp.data.dataset", "ddp.data.samplers", "ddp.data.loader",
+                        "ddp.data.metrics" } do
+  for name, v in pairs(require(part)) do
+    if name:sub(1, 1) ~= "_" then
+      if data[name] ~= nil then error(("ddp.data: %s is given twice (again by %s)"):format(name, part)) end
+      data[name] = v
+    end
+  end
+end
+
+data.tokens = require "ddp.data.tokens"
+data.TokenDataset = data.tokens.TokenDataset
+
+return data

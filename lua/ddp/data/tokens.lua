@@ -1,4 +1,4 @@
--- ddp.tokens: token data for language models -- TokenDataset, windows of
+-- ddp.data.tokens (also ddp.tokens): token data for language models -- TokenDataset, windows of
 -- block_size + 1 tokens over a memory-mapped flat token file (nanoGPT's
 -- headerless uint16 `.bin`, llm.c's `.bin` with its 1024-byte header, or
 -- uint32 tokens), and the tools that write such files (byte-level
