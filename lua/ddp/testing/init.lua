@@ -1,2 +1,34 @@
--- (moved: ddp.testing.run holds this module until the next commit splits it)
-return require "ddp.testing.run"
+-- ddp.testing: busted for users' own training code -- tensor assertions
+-- for luassert (assert.tensor_equal, assert.tensor_close, assert.are.same
+-- on tensors: ddp.testing.assertions, over ddp.testing.compare) and
+-- testing.run, which runs a chunk as a real N-rank job of `ddplua --nproc
+-- N` and hands back what each rank returned (ddp.testing.run).
+--
+--   local testing = require "ddp.testing"   -- registers the assertions under busted
+--   assert.tensor_close(expected, actual)   -- PyTorch's assert_close tolerances per dtype
+--   local res = testing.run(2, function() ddp.init(); return ddp.rank() end)  -- res[1], res[2]: 0, 1
+--
+-- Above the top module: it requires ddp's lower modules (never "ddp"), and
+-- nothing in the library requires it, so `require "ddp"` does not load it.
+local core = require "ddp.core"
+
+core.add_lib_file(debug.getinfo(1, "S").source)
+
+local M = {}
+
+-- Each part's functions, a name given twice being an error; names that
+-- start with _ are the parts' own, for each other.
+for _, part in ipairs { "ddp.testing.compare", "ddp.testing.assertions", "ddp.testing.run" } do
+  for name, v in pairs(require(part)) do
+    if name:sub(1, 1) ~= "_" then
+      if M[name] ~= nil then error(("ddp.testing: %s is given twice (again by %s)"):format(name, part)) end
+      M[name] = v
+    end
+  end
+end
+
+-- Requiring this module registers the assertions where luassert is
+-- loaded (under busted it is).
+if package.loaded.luassert then M.register(package.loaded.luassert) end
+
+return M
