@@ -17,7 +17,7 @@ local MODULES = {
   "ddp.nn.functional", "ddp.functional", "ddp.dist.store", "ddp.store", "ddp.dist.env",
   "ddp.dist.group", "ddp.dist.collectives", "ddp.dist.objects", "ddp.dist", "ddp.nn.module", "ddp.nn.weight_init",
   "ddp.nn.layers", "ddp.nn.containers", "ddp.nn.utils", "ddp.nn.attention", "ddp.nn.sync_bn",
-  "ddp.nn.parallel", "ddp.nn", "ddp.optim", "ddp.checkpoint", "ddp.data.checks", "ddp.data.dataset",
+  "ddp.nn.parallel", "ddp.nn", "ddp.optim.lr_scheduler", "ddp.optim", "ddp.checkpoint", "ddp.data.checks", "ddp.data.dataset",
   "ddp.data.idx", "ddp.data.samplers", "ddp.data.loader", "ddp.data.metrics", "ddp.data.tokens", "ddp.tokens",
   "ddp.data",
   "ddp.progress", "ddp.argparse", "ddp.console.chunk", "ddp.console.format", "ddp.console.complete",

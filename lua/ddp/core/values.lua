@@ -12,7 +12,7 @@ local ffi, C = B.ffi, B.C
 local raise, new, check = errors.raise, handles.new, handles.check
 local is_tensor, is_integer, describe = handles.is_tensor, args.is_integer, args.describe
 local dtype_opt, device_arg = args.dtype_opt, args.device_arg
-local type = type
+local type, pairs = type, pairs
 
 errors.add_lib_file(debug.getinfo(1, "S").source)
 
@@ -78,6 +78,18 @@ function M.tensor_arg(x, op, what)
   if is_tensor(x) then return x end
   if type(x) == "table" then return M.tensor_from(x, nil, op) end
   raise(("%s: %s must be a tensor, got %s"):format(op, what or "argument", describe(x)))
+end
+
+-- A copy of v for a state dict (an optimizer's, a scheduler's): tensors
+-- cloned, tables copied all the way down, the rest as it is.
+function M.copy_value(v)
+  if is_tensor(v) then return v:clone() end
+  if type(v) == "table" then
+    local r = {}
+    for k, x in pairs(v) do r[k] = M.copy_value(x) end
+    return r
+  end
+  return v
 end
 
 -- A tensor made on the CPU, moved where opts.device says (dtype_opt has
