@@ -9,34 +9,64 @@ local function lua(code)
   return sh(q(jobs.ddplua) .. " -e " .. q(code) .. " 2>&1")
 end
 
-local MODULES = {
-  "ddp.ffi", "ddp.core.errors", "ddp.core.handles", "ddp.core.args", "ddp.core.values",
-  "ddp.core.class", "ddp.core", "ddp.serialize", "ddp.tensor.info", "ddp.tensor.views", "ddp.tensor.math",
-  "ddp.tensor.grad", "ddp.tensor.print", "ddp.autocast", "ddp.tensor.sampling", "ddp.tensor",
-  "ddp.tensor.factory", "ddp.autograd",
-  "ddp.nn.functional", "ddp.functional", "ddp.dist.store", "ddp.store", "ddp.dist.env",
-  "ddp.dist.group", "ddp.dist.collectives", "ddp.dist.objects", "ddp.dist", "ddp.nn.module", "ddp.nn.weight_init",
-  "ddp.nn.layers", "ddp.nn.containers", "ddp.nn.utils", "ddp.nn.attention", "ddp.nn.sync_bn",
-  "ddp.nn.parallel", "ddp.nn", "ddp.optim.lr_scheduler", "ddp.optim", "ddp.checkpoint", "ddp.data.checks", "ddp.data.dataset",
-  "ddp.data.idx", "ddp.data.samplers", "ddp.data.loader", "ddp.data.metrics", "ddp.data.tokens", "ddp.tokens",
-  "ddp.data",
-  "ddp.progress", "ddp.argparse", "ddp.console.chunk", "ddp.console.format", "ddp.console.complete",
-  "ddp.console", "ddp.testing.compare", "ddp.testing.assertions", "ddp.testing.run",
-  "ddp.testing",
+-- In the order of the hierarchy lua/ddp/init.lua writes down: each may
+-- require only those before it.  The top module ddp sits between the
+-- console and ddp.testing.
+local LAYERS = {
+  { "ddp.cdef", "ddp.ffi" },
+  { "ddp.core.errors", "ddp.core.handles", "ddp.core.args", "ddp.core.values", "ddp.core.class", "ddp.core" },
+  { "ddp.serialize", "ddp.autocast" },
+  { "ddp.tensor.info", "ddp.tensor.views", "ddp.tensor.math", "ddp.tensor.grad", "ddp.tensor.sampling",
+    "ddp.tensor.print", "ddp.tensor" },
+  { "ddp.tensor.factory", "ddp.autograd" },
+  { "ddp.nn.functional", "ddp.functional" },
+  { "ddp.dist.store", "ddp.store", "ddp.dist.env", "ddp.dist.group", "ddp.dist.collectives", "ddp.dist.objects",
+    "ddp.dist" },
+  { "ddp.nn.module", "ddp.nn.weight_init", "ddp.nn.layers", "ddp.nn.containers", "ddp.nn.utils", "ddp.nn.attention",
+    "ddp.nn.sync_bn", "ddp.nn.parallel", "ddp.nn" },
+  { "ddp.optim.lr_scheduler", "ddp.optim" },
+  { "ddp.checkpoint", "ddp.data.checks", "ddp.data.dataset", "ddp.data.idx", "ddp.data.samplers",
+    "ddp.data.loader", "ddp.data.metrics", "ddp.data.tokens", "ddp.tokens", "ddp.data", "ddp.progress",
+    "ddp.argparse" },
+  { "ddp.console.chunk", "ddp.console.format", "ddp.console.complete", "ddp.console" },
+  { "ddp.testing.compare", "ddp.testing.assertions", "ddp.testing.run", "ddp.testing" },
 }
+local MODULES = {}
+for _, layer in ipairs(LAYERS) do
+  for _, name in ipairs(layer) do MODULES[#MODULES + 1] = name end
+end
 
 describe("the Lua modules", function()
-  it("each load without the top module ddp and add no globals", function()
+  it("each load without the top module ddp, only the modules before them, and add no globals", function()
     local code = [[
-local before = {}
+local allowed = {%s}
+local before, loaded = {}, {}
 for k in pairs(_G) do before[k] = true end
+for k in pairs(package.loaded) do loaded[k] = true end
 require(%q)
 assert(package.loaded.ddp == nil, "loaded the top module ddp")
 for k in pairs(_G) do assert(before[k], "added the global " .. tostring(k)) end
+for k in pairs(package.loaded) do
+  assert(loaded[k] or allowed[k] or not k:match("^ddp"), "loaded " .. k .. ", which comes after it")
+end
 print("fine")]]
+    local allowed = {}
     for _, name in ipairs(MODULES) do
-      assert.equal("fine\n", lua(code:format(name)), name)
+      allowed[#allowed + 1] = ("[%q] = true"):format(name)
+      assert.equal("fine\n", lua(code:format(table.concat(allowed, ", "), name)), name)
     end
+  end)
+
+  it("are every file of lua/ddp (so each is checked here)", function()
+    local listed = { ddp = true }
+    for _, name in ipairs(MODULES) do listed[name] = true end
+    local n = 0
+    for path in sh("cd lua && find ddp -name '*.lua'"):gmatch("[^\n]+") do
+      local name = path:gsub("%.lua$", ""):gsub("/init$", ""):gsub("/", ".")
+      assert.truthy(listed[name], path .. " is not in LAYERS")
+      n = n + 1
+    end
+    assert.equal(#MODULES - 2 + 1, n)  -- ddp.cdef and ddp.ffi live elsewhere; ddp is init.lua
   end)
 
   it("give the same tensor type whatever loads first", function()

@@ -1,6 +1,6 @@
 -- ddp.autograd: the Lua face of the C autograd engine: grad-mode
 -- switches (no_grad, enable_grad, ...) and gradcheck.  The tensor's side
--- (requires_grad_, backward, t.grad, ...) is ddp.tensor_grad's.
+-- (requires_grad_, backward, t.grad, ...) is ddp.tensor.grad's.
 local core = require "ddp.core"
 local tensor = require "ddp.tensor"
 local tensor_grad = require "ddp.tensor.grad"
