@@ -151,7 +151,8 @@ function M.DDP(model, opts)
   for _, p in ipairs(model:named_parameters()) do
     if p[2].requires_grad then named[#named + 1] = p end
   end
-  if #named == 0 then raise("ddp.DDP: the model has no parameter that requires grad") end
+  -- none at all: dl_reducer_new says so (on every rank, after the checks
+  -- below find nothing to compare)
   local want = dist.device()
   for _, p in ipairs(named) do
     local dev = p[2]:device()
