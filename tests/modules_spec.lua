@@ -112,6 +112,24 @@ print("fine")]])
   end)
 end)
 
+describe("core.gather, how a folder's module is made of its parts", function()
+  local core = require "ddp.core"
+
+  it("takes each part's names but its _ ones, and refuses a name given twice", function()
+    package.preload["spec_part_a"] = function() return { x = 1, _shared = 2 } end
+    package.preload["spec_part_b"] = function() return { y = 3 } end
+    package.preload["spec_part_c"] = function() return { x = 4 } end
+    local m = core.gather({ z = 0 }, "spec", { "spec_part_a", "spec_part_b" })
+    assert.same({ x = 1, y = 3, z = 0 }, m)
+    local ok, err = pcall(core.gather, {}, "spec", { "spec_part_a", "spec_part_c" })
+    assert.is_false(ok)
+    assert.truthy(err:find("spec: x is given twice (again by spec_part_c)", 1, true), err)
+    for _, k in ipairs { "a", "b", "c" } do
+      package.preload["spec_part_" .. k], package.loaded["spec_part_" .. k] = nil, nil
+    end
+  end)
+end)
+
 describe("core.class, the one class idiom", function()
   local core = require "ddp.core"
 

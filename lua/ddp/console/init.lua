@@ -13,17 +13,10 @@ local chunk = require "ddp.console.chunk"
 
 core.add_lib_file(debug.getinfo(1, "S").source)
 
-local M = {}
-local type, pairs, tostring, select = type, pairs, tostring, select
-
 -- The parts' functions, all given out here (cli/repl.c and cli/link.c
--- call them by name on this module); names that start with _ are the
--- parts' own, for each other.
-for _, part in ipairs { chunk, require "ddp.console.format", require "ddp.console.complete" } do
-  for name, v in pairs(part) do
-    if name:sub(1, 1) ~= "_" then M[name] = v end
-  end
-end
+-- call them by name on this module).
+local M = core.gather({}, "ddp.console", { "ddp.console.chunk", "ddp.console.format", "ddp.console.complete" })
+local type, pairs, tostring, select = type, pairs, tostring, select
 
 -- -- Running -----------------------------------------------------------------
 

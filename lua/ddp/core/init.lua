@@ -8,15 +8,25 @@ local ffi = B.ffi
 
 local M = { C = B.C, ffi = ffi }
 
--- Each part hands over a table of its own; a name given twice is an
--- error, so the order they are taken in cannot change the result.
-for _, part in ipairs { "ddp.core.errors", "ddp.core.handles", "ddp.core.args", "ddp.core.values",
-                        "ddp.core.class" } do
-  for name, v in pairs(require(part)) do
-    if M[name] ~= nil then error(("ddp.core: %s is given twice (again by %s)"):format(name, part)) end
-    M[name] = v
+-- gather(into, modname, parts): how a folder's module (this one,
+-- ddp.nn, ddp.dist, ...) is made of its parts -- each part module hands
+-- over a table of its own, and its names go into `into`, but those that
+-- start with _ (the parts' own, for each other).  A name given twice is an
+-- error, so the order parts are taken in cannot change the result.
+function M.gather(into, modname, parts)
+  for _, part in ipairs(parts) do
+    for name, v in pairs(require(part)) do
+      if name:sub(1, 1) ~= "_" then
+        if into[name] ~= nil then error(("%s: %s is given twice (again by %s)"):format(modname, name, part)) end
+        into[name] = v
+      end
+    end
   end
+  return into
 end
+
+M.gather(M, "ddp.core", { "ddp.core.errors", "ddp.core.handles", "ddp.core.args", "ddp.core.values",
+                          "ddp.core.class" })
 M.add_lib_file(debug.getinfo(1, "S").source)
 
 -- Seconds on the monotonic clock, for deadlines and rates (ddp.dist's

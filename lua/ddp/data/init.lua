@@ -9,19 +9,9 @@ local core = require "ddp.core"
 
 core.add_lib_file(debug.getinfo(1, "S").source)
 
-local data = {}
-
--- Each part's classes and functions, a name given twice being an error;
--- names that start with _ are the parts' own, for each other.
-for _, part in ipairs { "ddp.data.idx", "ddp.data.dataset", "ddp.data.samplers", "ddp.data.loader",
-                        "ddp.data.metrics" } do
-  for name, v in pairs(require(part)) do
-    if name:sub(1, 1) ~= "_" then
-      if data[name] ~= nil then error(("ddp.data: %s is given twice (again by %s)"):format(name, part)) end
-      data[name] = v
-    end
-  end
-end
+-- Each part's classes and functions (core.gather).
+local data = core.gather({}, "ddp.data", { "ddp.data.idx", "ddp.data.dataset", "ddp.data.samplers",
+                                           "ddp.data.loader", "ddp.data.metrics" })
 
 data.tokens = require "ddp.data.tokens"
 data.TokenDataset = data.tokens.TokenDataset

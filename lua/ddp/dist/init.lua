@@ -13,17 +13,7 @@ local core = require "ddp.core"
 
 core.add_lib_file(debug.getinfo(1, "S").source)
 
-local M = {}
-
--- Each part's functions, a name given twice being an error; names that
--- start with _ are the parts' own, for each other (ddp.dist.group's).
-for _, part in ipairs { "ddp.dist.env", "ddp.dist.group", "ddp.dist.collectives", "ddp.dist.objects" } do
-  for name, v in pairs(require(part)) do
-    if name:sub(1, 1) ~= "_" then
-      if M[name] ~= nil then error(("ddp.dist: %s is given twice (again by %s)"):format(name, part)) end
-      M[name] = v
-    end
-  end
-end
-
-return M
+-- Each part's functions (core.gather: not ddp.dist.group's _-names, which
+-- the parts share).
+return core.gather({}, "ddp.dist", { "ddp.dist.env", "ddp.dist.group", "ddp.dist.collectives",
+                                     "ddp.dist.objects" })

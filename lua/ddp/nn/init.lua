@@ -5,8 +5,8 @@
 -- nn.utils, nn.parallel (ddp.DDP).
 --
 -- The one way nn grows: a module of this folder returns a table of its
--- classes and functions, and this file takes them in, a name given twice
--- being an error.  Nothing patches nn from outside, so require "ddp.nn"
+-- classes and functions, and this file takes them in (core.gather: a name
+-- given twice is an error).  Nothing patches nn from outside, so require "ddp.nn"
 -- alone has all of it.  SyncBatchNorm and DDP need the process group:
 -- ddp.nn sits above ddp.dist, which needs nothing of nn.
 local core = require "ddp.core"
@@ -23,11 +23,6 @@ local nn = {
   parallel = require "ddp.nn.parallel",
 }
 
-for _, part in ipairs { "ddp.nn.layers", "ddp.nn.containers", "ddp.nn.attention", "ddp.nn.sync_bn" } do
-  for name, v in pairs(require(part)) do
-    if nn[name] ~= nil then error(("ddp.nn: %s is given twice (again by %s)"):format(name, part)) end
-    nn[name] = v
-  end
-end
+core.gather(nn, "ddp.nn", { "ddp.nn.layers", "ddp.nn.containers", "ddp.nn.attention", "ddp.nn.sync_bn" })
 
 return nn

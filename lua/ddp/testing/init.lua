@@ -14,18 +14,8 @@ local core = require "ddp.core"
 
 core.add_lib_file(debug.getinfo(1, "S").source)
 
-local M = {}
-
--- Each part's functions, a name given twice being an error; names that
--- start with _ are the parts' own, for each other.
-for _, part in ipairs { "ddp.testing.compare", "ddp.testing.assertions", "ddp.testing.run" } do
-  for name, v in pairs(require(part)) do
-    if name:sub(1, 1) ~= "_" then
-      if M[name] ~= nil then error(("ddp.testing: %s is given twice (again by %s)"):format(name, part)) end
-      M[name] = v
-    end
-  end
-end
+-- Each part's functions (core.gather).
+local M = core.gather({}, "ddp.testing", { "ddp.testing.compare", "ddp.testing.assertions", "ddp.testing.run" })
 
 -- Requiring this module registers the assertions where luassert is
 -- loaded (under busted it is).
