@@ -311,7 +311,11 @@ bench: deps
 	$(BUILD_ALL)
 	@bash bench/run.sh
 
+# The library's Lua files replace any earlier install's: a file that moved
+# into a folder (ddp/nn.lua -> ddp/nn/init.lua) would otherwise leave the
+# old one behind, found first by package.path's ddp/?.lua.
 install: all
+	rm -rf $(PREFIX)/share/ddplua/lua
 	install -d $(PREFIX)/bin $(PREFIX)/lib $(PREFIX)/share/ddplua/lua/ddp
 	install -m 755 $(CLI) $(PREFIX)/bin/ddplua
 	install -m 644 $(LIB) $(CUDA_LIB) $(PREFIX)/lib/

@@ -7,7 +7,7 @@
 --   build/ddplua bench/lua_op_overhead.lua [ITERS [RUNS]] [--jit-add-sub] [--no-jit]
 --
 -- --jit-add-sub re-enables the trace compiler on add/sub's alpha wrappers,
--- which lua/ddp/ops.lua keeps interpreted (jit.off) because of a LuaJIT
+-- which lua/ddp/tensor/math.lua kept interpreted (jit.off) because of a LuaJIT
 -- recorder bug (docs/luajit.md): this measures what that workaround costs.
 -- It may crash a LuaJIT with the bug, which is why it is opt-in.
 -- --no-jit turns the trace compiler off altogether (the interpreter's cost).

@@ -2,6 +2,7 @@
 -- which ops run in bfloat16 and which in float32, gradients in float32
 -- on float32 parameters, nesting, restore on error, argument errors.
 local ddp = require "ddp"
+local shell = require "helpers.shell"
 local nn, F = ddp.nn, ddp.nn.functional
 
 local function mlp()
@@ -10,6 +11,22 @@ local function mlp()
 end
 
 describe("ddp.autocast", function()
+  teardown(shell.cleanup)
+
+  it("applies in every spec file of a busted run (the library loads once: .busted's helper)", function()
+    -- busted unloads each file's modules; the tensor type keeps the first
+    -- load's methods, so a later file's ddp.autocast must be that load's
+    local later = [[
+describe("a later file", function() it("casts", function()
+  local ddp = require "ddp"
+  local a = ddp.ones(2, 2)
+  assert.equal("bfloat16", ddp.autocast("bf16", function() return a:matmul(a):dtype() end))
+end) end)]]
+    local out = shell.busted { 'describe("a first file", function() it("loads ddp", function() require "ddp" end) end)', later }
+    assert.truthy(out:find("ok 2 - a later file casts", 1, true), out)
+    assert.falsy(out:find("not ok", 1, true), out)
+  end)
+
   it("runs matmul, linear and conv2d in bfloat16", function()
     local a, b = ddp.randn(3, 8), ddp.randn(8, 2)
     ddp.autocast("bf16", function()

@@ -1,4 +1,4 @@
--- ddp.DDP (runtime/dist/reducer.c through lua/ddp/ddp.lua), in real jobs of
+-- ddp.DDP (runtime/dist/reducer.c through lua/ddp/nn/parallel.lua), in real jobs of
 -- `ddplua --nproc N`: K steps of DDP with per-rank batches from a
 -- DistributedSampler give the parameters of one process trained on the
 -- union of those batches (to 1e-5 relative), for N = 1..4, SGD and AdamW,
@@ -353,7 +353,7 @@ print("ERR " .. e)
       n = n + 1
       if l:find("-- LINE", 1, true) then line = n end
     end
-    local want = ("ERR %s:%d: fc2 (Linear(in_features=3, out_features=2, bias=True)): linear: input of shape [2, 4]"):format(s, line)
+    local want = ("ERR %s:%d: fc2 (Linear(in_features=3, out_features=2, bias=True)): linear: shapes [2, 4] and [2, 3] cannot be multiplied (4 vs 3)"):format(s, line)
     assert.equals(2, select(2, out:gsub(want:gsub("%p", "%%%0"), "")), out)
     assert.falsy(out:find("module.", 1, true), out)
   end)

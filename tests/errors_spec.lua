@@ -576,7 +576,7 @@ describe("errors", function()
     it("an error inside a layer names its path and type, also after a tail call", function()
       local model = Net()
       local err = fails(function() local _ = model(ddp.randn(2, 16)) end,
-        ": fc2 (Linear(in_features=15, out_features=15, bias=True)): linear: input of shape [2, 16]")
+        ": fc2 (Linear(in_features=15, out_features=15, bias=True)): linear: shapes [2, 16] and [15, 15] cannot be multiplied (16 vs 15)")
       -- the module called works again
       assert.same({ 3, 16 }, model.fc1(ddp.randn(3, 16)):shape())
       assert.truthy(err)

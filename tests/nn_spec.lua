@@ -198,7 +198,40 @@ describe("functional", function()
   it("linear checks shapes", function()
     local ok, err = pcall(function() F.linear(ddp.randn(2, 3), ddp.randn(4, 5)) end)
     assert.is_false(ok)
-    assert.matches("linear: input of shape %[2, 3%] does not fit weight of shape %[4, 5%]", err)
+    assert.matches("linear: shapes %[2, 3%] and %[4, 5%] cannot be multiplied %(3 vs 5%)", err)
+  end)
+
+  it("leaves to C what C checks: one wording (errmsg.h), at the user's line", function()
+    local function err(f, ...)
+      local ok, e = pcall(f, ...)
+      assert.is_false(ok)
+      return e
+    end
+    local x = ddp.randn(2, 3)
+    for _, case in ipairs {
+      { "linear: shapes [2, 3] and [4, 5] cannot be multiplied (3 vs 5)", function() return F.linear(x, ddp.randn(4, 5)) end },
+      { "linear: weight must be 2-D [out_features, in_features]", function() return F.linear(x, ddp.randn(3)) end },
+      { "dropout: p must be in [0, 1], got 1.5", function() return F.dropout(x, 1.5) end },
+      { "dropout: p must be in [0, 1], got ", function() return F.dropout(x, 0 / 0) end },  -- a NaN too
+      { "scaled_dot_product_attention: dropout_p must be in [0, 1], got -0.5",
+        function() return F.scaled_dot_product_attention(x, x, x, { dropout_p = -0.5 }) end },
+      { "randperm: n must be non-negative, got -1", function() return ddp.randperm(-1) end },
+      { "eye: n must be non-negative, got -2", function() return ddp.eye(-2) end },
+    } do
+      local e = err(case[2])
+      assert.truthy(e:find(case[1], 1, true), e)
+      assert.matches("^[^:]*nn_spec%.lua:%d+: ", e)
+    end
+    -- what C never sees stays Lua's: types, and the buffer Lua fills
+    assert.matches("dropout: p must be a number, got \"half\"", err(F.dropout, x, "half"))
+    assert.matches("layer_norm: 9 dims given, at most 8 are supported",
+                   err(F.layer_norm, x, { 1, 1, 1, 1, 1, 1, 1, 1, 1 }))
+    assert.matches("layer_norm: invalid size 2.5 at dim 0", err(F.layer_norm, x, { 2.5 }))
+    assert.matches("layer_norm: normalized_shape must be an integer or a table of integers, got \"3\"",
+                   err(F.layer_norm, x, "3"))
+    assert.matches("randperm: n must be an integer, got 1.5", err(ddp.randperm, 1.5))
+    assert.equal(3, F.layer_norm(x, 3):size(1))
+    assert.equal(3, F.layer_norm(x, { 2, 3 }):size(1))
   end)
 
   it("cross_entropy options reach the kernel", function()

@@ -51,4 +51,17 @@ describe("the quick start", function()
     assert.truthy(out:find(prefix .. "/share/ddplua/lua/ddp/init.lua", 1, true), out)
     shell.sh("rm -rf " .. q(prefix))
   end)
+
+  it("make install replaces an earlier install's Lua files (a module that moved into a folder leaves none behind)", function()
+    local prefix = shell.tempdir()
+    -- as an install from before lua/ddp/nn.lua became lua/ddp/nn/init.lua
+    shell.sh("mkdir -p " .. q(prefix .. "/share/ddplua/lua/ddp"))
+    shell.writefile(prefix .. "/share/ddplua/lua/ddp/nn.lua", 'return { old = true }\n')
+    local log = shell.sh("make -s --no-print-directory install PREFIX=" .. q(prefix) .. " 2>&1; echo rc=$?")
+    assert.truthy(log:find("rc=0", 1, true), log)
+    local out = shell.sh("cd / && " .. q(prefix .. "/bin/ddplua") .. " -e "
+      .. q('local nn = require "ddp.nn"; print(nn.old, nn.SyncBatchNorm)') .. " 2>&1")
+    assert.equals("nil\tSyncBatchNorm\n", out)
+    shell.sh("rm -rf " .. q(prefix))
+  end)
 end)

@@ -16,7 +16,10 @@
 -- it.  The casts are ordinary t:to(dtype) calls, recorded by autograd, so
 -- gradients come back to the float32 parameters in float32.  Outside
 -- autocast a wrapper costs one upvalue test.  The state is per Lua state
--- (one per process), nestable, and restored when fn raises.
+-- (one per process), nestable, and restored when fn raises.  It is this
+-- module's own, as every module's: the library is loaded once per process
+-- (the tensor metatype can be set only once), so the specs load it once
+-- too (.busted's helper).
 local core = require "ddp.core"
 local raise, show = core.raise, core.show
 local is_tensor = core.is_tensor
@@ -25,13 +28,8 @@ local select, pcall, error, unpack = select, pcall, error, unpack or table.unpac
 local M = {}
 
 -- state.low: the low dtype while autocast is on ("bfloat16" / "float16"),
--- else nil.  Kept in the registry, not in this module: the tensor metatype
--- is set once per process, so after a reload of these modules (busted
--- does that between spec files) the wrappers installed by the first load
--- must still see the state the new ddp.autocast sets.
-local reg = debug.getregistry()
-reg.ddp_autocast_state = reg.ddp_autocast_state or { low = nil }
-local state = reg.ddp_autocast_state
+-- else nil; the wrappers read it.
+local state = { low = nil }
 
 local names = { bf16 = "bfloat16", bfloat16 = "bfloat16", fp16 = "float16", float16 = "float16",
                 half = "float16" }

@@ -1,9 +1,9 @@
 -- ddp.autograd: the Lua face of the C autograd engine: grad-mode
 -- switches (no_grad, enable_grad, ...) and gradcheck.  The tensor's side
--- (requires_grad_, backward, t.grad, ...) is ddp.tensor_grad's.
+-- (requires_grad_, backward, t.grad, ...) is ddp.tensor.grad's.
 local core = require "ddp.core"
 local tensor = require "ddp.tensor"
-local tensor_grad = require "ddp.tensor_grad"
+local tensor_grad = require "ddp.tensor.grad"
 local C, ffi = core.C, core.ffi
 local new, check, raise = core.new, core.check, core.raise
 local T = tensor.methods

@@ -15,7 +15,7 @@
 -- {all_ranks = true} (every rank calls), the file also holds each rank's
 -- stream, and each rank takes back its own.
 local core = require "ddp.core"
-local factory = require "ddp.factory"
+local factory = require "ddp.tensor.factory"
 local serialize = require "ddp.serialize"
 local dist = require "ddp.dist"
 local C, ffi = core.C, core.ffi

@@ -1,40 +1,47 @@
 -- ddp: the module users require, the top of the library.  It gives out,
 -- as in PyTorch's torch namespace: tensor creation and random numbers
--- (ddp.factory), every tensor method also as a function (ddp.add(a, b)),
+-- (ddp.tensor.factory), every tensor method also as a function (ddp.add(a, b)),
 -- the runtime's switches (threads, memory, ddp.cuda), checkpoints, grad
 -- mode, the process group's functions (ddp.dist: ddp.init, ddp.rank, ...),
 -- ddp.DDP, and the submodules ddp.nn, ddp.optim, ddp.data, ddp.dist,
 -- ddp.store, ddp.argparse.
 --
--- The modules form a strict hierarchy, each requiring only those before it:
---   ddp.ffi, ddp.core, ddp.serialize
---   ddp.tensor_base, ddp.ops, ddp.tensor_grad, ddp.print, ddp.autocast
---   ddp.tensor (the tensor type)
---   ddp.factory (creation), ddp.autograd
---   ddp.functional, ddp.nn, ddp.optim
---   ddp.store, ddp.dist, ddp.checkpoint (its all_ranks saves gather), ddp.tokens, ddp.data,
---   ddp.progress, ddp.argparse, ddp.ddp, ddp.nn_sync_bn (joins ddp.nn here)
---   ddp.console (the prompt's side in Lua, ddp.breakpoint)
+-- The library is lua/ddp/ in folders by concern; a folder's init.lua is
+-- the module of the folder's name (ddp.nn is nn/init.lua) and gathers its
+-- parts.  The modules form a strict hierarchy, each requiring only those
+-- before it (tests/modules_spec.lua checks the order, in its LAYERS):
+--   ddp.ffi (bindings/ddp/ffi.lua: the runtime, and its cdef, ddp.cdef)
+--   ddp.core.errors, .handles, .args, .values, .class; ddp.core (all of them)
+--   ddp.serialize, ddp.autocast
+--   ddp.tensor.info, .views, .math, .grad, .sampling, .print; ddp.tensor (the type)
+--   ddp.tensor.factory (creation), ddp.autograd
+--   ddp.nn.functional (also ddp.functional)
+--   ddp.dist.store (also ddp.store), ddp.dist.env, .group, .collectives, .objects; ddp.dist
+--   ddp.nn.module, .weight_init, .layers, .containers, .utils, .attention,
+--     .sync_bn, .parallel (ddp.DDP); ddp.nn (above ddp.dist: SyncBatchNorm and DDP use it)
+--   ddp.optim.lr_scheduler; ddp.optim
+--   ddp.checkpoint (its all_ranks saves gather), ddp.data.checks, .dataset,
+--     .idx, .samplers, .loader, .metrics, .tokens (also ddp.tokens); ddp.data;
+--     ddp.progress, ddp.argparse
+--   ddp.console.chunk, .format, .complete; ddp.console (the prompt's side in Lua)
 --   ddp (this file)
 -- so none of them requires "ddp" back, and everything here loads at once.
--- ddp.testing (busted helpers) sits beside this file on the lower modules;
--- specs load it, this file does not.
+-- ddp.testing (.compare, .assertions, .run: busted helpers) sits beside
+-- this file on the lower modules; specs load it, this file does not.
 local core = require "ddp.core"
 local tensor = require "ddp.tensor"
-local factory = require "ddp.factory"
-local printer = require "ddp.print"
+local factory = require "ddp.tensor.factory"
+local printer = require "ddp.tensor.print"
 local autograd = require "ddp.autograd"
 local autocast = require "ddp.autocast"
 local dist = require "ddp.dist"
 local checkpoint = require "ddp.checkpoint"
 local nn = require "ddp.nn"
-local sync_bn = require "ddp.nn_sync_bn"
 local optim = require "ddp.optim"
 local data = require "ddp.data"
-local store = require "ddp.store"
+local store = require "ddp.dist.store"
 local argparse = require "ddp.argparse"
 local progress = require "ddp.progress"
-local wrapper = require "ddp.ddp"
 local console = require "ddp.console"
 local C, ffi = core.C, core.ffi
 local new, check, raise = core.new, core.check, core.raise
@@ -122,7 +129,7 @@ ddp.cuda = {
   -- The current device (ddp.init makes it this rank's, ddp.device()).
   current_device = function() return dist.current_device() end,
   -- "cuda" (no index) names it from then on.
-  set_device = function(d) core.current_cuda = cuda_index("cuda.set_device", d) end,
+  set_device = function(d) core.set_current_cuda(cuda_index("cuda.set_device", d)) end,
   status = function() return ffi.string(C.dl_cuda_status()) end,
   synchronize = function(d) check(C.dl_cuda_synchronize(cuda_index("cuda.synchronize", d))) end,
   empty_cache = function(d) check(C.dl_cuda_empty_cache(cuda_index("cuda.empty_cache", d))) end,
@@ -165,15 +172,11 @@ end
 ddp.autocast = autocast.autocast
 ddp.autocast_dtype = autocast.get_dtype
 
--- nn.SyncBatchNorm and nn.convert_sync_batchnorm (ddp.nn_sync_bn), which
--- sit above ddp.dist, join ddp.nn here.
-nn.SyncBatchNorm, nn.convert_sync_batchnorm = sync_bn.SyncBatchNorm, sync_bn.convert_sync_batchnorm
-
 -- The submodules, as ddp.nn etc. (require "ddp.nn" gives the same table).
 ddp.nn, ddp.optim, ddp.data, ddp.dist, ddp.store, ddp.argparse = nn, optim, data, dist, store, argparse
 
--- ddp.DDP(model[, opts]) (ddp.ddp): the data-parallel wrapper.
-ddp.DDP = wrapper.DDP
+-- ddp.DDP(model[, opts]) (ddp.nn.parallel): the data-parallel wrapper.
+ddp.DDP = nn.parallel.DDP
 
 -- ddp.DataLoader, ddp.DistributedSampler, ddp.reduce_metrics: ddp.data's.
 ddp.DataLoader, ddp.DistributedSampler, ddp.reduce_metrics =

@@ -11,7 +11,7 @@ local core = require "ddp.core"
 local dist = require "ddp.dist"
 local ffi = core.ffi
 local raise, show = core.raise, core.show
-local floor, max, fmt = math.floor, math.max, string.format
+local floor, fmt = math.floor, string.format
 
 core.add_lib_file(debug.getinfo(1, "S").source)
 -- Declared under a name of our own (bound to the libc symbol): ddp loads

@@ -71,6 +71,14 @@ function M.tempdir()
   return name
 end
 
+-- busted run from the repository root (so with its .busted) over spec
+-- files holding the given sources, in order; returns its TAP output.
+function M.busted(sources)
+  local dir = M.tempdir()
+  for i, src in ipairs(sources) do M.writefile(("%s/%d_spec.lua"):format(dir, i), src) end
+  return M.sh("busted -o TAP " .. M.q(dir) .. " 2>&1")
+end
+
 -- Registers a path made some other way (name .. "_x.lua") for cleanup.
 function M.track(name)
   temps[#temps + 1] = name

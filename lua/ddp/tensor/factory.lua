@@ -1,4 +1,4 @@
--- ddp.factory: making tensors -- from Lua values (ddp.tensor), filled
+-- ddp.tensor.factory: making tensors -- from Lua values (ddp.tensor), filled
 -- (zeros, ones, full, arange, eye, ...), random (rand, randn, randint,
 -- randperm, and the generator's seed and state), *_like, from_blob, and
 -- joined (cat, stack).  The top module ddp gives all of these out as its
@@ -88,8 +88,9 @@ end
 function M.eye(n, m, opts)
   if type(m) == "table" then m, opts = nil, m end
   opts = opts or {}
-  if not is_integer(n) or n < 0 then raise("eye: n must be a non-negative integer, got " .. tostring(n)) end
-  if m ~= nil and (not is_integer(m) or m < 0) then raise("eye: m must be a non-negative integer, got " .. tostring(m)) end
+  -- n >= 0 C checks; m < 0 would mean n to C
+  if not is_integer(n) then raise("eye: n must be an integer, got " .. core.show(n)) end
+  if m ~= nil and (not is_integer(m) or m < 0) then raise("eye: m must be a non-negative integer, got " .. core.show(m)) end
   return new(C.dl_eye_on, n, m or -1, dtype_opt(opts, "eye"), device_opt(opts, "eye"))
 end
 
@@ -113,7 +114,7 @@ function M.randint(a, b, c, opts)
 end
 function M.randperm(n, opts)
   opts = opts or {}
-  if not is_integer(n) or n < 0 then raise("randperm: n must be a non-negative integer, got " .. tostring(n)) end
+  if not is_integer(n) then raise("randperm: n must be an integer, got " .. core.show(n)) end  -- n >= 0: C checks
   return placed(opts, "randperm", new(C.dl_randperm, n, dtype_opt(opts, "randperm", C.DL_INT64)))
 end
 

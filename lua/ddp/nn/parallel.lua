@@ -1,7 +1,8 @@
--- ddp.DDP: data-parallel training of an nn.Module, as PyTorch's
--- DistributedDataParallel but without its traps.  The reducer (runtime
--- reducer.c) owns the gradients: each parameter's .grad is a view into a
--- flat bucket that is all-reduced (averaged) while backward still runs.
+-- ddp.nn.parallel: ddp.DDP (also nn.parallel.DDP), data-parallel training
+-- of an nn.Module, as PyTorch's torch.nn.parallel.DistributedDataParallel
+-- but without its traps.  The reducer (runtime/dist/reducer.c) owns the
+-- gradients: each parameter's .grad is a view into a flat bucket that is
+-- all-reduced (averaged) while backward still runs.
 --
 --   local dmodel = ddp.DDP(model[, opts])
 --   local loss = loss_fn(dmodel(x), y); loss:backward(); opt:step()
@@ -11,8 +12,9 @@
 -- dmodel:state_dict() is the model's, without a prefix.
 local core = require "ddp.core"
 local dist = require "ddp.dist"
+local group = require "ddp.dist.group"  -- the C group the reducers use
 local autograd = require "ddp.autograd"
-local nn = require "ddp.nn"
+local module = require "ddp.nn.module"
 local C, ffi = core.C, core.ffi
 local raise, show = core.raise, core.show
 local type, pairs, ipairs, tostring, setmetatable, getmetatable, rawget, rawset, pcall, unpack =
@@ -37,7 +39,7 @@ local options = { bucket_cap_mb = true, first_bucket_mb = true, broadcast_buffer
                   grad_accum = true, comm_hook = true, find_unused_parameters = true,
                   device_ids = true, output_device = true }
 
-local is_module = nn.is_module
+local is_module = module.is_module
 
 local function shape_str(t)
   return "[" .. concat(t:shape(), ", ") .. "]"
@@ -92,7 +94,7 @@ end
 local comm_modes = { bf16 = C.DL_COMM_BF16, fp16 = C.DL_COMM_FP16 }
 
 local function new_reducer(self, hook)
-  local pg = dist._group("ddp.DDP")
+  local pg = group._group("ddp.DDP")
   local ps = self._params
   local arr = ffi.new("dl_tensor *[?]", #ps)
   for i, p in ipairs(ps) do arr[i - 1] = p end
@@ -149,7 +151,8 @@ function M.DDP(model, opts)
   for _, p in ipairs(model:named_parameters()) do
     if p[2].requires_grad then named[#named + 1] = p end
   end
-  if #named == 0 then raise("ddp.DDP: the model has no parameter that requires grad") end
+  -- none at all: dl_reducer_new says so (on every rank, after the checks
+  -- below find nothing to compare)
   local want = dist.device()
   for _, p in ipairs(named) do
     local dev = p[2]:device()
@@ -212,7 +215,7 @@ end
 
 -- ddp.shutdown() frees the group the reducers use: they go first (their
 -- hooks leave the parameters, which keep their last gradients).
-dist._on_shutdown[#dist._on_shutdown + 1] = function()
+group._on_shutdown[#group._on_shutdown + 1] = function()
   for self in pairs(all) do
     local r = rawget(self, "_r")
     if r ~= nil then
@@ -299,7 +302,7 @@ end
 
 -- -- Forwarding ----------------------------------------------------------------
 
-local Module = nn.Module
+local Module = module.Module
 
 mt.__index = function(self, k)
   local own = DDP[k]

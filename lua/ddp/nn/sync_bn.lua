@@ -1,22 +1,24 @@
--- ddp.nn_sync_bn: nn.SyncBatchNorm, batch normalisation whose training
+-- ddp.nn.sync_bn: nn.SyncBatchNorm, batch normalisation whose training
 -- statistics span every rank of the process group, and
 -- nn.convert_sync_batchnorm(model), as PyTorch's.  Composed from tensor
 -- ops and ddp.dist.differentiable_all_reduce (one per layer and pass), so
 -- the backward all-reduces the gradient sums as torch's SyncBatchNorm does.
--- ddp (init.lua) puts both into ddp.nn.
+-- It needs ddp.dist, so ddp.nn sits above ddp.dist (which needs nothing
+-- of nn) and takes these in as it takes every layer.
 local core = require "ddp.core"
-local factory = require "ddp.factory"
+local factory = require "ddp.tensor.factory"
 local autograd = require "ddp.autograd"
-local nn = require "ddp.nn"
 local dist = require "ddp.dist"
-local F = nn.functional
+local F = require "ddp.nn.functional"
+local module = require "ddp.nn.module"
+local layers = require "ddp.nn.layers"
 local raise = core.raise
 
 core.add_lib_file(debug.getinfo(1, "S").source)
 
 local M = {}
 
-local SyncBatchNorm = nn.Module:extend("SyncBatchNorm")
+local SyncBatchNorm = module.Module:extend("SyncBatchNorm")
 
 -- SyncBatchNorm(num_features, {eps = 1e-5, momentum = 0.1, affine = true,
 -- track_running_stats = true, dtype =}): the parameters, buffers and
@@ -31,7 +33,7 @@ function SyncBatchNorm:init(num_features, opts)
       raise(("SyncBatchNorm: unknown option %q (options: eps, momentum, affine, track_running_stats, dtype)"):format(tostring(k)))
     end
   end
-  nn.batch_norm_state(self, num_features, opts)
+  layers.batch_norm_state(self, num_features, opts)
 end
 
 -- The statistics of x over every rank: mean and biased variance [C], and
@@ -101,7 +103,7 @@ end
 -- dict names are unchanged.
 local bn_classes = { BatchNorm1d = true, BatchNorm2d = true, BatchNorm3d = true }
 local function convert(m)
-  if not nn.is_module(m) then
+  if not module.is_module(m) then
     raise("convert_sync_batchnorm: expected a module, got " .. core.describe(m))
   end
   if bn_classes[m.__name] then

@@ -1,6 +1,7 @@
--- ddp.ops: the math methods of tensors (elementwise, reductions, linear
--- algebra, indexing, sorting), their aliases and the arithmetic
--- metamethods; ddp.tensor composes them into the tensor type.
+-- ddp.tensor.math: the math methods of tensors (elementwise, reductions,
+-- linear algebra, indexing, sorting, random fills, whole-tensor
+-- comparisons), their aliases and the arithmetic metamethods; ddp.tensor
+-- composes them into the tensor type.
 local core = require "ddp.core"
 local C = core.C
 local new, new2, check, raise = core.new, core.new2, core.check, core.raise

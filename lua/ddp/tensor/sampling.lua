@@ -1,4 +1,4 @@
--- ddp.sampling: t:multinomial(num_samples[, replacement][, {replacement =}])
+-- ddp.tensor.sampling: t:multinomial(num_samples[, replacement][, {replacement =}])
 -- (also ddp.multinomial), as torch.multinomial, composed from tensor ops
 -- over the runtime's Philox stream, so ddp.manual_seed fixes the draws.
 local core = require "ddp.core"

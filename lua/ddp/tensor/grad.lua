@@ -1,4 +1,4 @@
--- ddp.tensor_grad: the autograd face of a tensor -- requires_grad_,
+-- ddp.tensor.grad: the autograd face of a tensor -- requires_grad_,
 -- detach, backward, zero_grad_ and the fields t.grad, t.requires_grad,
 -- t.is_leaf, t.grad_fn, t.data (read as fields, as in PyTorch; t.grad and
 -- t.requires_grad also assigned).  ddp.tensor composes them into the tensor

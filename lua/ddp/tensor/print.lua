@@ -1,4 +1,4 @@
--- ddp.print: tostring(t) in PyTorch's style (torch/_tensor_str.py): the
+-- ddp.tensor.print: tostring(t) in PyTorch's style (torch/_tensor_str.py): the
 -- same number formats, widths, line wrapping and summarisation, so output
 -- reads the same as in Python.
 local core = require "ddp.core"
@@ -7,15 +7,8 @@ local fmt, floor, huge = string.format, math.floor, math.huge
 
 core.add_lib_file(debug.getinfo(1, "S").source)
 
--- The options live in the registry, not in this module, as autocast's
--- state does: the tensor metatype (and its __tostring, M.format of the
--- first load) is set once per process, so after a reload of these modules
--- (busted does that between spec files) set_printoptions of the new load
--- must change what the first load's format reads.
-local reg = debug.getregistry()
-reg.ddp_print_state = reg.ddp_print_state
-  or { opts = { precision = 4, threshold = 1000, edgeitems = 3, linewidth = 80, sci_mode = nil } }
-local state = reg.ddp_print_state
+-- The options set_printoptions gives format (the tensor type's __tostring).
+local state = { opts = { precision = 4, threshold = 1000, edgeitems = 3, linewidth = 80, sci_mode = nil } }
 
 local M = {}
 

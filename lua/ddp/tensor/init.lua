@@ -1,22 +1,24 @@
 -- ddp.tensor: the tensor type -- the one place that builds the methods
 -- table and the metatable of dl_tensor* and calls ffi.metatype, once.
 --
--- The methods come from four modules, each handing over a table of its
--- own (a name given twice is an error here, so the order they are taken in
--- cannot change the result): ddp.tensor_base (metadata, conversion, element
--- access, views), ddp.ops (math, with the operators), ddp.tensor_grad
--- (backward and the grad fields) and ddp.sampling (multinomial).  Then,
--- in this order: autocast's wrappers over its listed ops (ddp.autocast),
--- ddp.ops' aliases (sharing those wrappers), and a check of self on every
--- method.  Nothing else adds
--- to the type: modules above use the table this returns.
+-- The methods come from five modules of this folder, each handing over a
+-- table of its own (a name given twice is an error here, so the order they
+-- are taken in cannot change the result): ddp.tensor.info (metadata,
+-- conversion, element access), ddp.tensor.views (view, reshape, split,
+-- ...), ddp.tensor.math (math, with the operators), ddp.tensor.grad
+-- (backward and the grad fields) and ddp.tensor.sampling (multinomial).
+-- Then, in this order: autocast's wrappers over its listed ops
+-- (ddp.autocast), ddp.tensor.math's aliases (sharing those wrappers), and
+-- a check of self on every method.  Nothing else adds to the type:
+-- modules above use the table this returns.
 local core = require "ddp.core"
-local base = require "ddp.tensor_base"
-local ops = require "ddp.ops"
-local grad = require "ddp.tensor_grad"
-local sampling = require "ddp.sampling"
+local info = require "ddp.tensor.info"
+local views = require "ddp.tensor.views"
+local ops = require "ddp.tensor.math"
+local grad = require "ddp.tensor.grad"
+local sampling = require "ddp.tensor.sampling"
 local autocast = require "ddp.autocast"
-local printer = require "ddp.print"
+local printer = require "ddp.tensor.print"
 local ffi = core.ffi
 
 core.add_lib_file(debug.getinfo(1, "S").source)
@@ -25,8 +27,8 @@ local T = {}      -- name -> method
 local from = {}   -- name -> the module that gave it
 
 for _, part in ipairs {
-  { "ddp.tensor_base", base }, { "ddp.ops", ops }, { "ddp.tensor_grad", grad },
-  { "ddp.sampling", sampling },
+  { "ddp.tensor.info", info }, { "ddp.tensor.views", views }, { "ddp.tensor.math", ops },
+  { "ddp.tensor.grad", grad }, { "ddp.tensor.sampling", sampling },
 } do
   local modname, mod = part[1], part[2]
   for name, f in pairs(mod.methods(T)) do

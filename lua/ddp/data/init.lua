@@ -1,0 +1,19 @@
+-- ddp.data: data for training -- IDX files (MNIST, Fashion-MNIST:
+-- ddp.data.idx), TensorDataset (ddp.data.dataset), samplers
+-- (DistributedSampler: each rank's share; ddp.data.samplers), the
+-- DataLoader that cuts a dataset into batches (ddp.data.loader, which also
+-- tells the sampler protocol), reduce_metrics to sum evaluation metrics
+-- over ranks (ddp.data.metrics), and token files for language models
+-- (data.tokens, data.TokenDataset: ddp.data.tokens, also ddp.tokens).
+local core = require "ddp.core"
+
+core.add_lib_file(debug.getinfo(1, "S").source)
+
+-- Each part's classes and functions (core.gather).
+local data = core.gather({}, "ddp.data", { "ddp.data.idx", "ddp.data.dataset", "ddp.data.samplers",
+                                           "ddp.data.loader", "ddp.data.metrics" })
+
+data.tokens = require "ddp.data.tokens"
+data.TokenDataset = data.tokens.TokenDataset
+
+return data
