@@ -27,6 +27,26 @@ end) end)]]
     assert.falsy(out:find("not ok", 1, true), out)
   end)
 
+  it("refuses a second load of the library in one process, naming the fix, rather than not applying", function()
+    -- a project whose .busted lacks the helper line: the second file
+    -- loads ddp again; without the refusal, its ddp.autocast would change
+    -- a module the tensor methods never read
+    local dir = shell.tempdir()
+    shell.writefile(dir .. "/.busted", ("return { default = { lua = %q } }"):format(shell.ddplua))
+    for i = 1, 2 do
+      shell.writefile(("%s/%d_spec.lua"):format(dir, i), [[
+describe("file", function() it("casts", function()
+  local ddp = require "ddp"
+  local a = ddp.ones(2, 2)
+  assert.equal("bfloat16", ddp.autocast("bf16", function() return a:matmul(a):dtype() end))
+end) end)]])
+    end
+    local out = shell.sh("cd " .. shell.q(dir) .. " && busted -o TAP . 2>&1")
+    assert.truthy(out:find("ok 1 - file casts", 1, true), out)
+    assert.truthy(out:find("the library was loaded a second time in this process", 1, true), out)
+    assert.truthy(out:find('add helper = "ddp" to your .busted', 1, true), out)
+  end)
+
   it("runs matmul, linear and conv2d in bfloat16", function()
     local a, b = ddp.randn(3, 8), ddp.randn(8, 2)
     ddp.autocast("bf16", function()

@@ -83,6 +83,19 @@ local mt = {
 }
 for k, f in pairs(ops.operators) do mt[k] = f end
 
+-- The tensor type is set once per process (LuaJIT keeps a ctype's first
+-- metatable), so a second load of the library -- busted unloading a spec
+-- file's modules, then the next file requiring ddp again -- would give
+-- tensors the first load's methods while the script talks to the second
+-- load's modules: set_printoptions, autocast or the default dtype would
+-- silently not apply.  Refuse it, naming the fix.  (An opaque dl_tensor*
+-- cdata can be indexed only once the metatable is there.)
+local ok, seen = pcall(function() return ffi.cast("dl_tensor *", nil).numel end)
+if ok and seen ~= nil then
+  error("ddp: the library was loaded a second time in this process, and tensors keep the first"
+        .. " load's methods (ffi.metatype is set once): load it once -- under busted, add"
+        .. ' helper = "ddp" to your .busted (docs/testing.md)', 0)
+end
 ffi.metatype("dl_tensor", mt)
 
 return { methods = T }  -- ddp.Tensor
