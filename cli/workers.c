@@ -487,7 +487,7 @@ static void signal_all(job *j, int sig) {
 /* Tells the job's store that w ended and how ("ddp/exit/<rank>", counted
 ** in "ddp/exits"): a rank waiting in ddp.init or an object collective for
 ** one that exited -- with code 0 too -- names it within a second instead of
-** waiting out its timeout (lua/ddp/dist.lua).  Node 0 serves the store;
+** waiting out its timeout (lua/ddp/dist/group.lua).  Node 0 serves the store;
 ** other nodes reach it as clients, briefly: a store that is gone is no
 ** reason to hold the launcher up. */
 static void record_exit(job *j, const worker *w) {

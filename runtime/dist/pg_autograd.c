@@ -2,7 +2,7 @@
 ** pg_autograd.c -- the differentiable all-reduce (dl_pg_all_reduce_grad):
 ** out-of-place, recorded by autograd, its backward the same all-reduce of
 ** the gradient, as torch.distributed.nn.functional.all_reduce.  What
-** SyncBatchNorm's statistics go through (lua/ddp/nn_sync_bn.lua).
+** SyncBatchNorm's statistics go through (lua/ddp/nn/sync_bn.lua).
 */
 #include <stdint.h>
 
