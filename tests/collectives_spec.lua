@@ -472,8 +472,13 @@ describe("ddp tensor collectives (gloo, hier)", function()
   end)
 
   it("runs a 2-node job across two network namespaces", function()
-    local tag = ("dl%d"):format(math.random(1000, 9999))
-    local net = ("10.%d.%d"):format(math.random(100, 250), math.random(0, 250))
+    -- names and a subnet of this process's own (math.random is unseeded,
+    -- so two runs at once would pick the same and one would skip)
+    local ffi = require "ffi"
+    pcall(ffi.cdef, "int getpid(void);")
+    local pid = ffi.C.getpid()
+    local tag = ("dl%d"):format(pid % 100000)
+    local net = ("10.%d.%d"):format(100 + pid % 150, math.floor(pid / 150) % 250)
     local setup = table.concat({
       "ip netns add " .. tag,
       "ip link add " .. tag .. "a type veth peer name " .. tag .. "b",
