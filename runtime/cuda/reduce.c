@@ -109,20 +109,23 @@ DL_HIDDEN int cuda_argreduce(const char *op, const dl_tensor *x, int d, dl_redop
   return rc;
 }
 
-DL_HIDDEN int cuda_scan(const char *op, scan_kind kind, const dl_tensor *x, dl_tensor *y,
-                        int64_t outer, int64_t n, int64_t inner) {
+/* A launcher along the middle dim of contiguous [outer, n, inner] x into y:
+** scan's and softmax's take the same arguments (kind: theirs). */
+static int along_middle(const char *op, DLC_FN(scan) f, int kind, const dl_tensor *x,
+                        dl_tensor *y, int64_t outer, int64_t n, int64_t inner) {
   int dev = x->storage->device;
-  DLC_FN(scan) f = DLC(op, scan);
   if (!f) return -1;
   return cuda_err(op, dev, f(dev, kind, x->dtype, outer, n, inner, tensor_first(x), tensor_first(y)));
 }
 
+DL_HIDDEN int cuda_scan(const char *op, scan_kind kind, const dl_tensor *x, dl_tensor *y,
+                        int64_t outer, int64_t n, int64_t inner) {
+  return along_middle(op, DLC(op, scan), kind, x, y, outer, n, inner);
+}
+
 DL_HIDDEN int cuda_softmax(const char *op, int log, const dl_tensor *x, dl_tensor *y,
                            int64_t outer, int64_t n, int64_t inner) {
-  int dev = x->storage->device;
-  DLC_FN(softmax) f = DLC(op, softmax);
-  if (!f) return -1;
-  return cuda_err(op, dev, f(dev, log, x->dtype, outer, n, inner, tensor_first(x), tensor_first(y)));
+  return along_middle(op, DLC(op, softmax), log, x, y, outer, n, inner);
 }
 
 DL_HIDDEN int cuda_sort(const char *op, const dl_tensor *x, int d, int desc, int64_t k,
