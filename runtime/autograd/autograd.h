@@ -53,6 +53,7 @@ enum { AG_MAX_SAVED = 6, AG_MAX_ARGS = 8 };  /* attention saves q, k, v, mask, o
 struct ag_node {
   atomic_int refcount;
   const ag_rule *rule;      /* what the node is: its name and backward */
+  ag_backward_fn backward;  /* rules of layers above autograd: their own */
   uint64_t seq;             /* creation order: later nodes run first */
   int nin;
   ag_edge *next;            /* nin edges */

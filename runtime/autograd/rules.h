@@ -132,5 +132,7 @@ AG_RULE(CROSS_ENTROPY, "CrossEntropyLossBackward", bw_cross_entropy, "logits, ta
 AG_RULE(NLL_LOSS,      "NllLossBackward",       bw_nll_loss,      "logp, target, weight")
 AG_RULE(MSE_LOSS,      "MseLossBackward",       bw_mse_loss,      "input, target")
 
-/* -- Collectives (dist/pg_autograd.c) ----------------------------------------- */
-AG_RULE(ALL_REDUCE,    "AllReduceBackward",     bw_all_reduce,    "")
+/* -- Ops of layers above autograd, which calls nothing above it: their
+** recorder hands the node its backward (n->backward), bw_from_recorder runs
+** it (engine.c) ---------------------------------------------------------------- */
+AG_RULE(ALL_REDUCE,    "AllReduceBackward",     bw_from_recorder, "")  /* dist/pg_autograd.c */
