@@ -333,14 +333,6 @@ DL_HIDDEN dl_tensor *ag_record(dl_tensor *out, ag_rule_kind kind,
 
 /* -- Backward -------------------------------------------------------------- */
 
-/* The backward of a rule whose op lives in a layer above autograd (dist's
-** all-reduce): its recorder set n->backward, so autograd calls nothing
-** above it but through the node. */
-DL_HIDDEN int bw_from_recorder(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
-  if (!n->backward) return dl_err(EM_AG_NODIFF, n->rule->name);
-  return n->backward(n, g, gin);
-}
-
 /* Sums g over the dims it was broadcast along, down to shape. */
 static dl_tensor *sum_to(dl_tensor *g, const int64_t *shape, int ndim) {
   if (g->ndim == ndim && !memcmp(g->shape, shape, sizeof(int64_t) * (size_t)ndim))

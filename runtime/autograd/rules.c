@@ -11,3 +11,11 @@ DL_HIDDEN const ag_rule ag_rules[AG_NRULES] = {
 #include "autograd/rules.h"
 #undef AG_RULE
 };
+
+/* The backward of a rule whose op lives in a layer above autograd (dist's
+** all-reduce): its recorder set n->backward, so autograd calls nothing
+** above it but through the node. */
+DL_HIDDEN int bw_from_recorder(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  if (!n->backward) return dl_err(EM_AG_NODIFF, n->rule->name);
+  return n->backward(n, g, gin);
+}

@@ -133,6 +133,6 @@ AG_RULE(NLL_LOSS,      "NllLossBackward",       bw_nll_loss,      "logp, target,
 AG_RULE(MSE_LOSS,      "MseLossBackward",       bw_mse_loss,      "input, target")
 
 /* -- Ops of layers above autograd, which calls nothing above it: their
-** recorder hands the node its backward (n->backward), bw_from_recorder runs
-** it (engine.c) ---------------------------------------------------------------- */
+** recorder hands the node its backward (n->backward), which bw_from_recorder
+** (rules.c) runs -------------------------------------------------------------- */
 AG_RULE(ALL_REDUCE,    "AllReduceBackward",     bw_from_recorder, "")  /* dist/pg_autograd.c */
