@@ -49,6 +49,10 @@ if bash scripts/check-exports.sh "$BUILD/libddplua.so"; then count 1 0 0; else c
 # the symbols each layer's objects use, structs named below their layer
 if bash scripts/check-layers.sh . "$BUILD/obj"; then count 1 0 0; else count 0 1 0; fi
 
+# -- autograd's gradient rules: one table (runtime/autograd/rules.h), every
+# backward defined and recorded, no node op told apart by a bare digit
+if bash scripts/check-grad-rules.sh; then count 1 0 0; else count 0 1 0; fi
+
 if [ "${1:-}" = c ]; then  # make test-c: the C tests alone
   echo "$passed passed, $failed failed, $skipped skipped"
   [ "$failed" -eq 0 ]

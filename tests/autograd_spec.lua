@@ -310,3 +310,136 @@ describe("the engine", function()
     assert.equal(base, ddp.memory_allocated())
   end)
 end)
+
+-- Every gradient rule's node, by the name PyTorch gives it (runtime/autograd/
+-- rules.h lists them): the names users and printing see stay the same.
+describe("grad_fn names", function()
+  local F = require("ddp.nn").functional
+  local jobs = require "helpers.jobs"
+  teardown(jobs.cleanup)
+  local one, two = 1, 2  -- how many [2, 4] leaves the op takes
+  local cases = {
+    { "AddBackward", two, function(a, b) return a + b end },
+    { "SubBackward", two, function(a, b) return a - b end },
+    { "MulBackward", two, function(a, b) return a * b end },
+    { "DivBackward", two, function(a, b) return a / b end },
+    { "PowBackward", two, function(a, b) return a ^ b end },
+    { "MaximumBackward", two, function(a, b) return a:maximum(b) end },
+    { "MinimumBackward", two, function(a, b) return a:minimum(b) end },
+    { "FmodBackward", two, function(a, b) return a:fmod(b) end },
+    { "RemainderBackward", two, function(a, b) return a:remainder(b) end },
+    { "Atan2Backward", two, function(a, b) return a:atan2(b) end },
+    { "NegBackward", one, function(a) return -a end },
+    { "AbsBackward", one, function(a) return a:abs() end },
+    { "ExpBackward", one, function(a) return a:exp() end },
+    { "LogBackward", one, function(a) return a:log() end },
+    { "SqrtBackward", one, function(a) return a:sqrt() end },
+    { "RsqrtBackward", one, function(a) return a:rsqrt() end },
+    { "SinBackward", one, function(a) return a:sin() end },
+    { "CosBackward", one, function(a) return a:cos() end },
+    { "TanhBackward", one, function(a) return a:tanh() end },
+    { "SigmoidBackward", one, function(a) return a:sigmoid() end },
+    { "ReluBackward", one, function(a) return a:relu() end },
+    { "GeluBackward", one, function(a) return a:gelu() end },
+    { "GeluBackward", one, function(a) return a:gelu("tanh") end },
+    { "SiluBackward", one, function(a) return a:silu() end },
+    { "SignBackward", one, function(a) return a:sign() end },
+    { "FloorBackward", one, function(a) return a:floor() end },
+    { "CeilBackward", one, function(a) return a:ceil() end },
+    { "RoundBackward", one, function(a) return a:round() end },
+    { "TruncBackward", one, function(a) return a:trunc() end },
+    { "ReciprocalBackward", one, function(a) return a:reciprocal() end },
+    { "PowBackward", one, function(a) return a:square() end },
+    { "Log1PBackward", one, function(a) return a:log1p() end },
+    { "Expm1Backward", one, function(a) return a:expm1() end },
+    { "Log2Backward", one, function(a) return a:log2() end },
+    { "ClampBackward", one, function(a) return a:clamp(-1, 1) end },
+    { "WhereBackward", two, function(a, b) return ddp.where(a:gt(0), a, b) end },
+    { "ToCopyBackward", one, function(a) return a:float() end },
+    { "ToCopyBackward", one, function(a) return a:clone() end },
+    { "ToCopyBackward", one, function(a) return a:t():contiguous() end },
+    { "ViewBackward", one, function(a) return a:view(4, 2) end },
+    { "ReshapeBackward", one, function(a) return a:reshape(8) end },
+    { "SqueezeBackward", one, function(a) return a:unsqueeze(0):squeeze(0) end },
+    { "SqueezeBackward", one, function(a) return a:unsqueeze(0):squeeze() end },
+    { "UnsqueezeBackward", one, function(a) return a:unsqueeze(1) end },
+    { "FlattenBackward", one, function(a) return a:flatten() end },
+    { "ExpandBackward", one, function(a) return a:unsqueeze(0):expand(3, 2, 4) end },
+    { "TransposeBackward", one, function(a) return a:t() end },
+    { "PermuteBackward", one, function(a) return a:permute(1, 0) end },
+    { "NarrowBackward", one, function(a) return a:narrow(1, 1, 2) end },
+    { "SelectBackward", one, function(a) return a:select(0, 1) end },
+    { "MatmulBackward", one, function(a) return a:matmul(a:t()) end },
+    { "MmBackward", one, function(a) return a:mm(a:t()) end },
+    { "BmmBackward", one, function(a) return a:unsqueeze(0):bmm(a:t():unsqueeze(0)) end },
+    { "DotBackward", one, function(a) return a:select(0, 0):dot(a:select(0, 1)) end },
+    { "OuterBackward", one, function(a) return a:select(0, 0):outer(a:select(0, 1)) end },
+    { "AddmmBackward", one, function(a) return a:select(0, 0):addmm(a:t(), a) end },
+    { "IndexSelectBackward", one, function(a) return a:index_select(0, { 1, 0 }) end },
+    { "GatherBackward", one, function(a) return a:gather(1, ddp.tensor({ { 0 }, { 3 } })) end },
+    { "ScatterBackward", one, function(a) return a:scatter(1, ddp.tensor({ { 0 }, { 3 } }), a:narrow(1, 0, 1)) end },
+    { "ScatterAddBackward", one, function(a) return a:scatter_add(1, ddp.tensor({ { 0 }, { 3 } }), a:narrow(1, 0, 1)) end },
+    { "MaskedFillBackward", one, function(a) return a:masked_fill(ddp.tensor({ true, false, true, false }), 0) end },
+    { "MaskedSelectBackward", one, function(a) return a:masked_select(ddp.tensor({ true, false, true, false })) end },
+    { "CatBackward", one, function(a) return ddp.cat({ a, a }, 1) end },
+    { "StackBackward", one, function(a) return ddp.stack({ a, a }) end },
+    { "SumBackward", one, function(a) return a:sum() end },
+    { "MeanBackward", one, function(a) return a:mean(1) end },
+    { "ProdBackward", one, function(a) return a:prod(1) end },
+    { "AmaxBackward", one, function(a) return a:amax(1) end },
+    { "AminBackward", one, function(a) return a:amin() end },
+    { "VarBackward", one, function(a) return a:var(1) end },
+    { "StdBackward", one, function(a) return a:std() end },
+    { "NormBackward", one, function(a) return a:norm() end },
+    { "LogsumexpBackward", one, function(a) return a:logsumexp(1) end },
+    { "MaxBackward", one, function(a) return (a:max(1)) end },
+    { "MinBackward", one, function(a) return (a:min(0, true)) end },
+    { "SortBackward", one, function(a) return (a:sort(1)) end },
+    { "TopkBackward", one, function(a) return (a:topk(2, 1)) end },
+    { "CumsumBackward", one, function(a) return a:cumsum(1) end },
+    { "CumprodBackward", one, function(a) return a:cumprod(0) end },
+    { "SoftmaxBackward", one, function(a) return a:softmax(1) end },
+    { "LogSoftmaxBackward", one, function(a) return a:log_softmax(1) end },
+    { "TrilBackward", one, function(a) return a:tril() end },
+    { "TriuBackward", one, function(a) return a:triu(1) end },
+    { "LinearBackward", one, function(a) return F.linear(a, a) end },
+    { "LinearBackward", one, function(a) return F.linear(a, a, a:select(1, 0)) end },
+    { "ConvolutionBackward", one, function(a) return F.conv2d(a:view(1, 1, 2, 4), a:view(1, 1, 2, 4)) end },
+    { "MaxPool2DWithIndicesBackward", one, function(a) return F.max_pool2d(a:view(1, 1, 2, 4), 2) end },
+    { "AvgPool2DBackward", one, function(a) return F.avg_pool2d(a:view(1, 1, 2, 4), 2) end },
+    { "EmbeddingBackward", one, function(a) return F.embedding(ddp.tensor({ 0, 1 }), a) end },
+    { "NativeLayerNormBackward", one, function(a) return F.layer_norm(a, { 4 }) end },
+    { "NativeBatchNormBackward", one, function(a) return F.batch_norm(a, nil, nil, { training = true }) end },
+    { "NativeDropoutBackward", one, function(a) return F.dropout(a, 0.5) end },
+    { "ScaledDotProductAttentionBackward", one, function(a)
+        local q = a:view(1, 1, 2, 4)
+        return F.scaled_dot_product_attention(q, q, q)
+      end },
+    { "CrossEntropyLossBackward", one, function(a) return F.cross_entropy(a, ddp.tensor({ 1, 0 })) end },
+    { "NllLossBackward", one, function(a) return F.nll_loss(a, ddp.tensor({ 1, 0 })) end },
+    { "MseLossBackward", two, function(a, b) return F.mse_loss(a, b) end },
+  }
+  for i, c in ipairs(cases) do
+    it(("%d: %s"):format(i, c[1]), function()
+      local ins = {}
+      for j = 1, c[2] do ins[j] = ddp.randn(2, 4):double():requires_grad_() end
+      local out = c[3](unpack(ins))
+      assert.equal(c[1], out.grad_fn)
+      out:sum():backward()  -- the rule's backward runs
+      assert.is_not_nil(ins[1].grad)
+    end)
+  end
+
+  it("AllReduceBackward, in a world of one", function()
+    local out, err, rc = jobs.run(jobs.q(jobs.script([[
+ddp.init({ backend = "gloo" })
+local x = ddp.ones(3):requires_grad_()
+local y = ddp.dist.differentiable_all_reduce(x * 2)
+y:sum():backward()
+print(y.grad_fn, x.grad:totable()[1])
+]], "names")))
+    assert.equal(0, rc, err)
+    assert.equal("AllReduceBackward\t2\n", out)
+    jobs.no_strays()
+  end)
+end)

@@ -1,6 +1,6 @@
 /*
-** autograd.h -- what op files need to record the graph: nodes, edges,
-** saved tensors, and the checks in-place ops make.
+** autograd.h -- what op files need to record the graph: the gradient rules
+** (rules.h), nodes, edges, saved tensors, and the checks in-place ops make.
 */
 #ifndef DL_AUTOGRAD_H
 #define DL_AUTOGRAD_H
@@ -13,8 +13,35 @@ typedef struct ag_node ag_node;
 ** output (in the output's shape and dtype).  gin[i] is set to a new
 ** reference, or left NULL when input i needs none (n->needs[i] == 0) or
 ** gets zero.  The engine then sums each gin[i] back to input i's shape
-** (broadcasting) and casts it to input i's dtype, so formulas need not. */
+** (broadcasting) and casts it to input i's dtype, so formulas need not.
+** Returns 0, or -1 with the error set. */
 typedef int (*ag_backward_fn)(ag_node *n, const dl_tensor *g, dl_tensor **gin);
+
+/* -- Gradient rules (rules.h lists them all) ------------------------------- */
+
+/* What a node is: AG_ADD, AG_SOFTMAX, ... one per line of rules.h. */
+typedef enum ag_rule_kind {
+#define AG_RULE(kind, name, backward, saved) AG_##kind,
+#include "autograd/rules.h"
+#undef AG_RULE
+  AG_NRULES
+} ag_rule_kind;
+
+typedef struct ag_rule {
+  ag_rule_kind kind;
+  const char *name;         /* the grad_fn name: "MulBackward" */
+  ag_backward_fn backward;
+  const char *saved;        /* what n->saved[0], [1], ... hold: "a, b, out" */
+} ag_rule;
+
+/* Every rule, indexed by kind (rules.c). */
+DL_HIDDEN extern const ag_rule ag_rules[AG_NRULES];
+
+/* The backwards, bw_<x> (one backward may serve several rules). */
+#define AG_RULE(kind, name, backward, saved) \
+  DL_HIDDEN int backward(ag_node *n, const dl_tensor *g, dl_tensor **gin);
+#include "autograd/rules.h"
+#undef AG_RULE
 
 typedef struct {
   ag_node *node;    /* the op that produced the input, or NULL */
@@ -25,8 +52,8 @@ enum { AG_MAX_SAVED = 6, AG_MAX_ARGS = 8 };  /* attention saves q, k, v, mask, o
 
 struct ag_node {
   atomic_int refcount;
-  const char *name;         /* "MulBackward" */
-  ag_backward_fn backward;
+  const ag_rule *rule;      /* what the node is: its name and backward */
+  ag_backward_fn backward;  /* rules of layers above autograd: their own */
   uint64_t seq;             /* creation order: later nodes run first */
   int nin;
   ag_edge *next;            /* nin edges */
@@ -36,8 +63,7 @@ struct ag_node {
   dl_tensor *saved[AG_MAX_SAVED];
   unsigned saved_version[AG_MAX_SAVED];
   int nsaved, freed;        /* freed: saved tensors dropped after backward */
-  int op;                   /* op code, for nodes shared by several ops */
-  int64_t iarg[AG_MAX_ARGS];
+  int64_t iarg[AG_MAX_ARGS];  /* the rule's scalars, set by its recorder */
   double darg[4];
   /* backward pass bookkeeping */
   unsigned pass;
@@ -49,9 +75,8 @@ struct ag_node {
 DL_HIDDEN int ag_needed(dl_tensor *const *ins, int n);
 DL_HIDDEN int ag_needed1(const dl_tensor *a);
 DL_HIDDEN int tensor_requires_grad(const dl_tensor *t);
-/* A node over inputs ins (NULL entries allowed: no edge). */
-DL_HIDDEN ag_node *ag_node_new(const char *name, ag_backward_fn fn,
-                               dl_tensor *const *ins, int n);
+/* A node of rule kind over inputs ins (NULL entries allowed: no edge). */
+DL_HIDDEN ag_node *ag_node_new(ag_rule_kind kind, dl_tensor *const *ins, int n);
 /* Keeps t's data for backward (a detached alias, and its version). */
 DL_HIDDEN int ag_save(ag_node *n, const dl_tensor *t);
 /* Makes n the grad_fn of out; releases n on failure.  Returns 0 or -1. */
@@ -80,24 +105,18 @@ DL_HIDDEN void autograd_free(dl_tensor *t);
   } while (0)
 
 /* Records an op: when out is float and an input needs a gradient, a node
-** over ins (NULL entries: no edge) with save's tensors saved (NULL entries
-** keep their slot) becomes out's grad_fn; *made (if given) gets it so the
-** caller can set its arguments.  Returns out, or NULL (out released) on
-** failure. */
-DL_HIDDEN dl_tensor *ag_record(dl_tensor *out, const char *name,
-                               ag_backward_fn fn, dl_tensor *const *ins,
-                               int nin, const dl_tensor *const *save,
-                               int nsave, ag_node **made);
+** of rule kind over ins (NULL entries: no edge) with save's tensors saved
+** (NULL entries keep their slot; the order rules.h gives) becomes out's
+** grad_fn; *made (if given) gets it so the caller can set its scalars.
+** Returns out, or NULL (out released) on failure. */
+DL_HIDDEN dl_tensor *ag_record(dl_tensor *out, ag_rule_kind kind,
+                               dl_tensor *const *ins, int nin,
+                               const dl_tensor *const *save, int nsave,
+                               ag_node **made);
 
-/* Shorthands for recording an op with one or two inputs: returns out, or
-** NULL (releasing out) when recording failed. */
-DL_HIDDEN dl_tensor *ag_record1(dl_tensor *out, const char *name,
-                                ag_backward_fn fn, const dl_tensor *a,
-                                int save_in, int save_out);
-DL_HIDDEN dl_tensor *ag_record2(dl_tensor *out, const char *name,
-                                ag_backward_fn fn, const dl_tensor *a,
-                                const dl_tensor *b, int op);
-
+/* Records out, the cast or clone of a, as ToCopyBackward (grad_copy.c's
+** casts); out as it is when it is a itself.  Returns out, or NULL. */
+DL_HIDDEN dl_tensor *ag_copy(dl_tensor *out, const dl_tensor *a);
 
 /* -- Writing gradient formulas -------------------------------------------- */
 
@@ -125,18 +144,5 @@ static inline int ag_scope_end(ag_scope *s) {
 }
 
 #define NUM(s, v) K(s, dl_scalar((v), 1))
-
-/* -- Recorders, called by the ops (each returns out, or NULL on failure
-** after releasing out) ------------------------------------------------------ */
-
-DL_HIDDEN dl_tensor *ag_binary(int op, dl_tensor *out, const dl_tensor *a,
-                               const dl_tensor *b);
-DL_HIDDEN dl_tensor *ag_unary(int op, dl_tensor *out, const dl_tensor *a);
-DL_HIDDEN dl_tensor *ag_clamp(dl_tensor *out, const dl_tensor *a, double lo,
-                              double hi);
-DL_HIDDEN dl_tensor *ag_where(dl_tensor *out, const dl_tensor *cond,
-                              const dl_tensor *a, const dl_tensor *b);
-DL_HIDDEN dl_tensor *ag_copy(dl_tensor *out, const dl_tensor *a,
-                             const char *name);
 
 #endif

@@ -2,7 +2,7 @@
 ** engine.c -- the reverse-mode engine: per-tensor grad state, graph
 ** nodes, and backward (a ready queue ordered by creation, so gradients come
 ** out in reverse forward order, with a hook when a leaf's is complete).
-** The gradient formulas of the ops live in grad_*.c.
+** What each node computes is its rule (rules.h), the formulas in grad_*.c.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +66,7 @@ DL_API int dl_requires_grad_(dl_tensor *t, int requires) {
   ag_meta *m = meta_of(t);
   if (m && m->grad_fn) {
     if (requires) return 0;  /* already tracked */
-    return dl_err(EM_AG_NONLEAF, "requires_grad_", m->grad_fn->name);
+    return dl_err(EM_AG_NONLEAF, "requires_grad_", m->grad_fn->rule->name);
   }
   if (requires && !dl_dtype_is_float(t->dtype))
     return dl_err(EM_AG_DTYPE, "requires_grad_", fmt_dtype(t->dtype));
@@ -106,7 +106,7 @@ DL_API dl_tensor *dl_detach(const dl_tensor *t) {
 
 DL_API const char *dl_grad_fn_name(const dl_tensor *t) {
   const ag_meta *m = t ? meta_of(t) : NULL;
-  return m && m->grad_fn ? m->grad_fn->name : "";
+  return m && m->grad_fn ? m->grad_fn->rule->name : "";
 }
 
 DL_API int dl_add_grad_hook(dl_tensor *leaf, dl_grad_hook fn, void *ctx) {
@@ -205,8 +205,8 @@ DL_HIDDEN int ag_needed(dl_tensor *const *ins, int n) {
   return 0;
 }
 
-DL_HIDDEN ag_node *ag_node_new(const char *name, ag_backward_fn fn,
-                               dl_tensor *const *ins, int n) {
+DL_HIDDEN ag_node *ag_node_new(ag_rule_kind kind, dl_tensor *const *ins, int n) {
+  const ag_rule *rule = &ag_rules[kind];
   ag_node *nd = calloc(1, sizeof *nd);
   if (nd) {
     nd->next = calloc((size_t)n + 1, sizeof *nd->next);
@@ -221,11 +221,10 @@ DL_HIDDEN ag_node *ag_node_new(const char *name, ag_backward_fn fn,
       free(nd->in_shape);
     }
     free(nd);
-    return dl_errp(EM_NOMEM, name, (long long)sizeof *nd, 0LL);
+    return dl_errp(EM_NOMEM, rule->name, (long long)sizeof *nd, 0LL);
   }
   atomic_init(&nd->refcount, 1);
-  nd->name = name;
-  nd->backward = fn;
+  nd->rule = rule;
   nd->seq = atomic_fetch_add(&next_seq, 1);
   nd->nin = n;
   for (int i = 0; i < n; i++) {
@@ -298,20 +297,20 @@ DL_HIDDEN int ag_attach(dl_tensor *out, ag_node *n) {
   ag_meta *m = meta_get(out);
   if (!m) {
     ag_node_release(n);
-    return dl_err(EM_NOMEM, n->name, 0LL, 0LL);
+    return dl_err(EM_NOMEM, n->rule->name, 0LL, 0LL);
   }
   ag_node_release(m->grad_fn);
   m->grad_fn = n;
   return 0;
 }
 
-DL_HIDDEN dl_tensor *ag_record(dl_tensor *out, const char *name,
-                               ag_backward_fn fn, dl_tensor *const *ins,
-                               int nin, const dl_tensor *const *save,
-                               int nsave, ag_node **made) {
+DL_HIDDEN dl_tensor *ag_record(dl_tensor *out, ag_rule_kind kind,
+                               dl_tensor *const *ins, int nin,
+                               const dl_tensor *const *save, int nsave,
+                               ag_node **made) {
   if (made) *made = NULL;
   if (!out || !dl_dtype_is_float(out->dtype) || !ag_needed(ins, nin)) return out;
-  ag_node *n = ag_node_new(name, fn, ins, nin);
+  ag_node *n = ag_node_new(kind, ins, nin);
   int failed = !n || nsave > AG_MAX_SAVED;
   for (int i = 0; !failed && i < nsave; i++) {
     if (save[i])
@@ -330,45 +329,6 @@ DL_HIDDEN dl_tensor *ag_record(dl_tensor *out, const char *name,
   }
   if (made) *made = n;
   return out;
-}
-
-DL_HIDDEN dl_tensor *ag_record1(dl_tensor *out, const char *name,
-                                ag_backward_fn fn, const dl_tensor *a,
-                                int save_in, int save_out) {
-  dl_tensor *ins[1] = {(dl_tensor *)a};
-  const dl_tensor *save[2] = {save_in ? a : NULL, save_out ? out : NULL};
-  return ag_record(out, name, fn, ins, 1, save, save_in + save_out ? 2 : 0, NULL);
-}
-
-DL_HIDDEN dl_tensor *ag_record2(dl_tensor *out, const char *name,
-                                ag_backward_fn fn, const dl_tensor *a,
-                                const dl_tensor *b, int op) {
-  dl_tensor *ins[2] = {(dl_tensor *)a, (dl_tensor *)b};
-  const dl_tensor *save[3] = {a, b, out};
-  ag_node *n;
-  out = ag_record(out, name, fn, ins, 2, save, 3, &n);
-  if (n) n->op = op;
-  return out;
-}
-
-/* -- In-place writes ------------------------------------------------------ */
-
-DL_HIDDEN int ag_check_write(const char *op, dl_tensor *t) {
-  if (!grad_disabled && tensor_requires_grad(t)) {
-    const ag_meta *m = meta_of(t);
-    if (m->grad_fn) return dl_err(EM_AG_INPLACE_GRAPH, op, m->grad_fn->name);
-    return dl_err(EM_AG_INPLACE_LEAF, op);
-  }
-  tensor_bump_version(t);
-  return 0;
-}
-
-/* Every public in-place op comes through here, on any device, so the
-** refusal of a written-to tensor whose elements share memory is made once:
-** it is about strides, not about a device's kernel. */
-DL_HIDDEN int ag_check_inplace(const char *op, dl_tensor *t) {
-  if (tensor_check_overlap(op, t)) return -1;
-  return ag_check_write(op, t);
 }
 
 /* -- Backward -------------------------------------------------------------- */
@@ -530,14 +490,14 @@ static int run_node(ag_node *x, int retain, heap_t *ready, unsigned pass) {
   x->grad = NULL;
   if (x->freed) {
     dl_tensor_release(g);
-    return dl_err(EM_AG_FREED, "backward", x->name);
+    return dl_err(EM_AG_FREED, "backward", x->rule->name);
   }
   for (int i = 0; i < x->nsaved; i++) {
     if (!x->saved[i]) continue;  /* an optional tensor that was absent */
     unsigned now = atomic_load(&x->saved[i]->storage->version);
     if (now != x->saved_version[i]) {
       dl_tensor_release(g);
-      return dl_err(EM_AG_VERSION, "backward", x->name, now, x->saved_version[i]);
+      return dl_err(EM_AG_VERSION, "backward", x->rule->name, now, x->saved_version[i]);
     }
   }
   gin = calloc((size_t)x->nin + 1, sizeof *gin);
@@ -548,7 +508,7 @@ static int run_node(ag_node *x, int retain, heap_t *ready, unsigned pass) {
           : x->next[0].leaf ? &meta_of(x->next[0].leaf)->acc : NULL;
   int into = sum && *sum && sole_dense(*sum) && (*sum)->dtype == g->dtype &&
              g->dtype == x->in_dtype[0];
-  int rc = !gin ? -1 : into ? ag_slice_add(x, *sum, g) : g ? x->backward(x, g, gin) : 0;
+  int rc = !gin ? -1 : into ? ag_slice_add(x, *sum, g) : g ? x->rule->backward(x, g, gin) : 0;
   if (!gin) dl_err(EM_NOMEM, "backward", 0LL, 0LL);
   dl_tensor_release(g);
   for (int i = 0; i < x->nin && gin; i++) {

@@ -1,10 +1,33 @@
 /*
-** grad_copy.c -- the public copies, casts and fills: each checks an in-place
-** write (a tensor the graph needs is refused, else its version is bumped)
-** or records the cast, around the forwards of core/ (tensor.c, view.c,
-** random.c), which know nothing of autograd.
+** grad_copy.c -- the in-place checks, and the public copies, casts and
+** fills: each checks an in-place write (a tensor the graph needs is
+** refused, else its version is bumped) or records the cast, around the
+** forwards of core/ (tensor.c, view.c, random.c), which know nothing of
+** autograd.
 */
 #include "autograd/autograd.h"
+
+/* -- In-place writes ------------------------------------------------------ */
+
+DL_HIDDEN int ag_check_write(const char *op, dl_tensor *t) {
+  if (dl_is_grad_enabled() && tensor_requires_grad(t)) {
+    const ag_node *fn = ag_grad_fn(t);
+    if (fn) return dl_err(EM_AG_INPLACE_GRAPH, op, fn->rule->name);
+    return dl_err(EM_AG_INPLACE_LEAF, op);
+  }
+  tensor_bump_version(t);
+  return 0;
+}
+
+/* Every public in-place op comes through here, on any device, so the
+** refusal of a written-to tensor whose elements share memory is made once:
+** it is about strides, not about a device's kernel. */
+DL_HIDDEN int ag_check_inplace(const char *op, dl_tensor *t) {
+  if (tensor_check_overlap(op, t)) return -1;
+  return ag_check_write(op, t);
+}
+
+/* -- Copies, fills, casts --------------------------------------------------- */
 
 DL_API int dl_copy_(dl_tensor *dst, const dl_tensor *src) {
   if (check_tensor_any("copy_", dst) || check_tensor_any("copy_", src)) return -1;
@@ -35,7 +58,7 @@ DL_API int dl_normal_(dl_tensor *t, double mean, double std) {
 
 /* A cast (or a clone) is differentiable: the gradient is cast back. */
 DL_API dl_tensor *dl_to_dtype(const dl_tensor *t, dl_dtype dtype) {
-  return ag_copy(fw_to_dtype(t, dtype), t, "ToCopyBackward");
+  return ag_copy(fw_to_dtype(t, dtype), t);
 }
 
 DL_API dl_tensor *dl_clone(const dl_tensor *t) {

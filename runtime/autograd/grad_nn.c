@@ -1,7 +1,8 @@
 /*
 ** grad_nn.c -- the differentiable neural network ops (dl_f_*): each runs
-** its kernel (nn_*.c) with grad mode off and records a node whose backward
-** calls the matching *_backward kernel.
+** its kernel (in nn/) with grad mode off and records the node of its
+** gradient rule (rules.h), whose backward calls the matching *_backward
+** kernel.
 */
 #include <string.h>
 
@@ -16,7 +17,7 @@ static void pair_store(int64_t *dst, const int64_t *p, int64_t dflt0, int64_t df
 
 /* -- conv2d -------------------------------------------------------------------- */
 
-static int conv_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+DL_HIDDEN int bw_conv2d(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   const int64_t *a = n->iarg;
   return dl_conv2d_backward(g, n->saved[0], n->saved[1], a, a + 2, a + 4, a[6],
                             n->needs[0], n->needs[1], n->needs[2], &gin[0], &gin[1],
@@ -32,7 +33,7 @@ DL_API dl_tensor *dl_f_conv2d(const dl_tensor *x, const dl_tensor *w,
   dl_tensor *ins[3] = {(dl_tensor *)x, (dl_tensor *)w, (dl_tensor *)b};
   const dl_tensor *save[2] = {x, w};
   ag_node *n;
-  out = ag_record(out, "ConvolutionBackward", conv_backward, ins, 3, save, 2, &n);
+  out = ag_record(out, AG_CONV2D, ins, 3, save, 2, &n);
   if (n) {
     pair_store(n->iarg, stride, 1, 1);
     pair_store(n->iarg + 2, padding, 0, 0);
@@ -44,7 +45,7 @@ DL_API dl_tensor *dl_f_conv2d(const dl_tensor *x, const dl_tensor *w,
 
 /* -- Pooling --------------------------------------------------------------------- */
 
-static int maxpool_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+DL_HIDDEN int bw_max_pool2d(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   gin[0] = dl_max_pool2d_backward(g, n->saved[0], n->saved[1]);
   return gin[0] ? 0 : -1;
 }
@@ -58,7 +59,7 @@ DL_API int dl_f_max_pool2d(const dl_tensor *x, const int64_t *kernel,
   if (rc) return rc;
   dl_tensor *ins[1] = {(dl_tensor *)x};
   const dl_tensor *save[2] = {x, *indices};
-  *out = ag_record(*out, "MaxPool2DWithIndicesBackward", maxpool_backward, ins, 1, save, 2, NULL);
+  *out = ag_record(*out, AG_MAX_POOL2D, ins, 1, save, 2, NULL);
   if (!*out) {
     dl_tensor_release(*indices);
     *indices = NULL;
@@ -67,7 +68,7 @@ DL_API int dl_f_max_pool2d(const dl_tensor *x, const int64_t *kernel,
   return 0;
 }
 
-static int avgpool_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+DL_HIDDEN int bw_avg_pool2d(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   const int64_t *a = n->iarg;
   gin[0] = dl_avg_pool2d_backward(g, n->saved[0], a, a + 2, a + 4, (int)a[6], (int)a[7],
                                   (int64_t)n->darg[0]);
@@ -84,7 +85,7 @@ DL_API dl_tensor *dl_f_avg_pool2d(const dl_tensor *x, const int64_t *kernel,
   dl_tensor *ins[1] = {(dl_tensor *)x};
   const dl_tensor *save[1] = {x};
   ag_node *n;
-  out = ag_record(out, "AvgPool2DBackward", avgpool_backward, ins, 1, save, 1, &n);
+  out = ag_record(out, AG_AVG_POOL2D, ins, 1, save, 1, &n);
   if (n) {
     pair_store(n->iarg, kernel, 1, 1);
     pair_store(n->iarg + 2, stride ? stride : kernel, 1, 1);
@@ -98,7 +99,7 @@ DL_API dl_tensor *dl_f_avg_pool2d(const dl_tensor *x, const int64_t *kernel,
 
 /* -- Embedding ------------------------------------------------------------------- */
 
-static int embedding_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+DL_HIDDEN int bw_embedding(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   gin[0] = dl_embedding_backward(g, n->saved[0], n->in_shape[0][0], n->iarg[0],
                                  (int)n->iarg[1]);
   return gin[0] ? 0 : -1;
@@ -111,14 +112,14 @@ DL_API dl_tensor *dl_f_embedding(const dl_tensor *weight, const dl_tensor *indic
   dl_tensor *ins[1] = {(dl_tensor *)weight};
   const dl_tensor *save[1] = {indices};
   ag_node *n;
-  out = ag_record(out, "EmbeddingBackward", embedding_backward, ins, 1, save, 1, &n);
+  out = ag_record(out, AG_EMBEDDING, ins, 1, save, 1, &n);
   if (n) n->iarg[0] = padding_idx, n->iarg[1] = scale_grad_by_freq;
   return out;
 }
 
 /* -- Normalisation ---------------------------------------------------------------- */
 
-static int layer_norm_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+DL_HIDDEN int bw_layer_norm(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   return dl_layer_norm_backward(g, n->saved[0], n->iarg + 1, (int)n->iarg[0],
                                 n->saved[2], n->saved[3], n->saved[1], n->needs[0],
                                 n->needs[1], n->needs[2], &gin[0], &gin[1], &gin[2]);
@@ -136,7 +137,7 @@ DL_API dl_tensor *dl_f_layer_norm(const dl_tensor *x, const int64_t *normalized_
   dl_tensor *ins[3] = {(dl_tensor *)x, (dl_tensor *)w, (dl_tensor *)b};
   const dl_tensor *save[4] = {x, w, mean, rstd};
   ag_node *n;
-  out = ag_record(out, "NativeLayerNormBackward", layer_norm_backward, ins, 3, save, 4, &n);
+  out = ag_record(out, AG_LAYER_NORM, ins, 3, save, 4, &n);
   if (n) {
     n->iarg[0] = nnorm;
     memcpy(n->iarg + 1, normalized_shape, sizeof(int64_t) * (size_t)nnorm);
@@ -146,7 +147,7 @@ DL_API dl_tensor *dl_f_layer_norm(const dl_tensor *x, const int64_t *normalized_
   return out;
 }
 
-static int batch_norm_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+DL_HIDDEN int bw_batch_norm(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   return dl_batch_norm_backward(g, n->saved[0], n->saved[1], n->saved[2], n->saved[3],
                                 (int)n->iarg[0], n->needs[0], n->needs[1], n->needs[2],
                                 &gin[0], &gin[1], &gin[2]);
@@ -169,7 +170,7 @@ DL_API dl_tensor *dl_f_batch_norm(const dl_tensor *x, const dl_tensor *w,
   dl_tensor *ins[3] = {(dl_tensor *)x, (dl_tensor *)w, (dl_tensor *)b};
   const dl_tensor *save[4] = {x, w, mean, invstd};
   ag_node *n;
-  out = ag_record(out, "NativeBatchNormBackward", batch_norm_backward, ins, 3, save, 4, &n);
+  out = ag_record(out, AG_BATCH_NORM, ins, 3, save, 4, &n);
   if (n) n->iarg[0] = training;
   dl_tensor_release(mean);
   dl_tensor_release(invstd);
@@ -178,7 +179,7 @@ DL_API dl_tensor *dl_f_batch_norm(const dl_tensor *x, const dl_tensor *w,
 
 /* -- Dropout ------------------------------------------------------------------------ */
 
-static int dropout_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+DL_HIDDEN int bw_dropout(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   gin[0] = n->saved[0] ? dl_dropout_backward(g, n->saved[0], n->darg[0]) : dl_clone(g);
   return gin[0] ? 0 : -1;
 }
@@ -191,7 +192,7 @@ DL_API dl_tensor *dl_f_dropout(const dl_tensor *x, double p, int training) {
   dl_tensor *ins[1] = {(dl_tensor *)x};
   const dl_tensor *save[1] = {mask};
   ag_node *n;
-  out = ag_record(out, "NativeDropoutBackward", dropout_backward, ins, 1, save, 1, &n);
+  out = ag_record(out, AG_DROPOUT, ins, 1, save, 1, &n);
   if (n) n->darg[0] = p;
   dl_tensor_release(mask);
   return out;
@@ -201,7 +202,7 @@ DL_API dl_tensor *dl_f_dropout(const dl_tensor *x, double p, int training) {
 
 /* The forward's dropout stream rides in the node (seed, first block), so
 ** the backward draws the mask the forward drew. */
-static int sdpa_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+DL_HIDDEN int bw_sdpa(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   uint64_t rng[2] = {(uint64_t)n->iarg[1], (uint64_t)n->iarg[2]};
   return dl_sdpa_backward(g, n->saved[0], n->saved[1], n->saved[2], n->saved[3], n->saved[4],
                           n->saved[5], (int)n->iarg[0], n->darg[0], n->darg[1], rng,
@@ -222,7 +223,7 @@ DL_API dl_tensor *dl_f_scaled_dot_product_attention(const dl_tensor *q, const dl
   dl_tensor *ins[3] = {(dl_tensor *)q, (dl_tensor *)k, (dl_tensor *)v};
   const dl_tensor *save[6] = {q, k, v, attn_mask, out, lse};
   ag_node *n;
-  out = ag_record(out, "ScaledDotProductAttentionBackward", sdpa_backward, ins, 3, save, 6, &n);
+  out = ag_record(out, AG_SDPA, ins, 3, save, 6, &n);
   if (n) {
     n->iarg[0] = is_causal;
     n->iarg[1] = (int64_t)rng[0];
@@ -236,16 +237,27 @@ DL_API dl_tensor *dl_f_scaled_dot_product_attention(const dl_tensor *q, const dl
 
 /* -- Losses -------------------------------------------------------------------------- */
 
-static int ce_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
-  gin[0] = nn_class_loss_backward(n->op, g, n->saved[0], n->saved[1], n->saved[2], n->iarg[0],
+/* the class losses: input, target and weight saved; iarg: ignore_index,
+** reduction; darg[0]: label smoothing */
+static int class_loss_grad(ag_node *n, const dl_tensor *g, dl_tensor **gin, cls_input input) {
+  gin[0] = nn_class_loss_backward(input, g, n->saved[0], n->saved[1], n->saved[2], n->iarg[0],
                                   n->darg[0], (int)n->iarg[1]);
   return gin[0] ? 0 : -1;
 }
 
-static dl_tensor *class_loss(int nll, const dl_tensor *x, const dl_tensor *target,
+DL_HIDDEN int bw_cross_entropy(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  return class_loss_grad(n, g, gin, CLS_LOGITS);
+}
+
+DL_HIDDEN int bw_nll_loss(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+  return class_loss_grad(n, g, gin, CLS_LOG_PROBS);
+}
+
+static dl_tensor *class_loss(cls_input input, const dl_tensor *x, const dl_tensor *target,
                              const dl_tensor *weight, int64_t ignore_index,
                              double smoothing, int reduction) {
   dl_tensor *out;
+  int nll = input == CLS_LOG_PROBS;
   if (weight && tensor_requires_grad(weight) && dl_is_grad_enabled())
     return dl_errp(EM_AG_NODIFF, nll ? "nll_loss (weight)" : "cross_entropy (weight)");
   NOGRAD(out = nll ? dl_nll_loss(x, target, weight, ignore_index, reduction)
@@ -253,10 +265,8 @@ static dl_tensor *class_loss(int nll, const dl_tensor *x, const dl_tensor *targe
   dl_tensor *ins[1] = {(dl_tensor *)x};
   const dl_tensor *save[3] = {x, target, weight};
   ag_node *n;
-  out = ag_record(out, nll ? "NllLossBackward" : "CrossEntropyLossBackward", ce_backward, ins, 1,
-               save, 3, &n);
+  out = ag_record(out, nll ? AG_NLL_LOSS : AG_CROSS_ENTROPY, ins, 1, save, 3, &n);
   if (n) {
-    n->op = nll;
     n->iarg[0] = ignore_index;
     n->iarg[1] = reduction;
     n->darg[0] = smoothing;
@@ -267,16 +277,17 @@ static dl_tensor *class_loss(int nll, const dl_tensor *x, const dl_tensor *targe
 DL_API dl_tensor *dl_f_cross_entropy(const dl_tensor *logits, const dl_tensor *target,
                                      const dl_tensor *weight, int64_t ignore_index,
                                      double label_smoothing, dl_loss_reduction reduction) {
-  return class_loss(0, logits, target, weight, ignore_index, label_smoothing, reduction);
+  return class_loss(CLS_LOGITS, logits, target, weight, ignore_index, label_smoothing,
+                    reduction);
 }
 
 DL_API dl_tensor *dl_f_nll_loss(const dl_tensor *logp, const dl_tensor *target,
                                 const dl_tensor *weight, int64_t ignore_index,
                                 dl_loss_reduction reduction) {
-  return class_loss(1, logp, target, weight, ignore_index, 0, reduction);
+  return class_loss(CLS_LOG_PROBS, logp, target, weight, ignore_index, 0, reduction);
 }
 
-static int mse_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+DL_HIDDEN int bw_mse_loss(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   ag_scope s = {0};
   dl_tensor *gi = K(&s, dl_mse_loss_backward(g, n->saved[0], n->saved[1], (int)n->iarg[0]));
   if (n->needs[0]) gin[0] = R(&s, dl_clone(gi));
@@ -291,7 +302,7 @@ DL_API dl_tensor *dl_f_mse_loss(const dl_tensor *input, const dl_tensor *target,
   dl_tensor *ins[2] = {(dl_tensor *)input, (dl_tensor *)target};
   const dl_tensor *save[2] = {input, target};
   ag_node *n;
-  out = ag_record(out, "MseLossBackward", mse_backward, ins, 2, save, 2, &n);
+  out = ag_record(out, AG_MSE_LOSS, ins, 2, save, 2, &n);
   if (n) n->iarg[0] = reduction;
   return out;
 }
@@ -301,7 +312,7 @@ DL_API dl_tensor *dl_f_mse_loss(const dl_tensor *input, const dl_tensor *target,
 /* y = x @ w^T + b in one node, so the weight's gradient comes out as
 ** g^T @ x, contiguous in w's own layout (through a transpose node it
 ** would need a copy every step). */
-static int linear_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
+DL_HIDDEN int bw_linear(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   ag_scope s = {0};
   dl_tensor *x = n->saved[0], *w = n->saved[1];
   int64_t in = w->shape[1], out = w->shape[0], rows = -1;
@@ -352,5 +363,5 @@ DL_API dl_tensor *dl_f_linear(const dl_tensor *x, const dl_tensor *w, const dl_t
   NOGRAD(out = linear_forward(x, w, b));
   dl_tensor *ins[3] = {(dl_tensor *)x, (dl_tensor *)w, (dl_tensor *)b};
   const dl_tensor *save[2] = {x, w};
-  return ag_record(out, "LinearBackward", linear_backward, ins, 3, save, 2, NULL);
+  return ag_record(out, AG_LINEAR, ins, 3, save, 2, NULL);
 }

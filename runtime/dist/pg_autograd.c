@@ -12,7 +12,8 @@
 /* Every rank's loss depends on every rank's input through the sum, so the
 ** gradient of input r is the sum (avg: the mean) of the ranks' gradients
 ** of the output.  Runs on the thread running backward, in the engine's
-** order, which is the same on every rank for the same graph. */
+** order, which is the same on every rank for the same graph.  The node's
+** own backward (AllReduceBackward in autograd/rules.h). */
 static int all_reduce_backward(ag_node *n, const dl_tensor *g, dl_tensor **gin) {
   if (!n->needs[0]) return 0;
   dl_pg *pg = (dl_pg *)(intptr_t)n->iarg[0];
@@ -40,8 +41,9 @@ DL_API dl_tensor *dl_pg_all_reduce_grad(dl_pg *pg, const dl_tensor *t, dl_pg_op 
   }
   dl_tensor *ins[1] = {(dl_tensor *)t};
   ag_node *n = NULL;
-  out = ag_record(out, "AllReduceBackward", all_reduce_backward, ins, 1, NULL, 0, &n);
+  out = ag_record(out, AG_ALL_REDUCE, ins, 1, NULL, 0, &n);
   if (n) {
+    n->backward = all_reduce_backward;
     n->iarg[0] = (int64_t)(intptr_t)pg;
     n->iarg[1] = op;
   }

@@ -419,11 +419,12 @@ DL_API dl_tensor *dl_nll_loss_backward(const dl_tensor *grad_out,
                       ignore_index, 0, reduction, 0);
 }
 
-DL_HIDDEN dl_tensor *nn_class_loss_backward(int nll, const dl_tensor *grad_out,
+DL_HIDDEN dl_tensor *nn_class_loss_backward(cls_input kind, const dl_tensor *grad_out,
                                             const dl_tensor *input, const dl_tensor *target,
                                             const dl_tensor *weight, int64_t ignore_index,
                                             double label_smoothing, int reduction) {
-  return nll ? cls_backward("nll_loss_backward", 0, grad_out, input, target, weight,
+  return kind == CLS_LOG_PROBS
+             ? cls_backward("nll_loss_backward", 0, grad_out, input, target, weight,
                             ignore_index, 0, reduction, 1)
              : cls_backward("cross_entropy_backward", 1, grad_out, input, target, weight,
                             ignore_index, label_smoothing, reduction, 1);

@@ -127,11 +127,12 @@ DL_HIDDEN void nn_sort_by_index(const int64_t *idx, int64_t n, int64_t rows, int
 static inline int64_t nn_max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t nn_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* The class losses' backward for their autograd node (grad_nn.c): the
+/* The class losses' backward for their autograd node (grad_nn.c), of
+** nll_loss (kind CLS_LOG_PROBS) or cross_entropy (CLS_LOGITS): the
 ** forward checked the targets already, so a device skips the check and
 ** its sync (a target changed since then gives NaN gradients, never a
 ** read out of bounds). */
-DL_HIDDEN dl_tensor *nn_class_loss_backward(int nll, const dl_tensor *grad_out,
+DL_HIDDEN dl_tensor *nn_class_loss_backward(cls_input kind, const dl_tensor *grad_out,
                                             const dl_tensor *input, const dl_tensor *target,
                                             const dl_tensor *weight, int64_t ignore_index,
                                             double label_smoothing, int reduction);
