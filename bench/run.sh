@@ -8,17 +8,24 @@
 # PyTorch for rates, PyTorch / ddplua for times (us, ms, s): above 1,
 # ddplua is faster.  Units ending in "(info)" are shown, not compared.
 #   BENCHES="allreduce startup" make bench   runs only those
+#   BENCH_PYTHON=venv/bin/python make bench  PyTorch from that python
 #   (train_gpt: bench/train_gpt.* in one process; train_gpt_fused: ddplua
 #   with F.scaled_dot_product_attention, the default of
-#   examples/gpt_model.lua, against the same twin -- torch 1.13 has no fused
-#   attention, so its side is the formula as in train_gpt; train_gpt_ddp:
+#   examples/gpt_model.lua, against the same twin with GPT_FUSED=1 -- torch
+#   2.x's fused attention; torch 1.13 has none, so its side is the formula
+#   as in train_gpt; train_gpt_ddp:
 #   the same script as a 2-rank job, 1 thread a rank)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=bench/out
 mkdir -p "$out"
 ROUNDS=${ROUNDS:-3}
-PY=/usr/bin/python3   # Debian's python3, which has python3-torch
+# Debian's python3, which has python3-torch (1.13); BENCH_PYTHON names
+# another, e.g. a virtual environment's python with PyTorch from PyPI
+PY=${BENCH_PYTHON:-/usr/bin/python3}
+if [ -n "${BENCH_PYTHON:-}" ] && ! $PY -c 'import torch' 2>/dev/null; then
+  echo "bench: $PY has no torch"; exit 1
+fi
 if ! $PY -c 'import torch' 2>/dev/null; then
   echo "bench: Debian's python3-torch is missing; installing it"
   sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo
@@ -64,7 +71,7 @@ for bench in ${BENCHES:-tensor_ops train_mlp train_cnn train_gpt train_gpt_fused
       py="$PY bench/torchrun.py --nproc_per_node 2 bench/train_gpt.py 1" ;;
     train_gpt_fused)
       threads="1 2" what=""
-      lua="GPT_FUSED=1 build/ddplua bench/train_gpt.lua \$t" py="$PY bench/train_gpt.py \$t" ;;
+      lua="GPT_FUSED=1 build/ddplua bench/train_gpt.lua \$t" py="GPT_FUSED=1 $PY bench/train_gpt.py \$t" ;;
     startup)
       threads=1 what="2 ranks x 1 thread"
       lua="bash bench/startup.sh ddplua" py="bash bench/startup.sh torchrun" ;;

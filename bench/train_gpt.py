@@ -44,7 +44,10 @@ def batch(k):
 
 
 torch.manual_seed(0)
-model = GPT({"vocab_size": 256, "block_size": T, "n_layer": 2, "n_head": 4, "n_embd": 176})
+# GPT_FUSED=1 (make bench's train_gpt_fused): F.scaled_dot_product_attention
+# where this torch has it (2.x), the formula on 1.13
+model = GPT({"vocab_size": 256, "block_size": T, "n_layer": 2, "n_head": 4, "n_embd": 176,
+             "fused": os.environ.get("GPT_FUSED") == "1"})
 nparams = sum(p.numel() for p in model.parameters())
 if world > 1:
     model = nn.parallel.DistributedDataParallel(model)
