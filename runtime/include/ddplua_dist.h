@@ -65,6 +65,39 @@ DL_API int64_t dl_store_num_keys(dl_store *s);
 ** reusable (each round of world_size arrivals is one generation). */
 DL_API int dl_store_barrier(dl_store *s, const char *name, int world_size, double timeout_s);
 
+/* -- Launch layout ---------------------------------------------------------- */
+
+/* Who started this process and where it stands in the job, read from the
+** environment (dist/launch_env.c; docs/clusters.md), in this order: the
+** ddplua launcher (DDP_LAUNCH_ID with RANK, WORLD_SIZE, ...); an MPI
+** launcher (OMPI_COMM_WORLD_*, or PMI_RANK/PMI_SIZE with MPI_LOCALRANKID);
+** a SLURM step of several tasks (SLURM_PROCID, SLURM_STEP_NUM_TASKS, ...);
+** torchrun (TORCHELASTIC_RUN_ID); plain env:// (RANK, WORLD_SIZE,
+** LOCAL_RANK, MASTER_ADDR, MASTER_PORT).  Nothing of these: a world of one. */
+typedef enum dl_launch_kind {
+  DL_LAUNCH_ALONE = 0, DL_LAUNCH_DDPLUA, DL_LAUNCH_MPI, DL_LAUNCH_SLURM,
+  DL_LAUNCH_TORCHRUN, DL_LAUNCH_ENV
+} dl_launch_kind;
+typedef struct dl_launch {
+  dl_launch_kind kind;
+  int rank, world_size, local_rank, local_world_size, node_rank, nnodes;
+  /* 1 when no launcher serves the store: rank 0's process serves it on
+  ** master_port (every interface), the others connect to master_addr */
+  int serves_store;
+  int master_port;
+  char master_addr[256];
+  char port_from[128]; /* where the port came from, for messages */
+  char job_id[64];     /* the job's id ("" if none): shm names, the token */
+  char token[33];      /* the store's token ("" : none) */
+  char vars[256];      /* the variables it was read from, for messages */
+} dl_launch;
+/* Fills *out; -1 with DL_EINVAL naming the variables when they contradict
+** each other or this process is one of several tasks whose rendezvous
+** cannot be derived (the message names the command that works). */
+DL_API int dl_launch_detect(dl_launch *out);
+/* "alone", "ddplua", "mpi", "slurm", "torchrun" or "env". */
+DL_API const char *dl_launch_kind_name(dl_launch_kind kind);
+
 /* -- Process groups and collectives -------------------------------------- */
 
 /* Collectives among the ranks of a job, as PyTorch's ProcessGroup: blocking,
