@@ -50,7 +50,7 @@ GLOO_LIBS := -lgloo -lstdc++
 LIB_SRC  := $(foreach d,$(LAYERS),$(wildcard runtime/$(d)/*.c))
 LIB_CXX  := $(wildcard runtime/dist/*.cc)
 LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(BUILD)/obj/%.o) $(LIB_CXX:runtime/%.cc=$(BUILD)/obj/%.o)
-# The ddplua program: main, REPL, launcher, SLURM node lists (cli/).
+# The ddplua program: main, REPL, launcher (cli/).
 CLI_SRC  := $(wildcard cli/*.c)
 CLI_OBJ  := $(CLI_SRC:cli/%.c=$(BUILD)/obj/cli/%.o)
 LIB      := $(BUILD)/libddplua.so
@@ -164,12 +164,12 @@ $(CDEF): $(PUBLIC_H) scripts/gen_cdef.sh
 	bash scripts/gen_cdef.sh $@ $(PUBLIC_H)
 
 # The tests compile with the runtime's flags and see its private headers;
-# test_launcher also links the program's node-list parser; test_vmath is
-# built as the kernel files are, so its loops vectorise as theirs do.
+# test_vmath is built as the kernel files are, so its loops vectorise as
+# theirs do.
 $(BUILD)/test_%: tests/c/test_%.c $(LIB_A) Makefile
 	$(CC) $(filter-out -fvisibility=hidden,$(CFLAGS)) -O1 $(DEPFLAGS) -Icli -Itests/c \
 	  $(if $(filter vmath,$*),$(KFLAGS)) $< \
-	  $(if $(filter launcher,$*),cli/nodelist.c) -Wl,--whole-archive $(LIB_A) -Wl,--no-whole-archive \
+	  -Wl,--whole-archive $(LIB_A) -Wl,--no-whole-archive \
 	  $(GLOO_LIBS) $(LDLIBS) -o $@
 
 $(BUILD)/tests/libddplua_testhooks.so: tests/c/hooks.c Makefile

@@ -94,17 +94,4 @@ typedef struct launch_opts {
 ** waits for them; returns the exit status for the program. */
 int launcher_run(const launch_opts *o, char **argv);
 
-/* -- nodelist.c: SLURM's compressed host lists, as in SLURM_JOB_NODELIST:
-** "gpu[001-004,010],cpu7" names gpu001..gpu004, gpu010 and cpu7 (zero
-** padding kept). */
-
-/* The number of hosts, or -1 when the list is malformed. */
-int nodelist_count(const char *list);
-/* Writes host number index (0-based) of list to out (cap bytes, NUL
-** included); -1 when the list is malformed, index is out of range or the
-** name does not fit. */
-int nodelist_host(char *out, int cap, const char *list, int index);
-/* What the last failing call found wrong ("bad node list ...: why"). */
-const char *nodelist_error(void);
-
 #endif

@@ -69,18 +69,52 @@ static int parse_int(const char *opt, const char *s, int min, int max) {
   return (int)v;
 }
 
+/* A launcher is one per node.  Started as several tasks of one SLURM step
+** or MPI job on a node (`srun --ntasks-per-node=2 ddplua --nproc 2`), each
+** would run a world of its own where one was meant: refused, with the
+** lines that work.  -1 after saying so. */
+static int check_one_per_node(const dl_launch *l) {
+  if ((l->kind != DL_LAUNCH_SLURM && l->kind != DL_LAUNCH_MPI) || l->local_world_size <= 1) return 0;
+  if (l->kind == DL_LAUNCH_SLURM)
+    job_say("this SLURM step runs %d tasks on each node (%s) and each task is a launcher (ddplua --nproc): "
+            "%d independent worlds per node instead of one job. Either one launcher per node: "
+            "`srun --ntasks-per-node=1 ddplua --nproc K train.lua` (sbatch: #SBATCH --ntasks-per-node=1, "
+            "--cpus-per-task=<cores>), or one task per rank without a launcher: `srun --ntasks-per-node=K "
+            "ddplua train.lua` (docs/clusters.md)", l->local_world_size, l->vars, l->local_world_size);
+  else
+    job_say("mpirun started %d copies of the launcher on this node (%s): %d independent worlds instead of one "
+            "job. Either `mpirun -np N ddplua train.lua` (one process per rank, no --nproc), or one launcher "
+            "per node: `mpirun --map-by ppr:1:node ddplua --nproc K train.lua` (docs/clusters.md)",
+            l->local_world_size, l->vars, l->local_world_size);
+  return -1;
+}
+
 /* Node count, node rank and master host from the options, else from SLURM. */
 static int setup_nodes(job *j, const launch_opts *o) {
-  const char *sn = getenv("SLURM_JOB_NUM_NODES");
+  dl_launch l;
+  if (dl_launch_detect(&l) != 0) {
+    job_say("%s", dl_last_error());
+    return -1;
+  }
+  if (check_one_per_node(&l) != 0) return -1;
+  /* an srun step of one task per node: its own nodes (the step may use
+  ** fewer than the allocation) */
+  int step = l.kind == DL_LAUNCH_SLURM;
+  char step_nodes[16], step_node[16];
+  snprintf(step_nodes, sizeof step_nodes, "%d", l.nnodes);
+  snprintf(step_node, sizeof step_node, "%d", l.node_rank);
+  const char *sn = step ? step_nodes : getenv("SLURM_JOB_NUM_NODES");
   if (!sn || !*sn) sn = getenv("SLURM_NNODES");
   const char *nodes = o->nnodes ? o->nnodes : (sn && *sn ? sn : "1");
   if ((j->nnodes = parse_int("--nnodes", nodes, 1, 1 << 20)) < 0) return -1;
-  const char *sr = getenv("SLURM_NODEID");
+  const char *sr = step ? step_node : getenv("SLURM_NODEID");
   const char *nr = o->node_rank ? o->node_rank : (sr && *sr && j->nnodes > 1 ? sr : "0");
   if ((j->node_rank = parse_int("--node-rank", nr, 0, j->nnodes - 1)) < 0) return -1;
   j->master_addr[0] = '\0';
   if (o->master_addr) {
     snprintf(j->master_addr, sizeof j->master_addr, "%s", o->master_addr);
+  } else if (j->nnodes > 1 && step && !o->nnodes) {
+    snprintf(j->master_addr, sizeof j->master_addr, "%s", l.master_addr);
   } else if (j->nnodes > 1) {
     const char *list = getenv("SLURM_JOB_NODELIST");
     if (!list || !*list) list = getenv("SLURM_NODELIST");
@@ -88,8 +122,8 @@ static int setup_nodes(job *j, const launch_opts *o) {
       job_say("--nnodes %d needs --master-addr HOST (the host of node 0)", j->nnodes);
       return -1;
     }
-    if (nodelist_host(j->master_addr, (int)sizeof j->master_addr, list, 0) != 0) {
-      job_say("SLURM_JOB_NODELIST: %s", nodelist_error());
+    if (dl_slurm_nodelist_host(j->master_addr, (int)sizeof j->master_addr, list, 0) != 0) {
+      job_say("SLURM_JOB_NODELIST: %s", dl_last_error());
       return -1;
     }
   } else {

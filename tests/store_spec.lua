@@ -86,7 +86,7 @@ describe("ddp.store", function()
       store.connect("127.0.0.1", srv.port, { token = "wrong", timeout = 1 })
     end)
     assert.is_false(ok)
-    assert.matches("wrong token", err, 1, true)
+    assert.matches("belongs to another job (it refused this job's token)", err, 1, true)
   end)
 
   it("says the store is gone, in seconds, when its server closes under a client", function()

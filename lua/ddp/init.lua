@@ -161,7 +161,7 @@ ddp.Tensor = T
 
 -- The process group (ddp.dist): ddp.init, ddp.rank, ddp.barrier, ...
 for _, name in ipairs { "init", "shutdown", "is_initialized", "backend", "rank", "world_size",
-                        "local_rank", "local_world_size", "node_rank", "is_main", "local_device",
+                        "local_rank", "local_world_size", "node_rank", "is_main", "local_device", "launch_kind",
                         "print", "barrier", "broadcast_object", "all_gather_object",
                         "all_reduce", "broadcast", "all_gather", "reduce_scatter",
                         "send", "recv", "all_reduce_async" } do

@@ -97,6 +97,10 @@ static void drop(dl_store *s) {
   s->fd = -1;
 }
 
+static void drop_if(dl_store *s, int cond) {
+  if (cond) drop(s);
+}
+
 /* Exchanges one request for its reply on the open connection.  The reply
 ** body is malloc'd (NUL-terminated, for parsing) into *body. */
 static int exchange(dl_store *s, int op, const char *k, size_t kn,
@@ -166,21 +170,31 @@ static int client_connect(dl_store *s, const char *op, double timeout) {
   char *body = NULL;
   size_t blen = 0;
   const char *tok = s->token ? s->token : "";
-  double hs_deadline = deadline > now_s() + 1 ? deadline : now_s() + 1;
-  int rc = exchange(s, OP_AUTH, tok, strlen(tok), NULL, 0, NULL, 0, hs_deadline, &st, &body, &blen);
+  /* a ddplua store answers at once: a port that keeps silent, closes or
+  ** answers something else is another program's */
+  int rc = exchange(s, OP_AUTH, tok, strlen(tok), NULL, 0, NULL, 0, now_s() + STORE_HANDSHAKE_S, &st,
+                    &body, &blen);
+  int e = errno;
+  drop_if(s, rc || st != ST_OK);
+  if (!rc && st == ST_ERR && blen >= sizeof STORE_NOT_OURS - 1 &&
+      memcmp(body, STORE_NOT_OURS, sizeof STORE_NOT_OURS - 1) == 0) {
+    free(body);
+    return dl_err(EM_STORE_TOKEN, op, s->host, s->port);
+  }
   if (!rc && st == ST_ERR) {  /* the server said why (out of descriptors) */
-    drop(s);
     int r = dl_err(EM_STORE_SAID, op, s->host, s->port, (int)blen, body);
     free(body);
     return r;
   }
+  int ours = !rc && st == ST_OK && blen == sizeof STORE_HELLO - 1 && memcmp(body, STORE_HELLO, blen) == 0;
   free(body);
-  if (rc || st != ST_OK) {
-    int e = errno;
+  if (!ours) {
     drop(s);
     /* the token was right before: a reset handshake is a dying server */
     if (s->connected) return dl_err(EM_STORE_GONE, op, s->host, s->port, rc ? strerror(e) : "refused");
-    return dl_err(EM_STORE_REFUSED, op, s->host, s->port);
+    return dl_err(EM_STORE_FOREIGN, op, s->host, s->port,
+                  rc == IO_TIMEOUT ? "it did not answer the handshake within 5 s"
+                  : rc ? "it closed the connection at the handshake" : "it answered the handshake in another protocol");
   }
   s->connected = 1;
   return 0;

@@ -19,6 +19,15 @@ enum { OP_AUTH = 1, OP_SET, OP_GET, OP_ADD, OP_CAS, OP_WAIT, OP_CHECK,
 ** milliseconds it may park) found no key in that time; the connection stays
 ** open for the next request. */
 enum { HDR = 9, RHDR = 5, ST_OK = 0, ST_ERR = 1, ST_NOTYET = 2 };
+/* The server answers a handshake with STORE_HELLO (ok) or, for a token
+** not its own, an error starting STORE_NOT_OURS, so a client tells a
+** ddplua store of another job, and a port some other program holds (such
+** as torchrun's own store, PyTorch's protocol), from its own store. */
+#define STORE_HELLO "ddplua-store 1"
+#define STORE_NOT_OURS "ddplua-store: wrong token"
+/* A ddplua store answers a handshake at once; a client gives it this long
+** before it calls the port some other program's. */
+#define STORE_HANDSHAKE_S 5.0
 
 static inline void put32(unsigned char *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));

@@ -290,6 +290,8 @@ static int expire_waits(server *s) {
   return (int)(next * 1000) + 1;
 }
 
+static int conn_flush(conn *c);
+
 /* One complete frame.  Returns -1 to close the connection (logged). */
 static int handle(server *s, conn *c, int op, const char *k, uint32_t kn,
                   const unsigned char *v, uint32_t vn) {
@@ -300,12 +302,16 @@ static int handle(server *s, conn *c, int op, const char *k, uint32_t kn,
     if (c->authed) { conn_log(c, "second handshake"); return -1; }
     if (s->tlen && (kn != s->tlen || memcmp(k, s->token, kn))) {
       slog("ddplua store: refused connection from %s: wrong token\n", c->peer);
+      /* said before closing, so the client knows it met a ddplua store
+      ** of another job, not a stranger on the port */
+      reply(c, ST_ERR, STORE_NOT_OURS, sizeof STORE_NOT_OURS - 1);
+      conn_flush(c);
       return -1;
     }
     c->authed = 1;
     s->nunauth--;
     atomic_fetch_add(&s->authed, 1);
-    return reply(c, ST_OK, NULL, 0);
+    return reply(c, ST_OK, STORE_HELLO, sizeof STORE_HELLO - 1);
   case OP_SET:
     if (tab_put(&s->tab, k, kn, v, vn)) return reply_err(c, "out of memory storing key \"%.*s\"", k, kn);
     notify(s, tab_find(&s->tab, k, kn));

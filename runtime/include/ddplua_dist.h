@@ -90,11 +90,18 @@ typedef struct dl_launch {
   char job_id[64];     /* the job's id ("" if none): shm names, the token */
   char token[33];      /* the store's token ("" : none) */
   char vars[256];      /* the variables it was read from, for messages */
+  /* why the store cannot be found ("" when it can): the layout is known
+  ** (rank, world), but ddp.init fails with this, naming what to set */
+  char problem[320];
 } dl_launch;
 /* Fills *out; -1 with DL_EINVAL naming the variables when they contradict
 ** each other or this process is one of several tasks whose rendezvous
 ** cannot be derived (the message names the command that works). */
 DL_API int dl_launch_detect(dl_launch *out);
+/* Host number index (0-based) of a SLURM host list ("gpu[001-004],cpu7")
+** into out (cap bytes); -1 with DL_EINVAL for a malformed list, an index
+** out of range or a name longer than cap. */
+DL_API int dl_slurm_nodelist_host(char *out, int cap, const char *list, int index);
 /* "alone", "ddplua", "mpi", "slurm", "torchrun" or "env". */
 DL_API const char *dl_launch_kind_name(dl_launch_kind kind);
 

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "cli.h"
+#include "dist/nodelist.h"
 
 /* Host index i of list, or "ERR" when the call fails. */
 static const char *host(const char *list, int i) {

@@ -1,8 +1,8 @@
--- ddp.dist.env: who am I and how many are we, from the launcher's
--- variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK),
--- read once and checked: rank, world_size, ..., this rank's device, and
--- print (rank 0) / log (every rank).  A script not started by the
--- launcher is a world of one.
+-- ddp.dist.env: who am I and how many are we, from the variables of
+-- whatever started the process (ddplua's launcher, srun, mpirun, torchrun,
+-- env://), read once and checked: rank, world_size, ..., this rank's
+-- device, and print (rank 0) / log (every rank).  A script started by none
+-- of them is a world of one.
 local core = require "ddp.core"
 local raise, show = core.raise, core.show
 local tonumber = tonumber
@@ -24,37 +24,25 @@ local function int_env(name, dflt, min)
   return n
 end
 
--- Reads (once) and checks the launcher's variables.
+local kinds = { [0] = "alone", "ddplua", "mpi", "slurm", "torchrun", "env" }
+
+-- Reads (once) and checks the launch layout: the runtime reads the
+-- variables of ddplua's launcher, MPI, SLURM, torchrun or env://
+-- (dist/launch_env.c, docs/clusters.md).
 local function env()
   if env_cache then return env_cache end
-  local ws_s, rank_s = os.getenv("WORLD_SIZE"), os.getenv("RANK")
-  local e
-  if (ws_s == nil or ws_s == "") and (rank_s == nil or rank_s == "") then
-    e = { rank = 0, world_size = 1, local_rank = 0, local_world_size = 1, node_rank = 0, launched = false }
-  else
-    if ws_s == nil or ws_s == "" or rank_s == nil or rank_s == "" then
-      raise(("ddp: RANK and WORLD_SIZE must be set together (RANK=%s, WORLD_SIZE=%s); "
-             .. "start the script with `ddplua --nproc N script.lua`, or unset both for a world of one")
-            :format(show(rank_s), show(ws_s)))
-    end
-    local ws = int_env("WORLD_SIZE", nil, 1)
-    local rank = int_env("RANK", nil, 0)
-    if rank >= ws then
-      raise(("ddp: RANK=%d is out of range for WORLD_SIZE=%d (ranks are 0..%d)"):format(rank, ws, ws - 1))
-    end
-    local lws = int_env("LOCAL_WORLD_SIZE", ws, 1)
-    local lr = int_env("LOCAL_RANK", rank % lws, 0)
-    if lr >= lws then
-      raise(("ddp: LOCAL_RANK=%d is out of range for LOCAL_WORLD_SIZE=%d"):format(lr, lws))
-    end
-    if lws > ws then
-      raise(("ddp: LOCAL_WORLD_SIZE=%d is larger than WORLD_SIZE=%d"):format(lws, ws))
-    end
-    e = { rank = rank, world_size = ws, local_rank = lr, local_world_size = lws,
-          node_rank = int_env("NODE_RANK", int_env("GROUP_RANK", 0, 0), 0), launched = true }
-  end
-  env_cache = e
-  return e
+  local l = ffi.new("dl_launch")
+  if C.dl_launch_detect(l) ~= 0 then core.raise_c() end
+  local kind = kinds[tonumber(l.kind)]
+  env_cache = {
+    rank = l.rank, world_size = l.world_size, local_rank = l.local_rank,
+    local_world_size = l.local_world_size, node_rank = l.node_rank, nnodes = l.nnodes,
+    launched = kind ~= "alone", kind = kind, serves_store = l.serves_store ~= 0,
+    master_addr = ffi.string(l.master_addr), master_port = l.master_port,
+    port_from = ffi.string(l.port_from), job_id = ffi.string(l.job_id),
+    token = ffi.string(l.token), vars = ffi.string(l.vars), problem = ffi.string(l.problem),
+  }
+  return env_cache
 end
 
 function M.rank() return env().rank end
@@ -63,6 +51,9 @@ function M.local_rank() return env().local_rank end
 function M.local_world_size() return env().local_world_size end
 function M.node_rank() return env().node_rank end
 function M.is_main() return env().rank == 0 end
+-- What started this process: "alone", "ddplua", "mpi", "slurm",
+-- "torchrun" or "env".
+function M.launch_kind() return env().kind end
 -- torch.distributed's names, for the fingers of PyTorch users
 M.get_rank, M.get_world_size = M.rank, M.world_size
 

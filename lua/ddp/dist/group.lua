@@ -169,6 +169,7 @@ end
 local function wait_all(op, keys, what, left) wait_keys(op, keys, what, nil, left) end
 
 local sentinel  -- closes the store when the Lua state is closed
+local leave_store
 
 -- "auto" means NCCL when this node has a real GPU for each of its ranks
 -- (the device of a rank: ddp.device()), which then becomes the current
@@ -186,6 +187,9 @@ end
 local function shm_job_id()
   local id, launch = os.getenv("DDP_JOB_ID"), os.getenv("DDP_LAUNCH_ID")
   if launch and launch ~= "" then return (id or "") .. "-" .. launch end
+  -- no launcher: the job's id as every rank reads it (dist/launch_env.c)
+  local e = env()
+  if e.job_id ~= "" then return e.job_id end
   return id
 end
 
@@ -207,6 +211,120 @@ local function new_group(st, store_h, e, timeout)
   return pg
 end
 
+-- -- Joining the store ---------------------------------------------------------
+
+local function strip(err) return (tostring(err):gsub("^[^:]*:%d+: ", "")) end
+
+local function is_loopback(host)
+  return host == "localhost" or host:match("^127%.") ~= nil or host == "::1"
+end
+
+-- Where no launcher serves the store, rank 0 serves it itself (a thread of
+-- this process, as node 0's launcher would: same limits, token and bounded
+-- waits).  A port that is taken is told apart: this job's store already
+-- (two rank 0s), another ddplua job's, or another program's.
+local function serve_store(e, timeout)
+  local bind = is_loopback(e.master_addr) and "127.0.0.1" or "0.0.0.0"
+  local ok, srv = pcall(store.server, { host = bind, port = e.master_port, token = e.token, timeout = timeout })
+  if ok then return srv end
+  local why = strip(srv)
+  local where = ("rank 0 cannot serve the store on %s:%d (port %s)"):format(bind, e.master_port, e.port_from)
+  if not why:find("in use", 1, true) then raise("ddp.init: " .. where .. ": " .. why) end
+  local pok, other = pcall(store.connect, "127.0.0.1", e.master_port, { token = e.token, timeout = 1 })
+  if pok then
+    other:close()
+    raise(("ddp.init: %s: this job's own store is already served there -- two processes are rank 0 of "
+           .. "this %s launch (%s): was the job step started twice, or do two launches share one port?")
+          :format(where, e.kind, e.vars))
+  end
+  local msg = strip(other)
+  if msg:find("belongs to another job", 1, true) then
+    raise(("ddp.init: %s: another ddplua job's store holds the port; set MASTER_PORT to a free port for this job")
+          :format(where))
+  elseif msg:find("is not a ddplua store", 1, true) then
+    raise(("ddp.init: %s: another program holds the port (%s); set MASTER_PORT to a free port")
+          :format(where, msg:match("%((.-)%)") or "not a ddplua store"))
+  end
+  raise("ddp.init: " .. where .. ": " .. why)
+end
+
+local RESOLVE = { "not known", "name resolution", "No address associated", "nodename nor servname" }
+
+-- Connects to the store, waiting up to timeout where waiting can succeed
+-- (its server is not up yet; its host's name does not resolve yet, as a
+-- Kubernetes service's before its pod runs), and saying so within a few
+-- seconds; a port held by something that is not this job's ddplua store
+-- fails at once (store.c's handshake tells them apart).
+local function connect_store(e, timeout)
+  local host, port = e.master_addr, e.master_port
+  local token = e.token ~= "" and e.token or nil
+  local t0 = core.clock()
+  local deadline, next_say, last = t0 + timeout, t0 + 3, nil
+  while true do
+    local left = deadline - core.clock()
+    local ok, s = pcall(store.connect, host, port, { token = token, timeout = math.max(math.min(2, left), 0.05) })
+    if ok then
+      s:set_timeout(timeout)
+      return s
+    end
+    local msg = strip(s)
+    if not msg:find("could not connect to", 1, true) then raise("ddp.init: " .. msg) end
+    last = msg:match("within [%d.]+ s: (.*)$") or msg
+    local unresolved = false
+    for _, p in ipairs(RESOLVE) do unresolved = unresolved or last:find(p, 1, true) ~= nil end
+    local what
+    if unresolved then
+      what = ("MASTER_ADDR=%s does not resolve (%s)"):format(host, last)
+    elseif e.serves_store then
+      what = ("rank 0 has not served the store at %s:%d (%s launch: rank 0 serves it; port %s)")
+             :format(host, port, e.kind, e.port_from)
+    else
+      what = ("the launcher's store at %s:%d does not answer (%s)"):format(host, port, last)
+    end
+    if core.clock() >= deadline then
+      raise(("ddp.init: cannot reach the store at %s:%d within %s: %s"):format(host, port, fmt_s(timeout), what))
+    end
+    if core.clock() >= next_say then
+      io.stderr:write(("ddp.init: rank %d waits: %s; retrying until DDP_TIMEOUT (%s, %s left)\n")
+                      :format(e.rank, what, fmt_s(timeout), fmt_s(math.floor(deadline - core.clock() + 0.5))))
+      io.stderr:flush()
+      next_say = core.clock() + 60
+    end
+  end
+end
+
+-- The store of a world > 1: the launcher's, or the one rank 0 serves.
+local function join_store(e, timeout)
+  if e.serves_store and e.rank == 0 then
+    local s = serve_store(e, timeout)
+    return s, true
+  end
+  return connect_store(e, timeout), false
+end
+
+-- Where ranks serve the store themselves, each says it ended (as the
+-- launcher does for its workers: "ddp/exit/<rank>", counted in
+-- "ddp/exits"), and rank 0, whose process holds the store, keeps it up
+-- until every rank has (bounded): a rank still finishing must not lose it.
+leave_store = function(st, e)
+  if not st or st.left or not e.serves_store or not st.store then return end
+  st.left = true
+  local s = st.store
+  pcall(function()
+    s:set_timeout(2)
+    s:set("ddp/exit/" .. e.rank, "ended")
+    if s:add(EXITS, 1) >= e.world_size then s:set("ddp/all_left", "1") end
+  end)
+  if e.rank == 0 then
+    local wait = math.min(st.timeout, 30)
+    local ok = pcall(s.wait, s, { "ddp/all_left" }, 3)
+    if not ok then
+      io.stderr:write(("ddp: rank 0 keeps the store up for the ranks still running (up to %s)\n"):format(fmt_s(wait)))
+      pcall(s.wait, s, { "ddp/all_left" }, wait)
+    end
+  end
+end
+
 -- ddp.init([{backend=, timeout=}]): joins the process group.
 function M.init(opts)
   if opts ~= nil and type(opts) ~= "table" then
@@ -226,18 +344,8 @@ function M.init(opts)
   local e = env()
   local st = { store = nil, timeout = timeout, backend = backend or "auto" }
   if e.world_size > 1 then
-    local host = os.getenv("MASTER_ADDR")
-    if host == nil or host == "" then host = "127.0.0.1" end
-    local port = int_env("MASTER_PORT", nil, 1)
-    if port == nil or port > 65535 then
-      raise("ddp.init: MASTER_PORT must be set to the store's port (1..65535), got " .. show(os.getenv("MASTER_PORT")))
-    end
-    local token = os.getenv("DDP_STORE_TOKEN")
-    if token == "" then token = nil end
-    local ok, s = pcall(store.connect, host, port, { token = token, timeout = timeout })
-    if not ok then
-      raise(("ddp.init: cannot reach the store at %s:%d: %s"):format(host, port, tostring(s):gsub("^[^:]*:%d+: ", "")))
-    end
+    if e.problem ~= "" then raise("ddp.init: " .. e.problem) end
+    local s = join_store(e, timeout)
     -- The sentinel below closes it: at lua_close LuaJIT runs cdata
     -- finalizers before userdata ones, so the handle's own finalizer would
     -- free it first and the sentinel then close it a second time.
@@ -269,7 +377,12 @@ function M.init(opts)
     st.pg = ffi.gc(pg, C.dl_pg_free)
     if not sentinel then
       sentinel = newproxy(true)
-      getmetatable(sentinel).__gc = function() if state and state.store then state.store:close() end end
+      getmetatable(sentinel).__gc = function()
+        if state and state.store then
+          leave_store(state, e)
+          state.store:close()
+        end
+      end
     end
   end
   state = st
@@ -306,12 +419,16 @@ function M.shutdown()
   if not state then return end
   local s, pg = state.store, state.pg
   for _, f in ipairs(M._on_shutdown) do f() end
+  local st = state
   state = nil
   if pg then
     ffi.gc(pg, nil)
     C.dl_pg_free(pg)
   end
-  if s then s:close() end
+  if s then
+    leave_store(st, env())
+    s:close()
+  end
 end
 
 -- -- For the collectives and objects ------------------------------------------

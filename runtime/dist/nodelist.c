@@ -1,12 +1,13 @@
-/* nodelist.c -- SLURM's compressed host lists ("gpu[001-004,010],cpu7"), expanded for the launcher. */
+/* nodelist.c -- SLURM's compressed host lists ("gpu[001-004,010],cpu7"), expanded for the launch layout (launch_env.c) and the launcher. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "ddplua.h"
+#include "dist/nodelist.h"
 
-/* The last failure's text, for nodelist_error(); the launcher is one thread. */
-static char last_error[256];
+/* The last failure's text, for nodelist_error(); per thread, as dl_err's. */
+static _Thread_local char last_error[256];
 
 static int fail(const char *list, const char *why) {
   snprintf(last_error, sizeof last_error, "bad node list \"%.160s\": %s", list, why);
@@ -92,11 +93,11 @@ static int nodelist_walk(const char *list, int want, char *out, int cap) {
   return count;
 }
 
-int nodelist_count(const char *list) {
+DL_HIDDEN int nodelist_count(const char *list) {
   return nodelist_walk(list, -1, NULL, 0);
 }
 
-int nodelist_host(char *out, int cap, const char *list, int index) {
+DL_HIDDEN int nodelist_host(char *out, int cap, const char *list, int index) {
   if (!out || cap <= 0) return fail(list ? list : "(null)", "no room for the host name");
   int n = nodelist_walk(list, index, out, cap);
   if (n < 0) return n;
@@ -108,4 +109,9 @@ int nodelist_host(char *out, int cap, const char *list, int index) {
   return 0;
 }
 
-const char *nodelist_error(void) { return last_error; }
+DL_HIDDEN const char *nodelist_error(void) { return last_error; }
+
+int dl_slurm_nodelist_host(char *out, int cap, const char *list, int index) {
+  if (nodelist_host(out, cap, list, index) != 0) return dl_err(EM_BADVALUE, "nodelist", nodelist_error());
+  return 0;
+}
