@@ -193,8 +193,8 @@ static void check_gpus(const job *j, pf_report *r) {
              "%d or fewer", ndev, ndev);
   } else {
     c = add(r, "gpus", PF_OK);
-    snprintf(c->text, sizeof c->text, "%d GPU%s visible%s for %d worker%s", ndev, s_(ndev), vis,
-             j->nproc, s_(j->nproc));
+    snprintf(c->text, sizeof c->text, "%d GPU%s visible%s for %d worker%s (%.300s)", ndev, s_(ndev), vis,
+             j->nproc, s_(j->nproc), dl_cuda_status());
   }
 }
 

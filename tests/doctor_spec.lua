@@ -95,6 +95,17 @@ describe("ddplua doctor", function()
     assert.truthy(err2:find("ddplua: warning: 2 workers on 1 CPU (SLURM's 1-CPU allocation", 1, true), err2)
   end)
 
+  it("warns when more workers than GPUs share them (GPUs emulated)", function()
+    local out, err, rc = run("doctor --nproc 2", "DDPLUA_CUDA_EMU=1")
+    assert.equals(0, rc, err)
+    local l = line(out, "gpus")
+    assert.truthy(l:find("warning gpus   2 workers on 1 GPU: ranks share GPUs", 1, true), l)
+    assert.truthy(l:find("fix: --nproc auto starts one worker per GPU (here 1)", 1, true), l)
+    -- --nproc auto, or as many as there are: ok
+    assert.truthy(line(run("doctor", "DDPLUA_CUDA_EMU=2"), "gpus"):find("^ok      gpus   2 GPUs visible for 2 workers"))
+    assert.truthy(line(run("doctor --nproc 1", "DDPLUA_CUDA_EMU=2"), "gpus"):find("^ok      gpus   2 GPUs visible for 1 worker "))
+  end)
+
   it("warns when the hard limit of open files is below what the job needs", function()
     local out, err, rc = run("doctor --nproc 2", ulimit(64))
     assert.equals(0, rc, err)
