@@ -106,6 +106,35 @@ describe("ddplua doctor", function()
     assert.truthy(line(run("doctor --nproc 1", "DDPLUA_CUDA_EMU=2"), "gpus"):find("^ok      gpus   2 GPUs visible for 1 worker "))
   end)
 
+  it("warns on a small /dev/shm, and stops a launch on an unusable one (in a mount namespace)", function()
+    local why = jobs.sh("unshare -m sh -c 'mount -t tmpfs -o size=1m tmpfs /dev/shm' 2>&1; echo rc=$?")
+    if not why:find("rc=0", 1, true) then
+      pending("SKIP: cannot mount a tmpfs in a mount namespace here (needs root): " .. why:gsub("\n", " "))
+      return
+    end
+    -- its own /dev/shm of opts for the command after it
+    local function shm(opts) return "unshare -m sh -c 'mount -t tmpfs -o " .. opts .. [[ tmpfs /dev/shm && exec "$@"' sh ]] end
+    -- Docker's default: a warning, and the job still runs its collectives
+    local out, err, rc = run("doctor --nproc 2", shm("size=64m"))
+    assert.equals(0, rc, err)
+    local l = line(out, "shm")
+    assert.truthy(l:find("warning shm    /dev/shm has 64 MiB free of 64 MiB; 2 local ranks want 102 MiB", 1, true), l)
+    assert.truthy(l:find("docker run --shm-size=1g (or --ipc=host)", 1, true), l)
+    local s = jobs.script([[ddp.init(); local t = ddp.ones(1000); ddp.all_reduce(t); print(t:sum():item())]], "doctor")
+    out, err, rc = run("--nproc 2 --no-prefix " .. q(s), shm("size=64m"))
+    assert.equals(0, rc, err)
+    assert.equals("2000\n2000\n", out)
+    assert.truthy(err:find("ddplua: warning: /dev/shm has 64 MiB free", 1, true), err)
+    -- too small for 8 ranks' smallest arena, or read-only: an error, no worker
+    assert.truthy(line(run("doctor --nproc 8", shm("size=1m")), "shm"):find("^error   shm    /dev/shm has 1.0 MiB free"))
+    local m, dir = marking_script()
+    out, err, rc = run("--nproc 2 " .. q(m), shm("size=1m,ro"))
+    assert.equals(1, rc, err)
+    assert.truthy(err:find("ddplua: error: /dev/shm (1.0 MiB free of 1.0 MiB) refuses a new segment (Read-only file system)",
+                           1, true), err)
+    for r = 0, 1 do assert.is_nil(slurp(dir .. "/ran" .. r), "rank " .. r .. " ran") end
+  end)
+
   it("warns when the hard limit of open files is below what the job needs", function()
     local out, err, rc = run("doctor --nproc 2", ulimit(64))
     assert.equals(0, rc, err)
