@@ -487,7 +487,7 @@ static void check_launch(dl_launch *l, int *have, pf_report *r) {
   pf_check *c;
   *have = dl_launch_detect(l) == 0;
   if (!*have) {
-    c = add(r, "launch", PF_WARNING);
+    c = add(r, "launch", PF_ERROR);  /* as ddp.init would refuse it */
     snprintf(c->text, sizeof c->text, "%s", dl_last_error());
     snprintf(c->fix, sizeof c->fix, "unset the variables that contradict each other (docs/launching.md)");
     return;
