@@ -93,5 +93,8 @@ typedef struct launch_opts {
 ** script and its arguments; NULL-terminated) as the job's local workers and
 ** waits for them; returns the exit status for the program. */
 int launcher_run(const launch_opts *o, char **argv);
+/* `ddplua doctor [launcher options]`: prints what such a launch would get
+** and what is wrong (cli/preflight.c); returns the exit status. */
+int launcher_doctor(const launch_opts *o);
 
 #endif

@@ -130,6 +130,15 @@ void guardian_stop(job *j);
 /* Removes /dev/shm/<prefix><n> and point-to-point links <prefix><n>p<g>x<a>x<b>. */
 void job_remove_shm(const char *prefix);
 
+/* preflight.c: what the launch will get, checked before any worker starts.
+** cpus fills j->cpus and j->ncpus (the affinity mask, cut to SLURM's
+** allocation); launch says the warnings (stderr, and stdout too in a batch
+** job) and errors, -1 on an error; doctor prints every check on stdout and
+** returns the exit status (1 on an error). */
+void preflight_cpus(job *j);
+int preflight_launch(const job *j);
+int preflight_doctor(const job *j);
+
 /* repl_dist.c: the prompt over ranks; target -1 for every rank, or the
 ** index of the worker at a breakpoint. */
 void dist_session(job *j, int target);

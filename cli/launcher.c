@@ -145,15 +145,9 @@ static int setup_nodes(job *j, const launch_opts *o) {
 }
 
 /* One budget for every pool of a worker (ours, OpenMP, OpenBLAS), unless
-** the user chose: then the user's value fills the names left unset. */
+** the user chose: then the user's value fills the names left unset.  The
+** CPUs (j->ncpus) are preflight_cpus'. */
 static void setup_threads(job *j) {
-  if (sched_getaffinity(0, sizeof j->cpus, &j->cpus) != 0) {
-    CPU_ZERO(&j->cpus);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    for (long c = 0; c < n && c < CPU_SETSIZE; c++) CPU_SET(c, &j->cpus);
-  }
-  j->ncpus = CPU_COUNT(&j->cpus);
-  if (j->ncpus < 1) j->ncpus = 1;
   static const char *const names[] = {"DDPLUA_NUM_THREADS", "OMP_NUM_THREADS",
                                       "OPENBLAS_NUM_THREADS"};
   const char *user = NULL;
@@ -162,26 +156,12 @@ static void setup_threads(job *j) {
     if (v && *v) user = v;
   }
   if (user) {
-    /* the user's budget: the largest pool any of the names sets */
-    int most = 0;
-    const char *name = names[0];
-    for (int t = 0; t < 3; t++) {
-      const char *v = getenv(names[t]);
-      if (v && *v && atoi(v) > most) { most = atoi(v); name = names[t]; }
-    }
+    /* the user's budget (preflight.c warns if it oversubscribes the CPUs) */
     for (int t = 0; t < 3; t++) {
       const char *v = getenv(names[t]);
       if (!v || !*v) setenv(names[t], user, 1);
     }
     j->threads[0] = '\0';
-    if ((long)most * j->nproc > j->ncpus)
-      job_say("warning: %d worker%s x %d threads (%s=%d) = %ld threads on %d CPU%s: the "
-              "cores are oversubscribed and every step gets slower; unset %s (the launcher then "
-              "gives each worker %d) or set it to at most %d",
-              j->nproc, j->nproc == 1 ? "" : "s", most, name, most, (long)most * j->nproc,
-              j->ncpus, j->ncpus == 1 ? "" : "s", name,
-              j->ncpus / j->nproc > 0 ? j->ncpus / j->nproc : 1,
-              j->ncpus / j->nproc > 0 ? j->ncpus / j->nproc : 1);
     return;
   }
   int per = j->ncpus / j->nproc;
@@ -189,11 +169,6 @@ static void setup_threads(job *j) {
   snprintf(j->threads, sizeof j->threads, "%d", per);
   job_say("%d worker%s, %d thread%s each (%d core%s)", j->nproc, j->nproc == 1 ? "" : "s",
       per, per == 1 ? "" : "s", j->ncpus, j->ncpus == 1 ? "" : "s");
-  if (j->nproc > j->ncpus)
-    job_say("warning: %d workers on %d CPU%s (this process may use only those: taskset, cgroup "
-            "or SLURM's --cpus-per-task): several workers share each core and every step gets "
-            "slower; use --nproc %d or fewer, or give the job more CPUs",
-            j->nproc, j->ncpus, j->ncpus == 1 ? "" : "s", j->ncpus);
 }
 
 /* Node 0 serves the store the workers rendezvous on. */
@@ -368,14 +343,13 @@ static int alloc_workers(job *j) {
 }
 
 /* What comes before any worker: the guardian first (if this process is
-** killed, it cleans up), the script from stdin, the thread budget, the
-** signals and the log files.  -1 after saying what failed. */
+** killed, it cleans up), the script from stdin, the signals and the log
+** files.  -1 after saying what failed. */
 static int prepare_start(job *j, const launch_opts *o) {
   if (guardian_start(j) != 0)
     job_say("warning: cannot start the guardian process (%s); if the launcher is killed, "
             "processes its workers started and files in /dev/shm may be left", strerror(errno));
   if (o->stdin_script && read_script(j) != 0) return -1;
-  setup_threads(j);
   if (job_install_signals() != 0) {
     job_say("cannot set up signals: %s", strerror(errno));
     return -1;
@@ -446,8 +420,26 @@ int launcher_run(const launch_opts *o, char **argv) {
   if (setup_options(&j, o, argv) != 0 || find_program(&j) != 0) return 1;
   setup_token(&j);
   if (alloc_workers(&j) != 0) return 1;
+  /* the checks, before anything is started and before the thread budget
+  ** fills the thread variables the user left unset */
+  preflight_cpus(&j);
+  if (preflight_launch(&j) != 0) {
+    free_job(&j);
+    return 1;
+  }
+  setup_threads(&j);
   int status = prepare_start(&j, o) == 0 ? run_with_restarts(&j) : 1;
   guardian_stop(&j);
   free_job(&j);
   return status;
+}
+
+/* `ddplua doctor [launcher options]`: the launch's checks, every one shown. */
+int launcher_doctor(const launch_opts *o) {
+  job j;
+  memset(&j, 0, sizeof j);
+  j.guard_fd = -1;
+  if (setup_options(&j, o, NULL) != 0) return 1;
+  preflight_cpus(&j);
+  return preflight_doctor(&j);
 }

@@ -106,7 +106,8 @@ void cli_message(const char *msg) {
 
 static void cli_usage(FILE *out) {
   fprintf(out, "usage: %s [options] [script [args]]\n"
-               "Available options are:\n", CLI_NAME);
+               "       %s doctor [launcher options]   check what a launch would get\n"
+               "Available options are:\n", CLI_NAME, CLI_NAME);
   for (size_t i = 0; i < CLI_NOPTIONS; i++) {
     const cli_option *o = &cli_options[i];
     char left[32];
@@ -577,6 +578,12 @@ int main(int argc, char **argv) {
     return 1;
   }
   a.wargv[a.nwargv++] = argv[0];
+  /* `ddplua doctor ...` (a script named doctor: `ddplua ./doctor`) */
+  int doctor = argc > 1 && strcmp(argv[1], "doctor") == 0;
+  if (doctor) {
+    a.argc--;
+    a.argv++;
+  }
   if (cli_parse(&a) != 0) {
     cli_usage(stderr);
     free(a.actions);
@@ -588,6 +595,13 @@ int main(int argc, char **argv) {
     free(a.actions);
     free(a.wargv);
     return 0;
+  }
+  if (doctor) {
+    int status = a.script ? (cli_message("doctor takes launcher options, not a script"), 1)
+                          : launcher_doctor(&a.lo);
+    free(a.actions);
+    free(a.wargv);
+    return status;
   }
   if (!a.launch && (a.lo.node_rank || a.lo.master_addr || a.lo.master_port ||
                     a.lo.log_dir || a.lo.no_prefix || a.lo.quiet_ranks ||
