@@ -1,0 +1,209 @@
+-- Launch shapes without ddplua's launcher (docs/clusters.md): env:// as a
+-- Kubernetes PyTorchJob starts ranks (rank 0 serves the store), torchrun's
+-- variables, OpenMPI's mpirun, and the rendezvous failures each names
+-- within seconds: a rank 0 that is not up yet, a MASTER_ADDR that does not
+-- resolve, a port some other program holds, another job's store, two rank
+-- 0s.  The SLURM shapes are in slurm_spec.lua.
+local jobs = require "helpers.jobs"
+local q, sh, slurp, tempname = jobs.q, jobs.sh, jobs.slurp, jobs.tempname
+local ddplua = jobs.ddplua
+
+local EQ = jobs.root .. "/tests/scripts/ddp_equal.lua"
+-- every launcher's variables unset, so the specs see only their own
+local CLEAN = jobs.CLEAN
+
+-- A free TCP port (bound and released by the kernel's choice).
+local function free_port()
+  return tonumber(sh([[python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])']]))
+end
+
+-- Starts each rank's command in the background with its env, waits for all
+-- (bounded); returns {out=, err=, rc=} per rank and the seconds taken.
+local function ranks(envs, script, secs)
+  local res, cmds = {}, {}
+  for i, env in ipairs(envs) do
+    local o, e, c = tempname(), tempname(), tempname()
+    res[i] = { o = o, e = e, c = c }
+    local this = script
+    if type(env) == "table" then env, this = env[1], env[2] end  -- {env, script of its own}
+    cmds[#cmds + 1] = "( " .. CLEAN .. env .. " timeout " .. (secs or 60) .. " " .. q(ddplua) .. " " .. q(this)
+      .. " </dev/null >" .. q(o) .. " 2>" .. q(e) .. "; echo $? >" .. q(c) .. " ) &"
+  end
+  local t0 = os.time()
+  sh(table.concat(cmds, " ") .. " wait")
+  for _, r in ipairs(res) do
+    r.out, r.err, r.rc = slurp(r.o) or "", slurp(r.e) or "", tonumber((slurp(r.c) or ""):match("%d+"))
+  end
+  return res, os.time() - t0
+end
+
+local function check_eq(r, world, kind)
+  assert.equals(0, r.rc, r.err .. r.out)
+  local w, k, s, rel = r.out:match("DDPEQ rank %d+ world (%d+) kind (%S+) allreduce (%S+) maxrel (%S+)")
+  assert.equals(world, tonumber(w), r.out .. r.err)
+  assert.equals(kind, k)
+  assert.equals(world, tonumber(s))
+  assert.is_true(tonumber(rel) < 1e-5, r.out)
+end
+
+describe("env:// launches (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)", function()
+  after_each(jobs.no_strays)
+  teardown(jobs.cleanup)
+
+  it("makes one world in which rank 0 serves the store, DDP equal to one process", function()
+    local p = free_port()
+    local base = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" .. p .. " WORLD_SIZE=2 "
+    local res = ranks({ base .. "RANK=0", base .. "RANK=1" }, EQ)
+    for _, r in ipairs(res) do check_eq(r, 2, "env") end
+    -- without LOCAL_WORLD_SIZE each rank is taken as its own node (a pod);
+    -- with it, ranks of one node share memory
+    assert.truthy(res[1].out:find("backend hier", 1, true), res[1].out)
+    base = base .. "LOCAL_WORLD_SIZE=2 "
+    res = ranks({ base .. "RANK=1 LOCAL_RANK=1", base .. "RANK=0 LOCAL_RANK=0" }, EQ)
+    for _, r in ipairs(res) do check_eq(r, 2, "env") end
+    assert.truthy(res[1].out:find("backend shm", 1, true), res[1].out)
+  end)
+
+  it("says within seconds that a rank waits for rank 0, and ends at the timeout with that cause", function()
+    local p = free_port()
+    local res, took = ranks({ "DDP_TIMEOUT=6 MASTER_ADDR=127.0.0.1 MASTER_PORT=" .. p .. " WORLD_SIZE=2 RANK=1" }, EQ)
+    local err = res[1].err
+    assert.equals(1, res[1].rc, err)
+    assert.is_true(took <= 10, err)
+    assert.truthy(err:find("ddp.init: rank 1 waits: rank 0 has not served the store at 127.0.0.1:" .. p
+      .. " (env launch: rank 0 serves it; port MASTER_PORT); retrying until DDP_TIMEOUT (6 s", 1, true), err)
+    assert.truthy(err:find("cannot reach the store at 127.0.0.1:" .. p .. " within 6 s: rank 0 has not served", 1, true), err)
+  end)
+
+  it("keeps waiting for a rank 0 that comes late, as pods start at different times", function()
+    local p = free_port()
+    local base = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" .. p .. " WORLD_SIZE=2 "
+    local res = ranks({ base .. "RANK=1", "sleep 4; " .. CLEAN .. base .. "RANK=0" }, EQ)
+    check_eq(res[1], 2, "env")
+    assert.truthy(res[1].err:find("rank 1 waits: rank 0 has not served", 1, true), res[1].err)
+  end)
+
+  it("names a MASTER_ADDR that does not resolve (yet) within seconds", function()
+    local res, took = ranks({ "DDP_TIMEOUT=5 MASTER_ADDR=no-such-host.invalid MASTER_PORT=29999 WORLD_SIZE=2 RANK=1" }, EQ)
+    local err = res[1].err
+    assert.equals(1, res[1].rc, err)
+    assert.is_true(took <= 10, err)
+    assert.truthy(err:find("rank 1 waits: MASTER_ADDR=no-such-host.invalid does not resolve", 1, true), err)
+    assert.truthy(err:find("within 5 s: MASTER_ADDR=no-such-host.invalid does not resolve", 1, true), err)
+  end)
+
+  it("says at once that two processes are rank 0 of one job", function()
+    local p = free_port()
+    local base = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" .. p .. " WORLD_SIZE=2 DDP_TIMEOUT=8 "
+    local res, took = ranks({ base .. "RANK=0", "sleep 1; " .. CLEAN .. base .. "RANK=0" }, EQ, 30)
+    local err = res[2].err
+    assert.equals(1, res[2].rc, err)
+    assert.truthy(err:find("this job's own store is already served there -- two processes are rank 0", 1, true), err)
+    assert.is_true(took <= 12, err)
+  end)
+
+  it("tells another job's store on the port from this job's", function()
+    local p = free_port()
+    -- another job (another MASTER_ADDR spelling: another derived token)
+    local other = jobs.script([[
+local srv = require("ddp.store").server { host = "127.0.0.1", port = tonumber(os.getenv("P")), token = "other-job" }
+io.write("UP\n"); io.flush()
+local ffi = require "ffi"
+ffi.C.poll(nil, 0, 6000)
+srv:close()
+]], "other")
+    local res = ranks({ "P=" .. p, { "sleep 1; " .. CLEAN .. "DDP_TIMEOUT=5 MASTER_ADDR=127.0.0.1 MASTER_PORT=" .. p
+      .. " WORLD_SIZE=2 RANK=0", EQ } }, other, 30)
+    local err = res[2].err
+    assert.equals(1, res[2].rc, err)
+    assert.truthy(err:find("another ddplua job's store holds the port; set MASTER_PORT", 1, true), err)
+    -- and a rank > 0 meeting it: refused within seconds, not waiting
+    res = ranks({ "P=" .. p, { "sleep 1; " .. CLEAN .. "DDP_TIMEOUT=30 MASTER_ADDR=127.0.0.1 MASTER_PORT=" .. p
+      .. " WORLD_SIZE=2 RANK=1", EQ } }, other, 30)
+    err = res[2].err
+    assert.equals(1, res[2].rc, err)
+    assert.truthy(err:find("belongs to another job (it refused this job's token)", 1, true), err)
+  end)
+end)
+
+describe("a port some other program holds", function()
+  after_each(jobs.no_strays)
+  teardown(jobs.cleanup)
+
+  -- A listener that accepts and then: stays silent, closes, or answers
+  -- in its own protocol (as PyTorch's TCPStore would).
+  local function foreign(mode, p)
+    local py = tempname() .. ".py"
+    jobs.sh("cat > " .. q(py) .. [[ <<'EOF'
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[2]))); s.listen(8)
+t0 = time.time()
+s.settimeout(1)
+while time.time() - t0 < 25:
+    try: c, _ = s.accept()
+    except socket.timeout: continue
+    if sys.argv[1] == "close": c.close()
+    elif sys.argv[1] == "garbage": c.sendall(b"\xff" * 64); time.sleep(0.5); c.close()
+    else: time.sleep(8); c.close()
+EOF]])
+    return "python3 " .. q(py) .. " " .. mode .. " " .. p
+  end
+
+  for _, mode in ipairs { "silent", "close", "garbage" } do
+    it("fails within seconds naming it (" .. mode .. "), never after the whole timeout", function()
+      local p = free_port()
+      local pid_file = tempname()
+      sh(foreign(mode, p) .. " >/dev/null 2>&1 & echo $! > " .. q(pid_file) .. "; sleep 0.5")
+      local res, took = ranks({ "DDP_TIMEOUT=60 MASTER_ADDR=127.0.0.1 MASTER_PORT=" .. p .. " WORLD_SIZE=2 RANK=1" }, EQ)
+      sh("kill " .. (slurp(pid_file) or ""):match("%d+") .. " 2>/dev/null")
+      local err = res[1].err
+      assert.equals(1, res[1].rc, err)
+      assert.is_true(took <= 10, took .. " s: " .. err)
+      assert.truthy(err:find("127.0.0.1:" .. p .. " is not a ddplua store", 1, true), err)
+      assert.truthy(err:find("torchrun's own store", 1, true), err)
+      assert.falsy(err:find("wrong token", 1, true), err)
+    end)
+  end
+end)
+
+describe("torchrun's variables", function()
+  after_each(jobs.no_strays)
+  teardown(jobs.cleanup)
+
+  it("run one world with rank 0 serving the store next to torchrun's own (MASTER_PORT + 1)", function()
+    local p = free_port()
+    local base = "TORCHELASTIC_RUN_ID=r1 TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_USE_AGENT_STORE=True "
+      .. "MASTER_ADDR=127.0.0.1 MASTER_PORT=" .. p .. " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 GROUP_RANK=0 "
+    local res = ranks({ base .. "RANK=0 LOCAL_RANK=0", base .. "RANK=1 LOCAL_RANK=1" }, EQ)
+    for _, r in ipairs(res) do check_eq(r, 2, "torchrun") end
+  end)
+end)
+
+describe("OpenMPI's mpirun", function()
+  after_each(jobs.no_strays)
+  teardown(jobs.cleanup)
+  local have = sh("command -v mpirun || true") ~= ""
+  local MPIRUN = CLEAN .. "timeout 60 mpirun --allow-run-as-root --oversubscribe "
+
+  it("gives one world of -np ranks, DDP equal to one process", function()
+    if not have then pending("mpirun is not installed (Debian's openmpi-bin)") return end
+    local out = sh(MPIRUN .. "-np 2 " .. q(ddplua) .. " " .. q(EQ) .. " 2>&1")
+    local seen = 0
+    for line in out:gmatch("DDPEQ[^\n]*") do
+      seen = seen + 1
+      check_eq({ rc = 0, out = line, err = out }, 2, "mpi")
+    end
+    assert.equals(2, seen, out)
+  end)
+
+  it("refuses a launcher started once per rank (mpirun -np 2 ddplua --nproc 2)", function()
+    if not have then pending("mpirun is not installed (Debian's openmpi-bin)") return end
+    local t0 = os.time()
+    local out = sh(MPIRUN .. "-np 2 " .. q(ddplua) .. " --nproc 2 " .. q(EQ) .. " 2>&1; echo rc=$?")
+    assert.truthy(out:find("mpirun started 2 copies of the launcher on this node", 1, true), out)
+    assert.falsy(out:find("DDPEQ", 1, true), out)
+    assert.falsy(out:find("rc=0", 1, true), out)
+    assert.is_true(os.time() - t0 <= 10, out)
+  end)
+end)
