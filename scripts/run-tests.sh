@@ -105,6 +105,27 @@ run_busted() {  # $1: label, $2: TAP file, rest: spec files
   count "$p" "$f" "$s"
 }
 
+# -- the SLURM cluster the launch-shape specs share (two nodes, n1 and n2,
+# on this host: tests/helpers/slurm_cluster.sh), started once here and
+# stopped when the run ends, unless it was up before.  Where it cannot run
+# (not root, no packages) DDPLUA_SLURM_SKIP tells the specs why, and they
+# skip.
+if bash tests/helpers/slurm_cluster.sh status >/dev/null 2>&1; then
+  :  # someone's cluster: used, and left up
+else
+  bash tests/helpers/slurm_cluster.sh up >"$out/slurm-up.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 0 ]; then
+    trap 'bash tests/helpers/slurm_cluster.sh down >/dev/null 2>&1' EXIT
+    trap 'exit 130' INT; trap 'exit 143' TERM  # so EXIT's trap runs then too
+  else
+    cat "$out/slurm-up.log"
+    bash tests/helpers/slurm_cluster.sh down >/dev/null 2>&1
+    export DDPLUA_SLURM_SKIP="$(sed -n 's/.*skip: //p' "$out/slurm-up.log" | head -n 1)"
+    [ -n "$DDPLUA_SLURM_SKIP" ] || DDPLUA_SLURM_SKIP="slurm_cluster.sh up exited $rc (see $out/slurm-up.log)"
+  fi
+fi
+
 specs=$(ls tests/*_spec.lua 2>/dev/null)
 [ -n "$specs" ] && run_busted busted "$out/busted.tap" $specs
 
