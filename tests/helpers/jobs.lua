@@ -47,7 +47,7 @@ end
 
 -- Clears the variables of any job the tests themselves run under.
 M.CLEAN = "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u NODE_RANK -u GROUP_RANK "
-  .. "-u MASTER_ADDR -u MASTER_PORT -u DDP_STORE_TOKEN -u DDP_TIMEOUT -u DDP_DEBUG -u DDP_JOB_ID -u DDP_LAUNCH_ID -u DDP_BACKEND -u DDP_GLOO_HOST "
+  .. "-u MASTER_ADDR -u MASTER_PORT -u DDP_STORE_TOKEN -u DDP_TIMEOUT -u DDP_DEBUG -u DDP_JOB_ID -u DDP_LAUNCH_ID -u DDP_BACKEND -u DDP_GLOO_HOST -u DDP_PREEMPT_SIGNALS "
 
 -- Runs `ddplua <args>` under `timeout <secs>`; env: extra assignments.
 -- Returns stdout, stderr and the exit code.
