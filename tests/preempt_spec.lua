@@ -225,8 +225,14 @@ for _ = 1, 300 do sleep(0.1) end  -- a signal cuts one sleep short, not all
   it("kills a worker that ignores the request after --save-grace, naming it", function()
     local job, _, ready = train("--nproc 2 --save-grace 1", "--wait-at 3 --ignore-rank 1")
     local w = pids(ready, 2)
+    local guard = tonumber(sh("pgrep -P " .. job.pid .. " -x ddplua-guard"):match("%d+"))
+    assert.truthy(guard, "no guardian")
     local t0 = clock()
-    os.execute("kill -USR1 " .. job.pid)
+    -- SLURM signals every process of the step: the guardian too, which must live on
+    os.execute("kill -USR1 " .. job.pid .. " " .. guard)
+    os.execute("sleep 0.3")
+    local stat = slurp("/proc/" .. guard .. "/stat")
+    assert.truthy(stat and not stat:match("^%d+ %b() Z"), "the guardian died of SIGUSR1")
     local rc, out, err = finish(job)
     local took = clock() - t0
     assert.equals(137, rc, err .. out)
