@@ -84,6 +84,8 @@ typedef struct launch_opts {
   const char *log_dir;
   const char *grace;        /* seconds between SIGTERM and SIGKILL */
   const char *max_restarts;
+  const char *signals;      /* which signals mean "save and stop" */
+  const char *save_grace;   /* seconds the workers get to save */
   int no_prefix, quiet_ranks, bind_cores;
   int interactive;  /* the prompt over all ranks (no script, or -i) */
   int stdin_script; /* the script is the launcher's stdin ("-", or a pipe) */

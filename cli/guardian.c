@@ -17,8 +17,9 @@
 ** exits, and the launcher waits for it.
 **
 ** It runs in its own process group, ignoring the terminal's and a group's
-** signals (Ctrl-C, `timeout`'s SIGTERM and SIGKILL to the launcher's group),
-** which are the launcher's to handle.  Forked from a process that may have
+** signals (Ctrl-C, `timeout`'s SIGTERM and SIGKILL to the launcher's group)
+** and a scheduler's warnings (SLURM's --signal=USR1@T reaches every process
+** of the job), which are the launcher's to handle.  Forked from a process that may have
 ** threads (OpenBLAS starts its own), it makes only system calls.
 */
 #include <dirent.h>
@@ -64,7 +65,10 @@ static void pause_ms(long ms) {
 
 /* The guardian's life: the pids the pipe lists, then the cleaning. */
 static _Noreturn void guard(int fd, const char *prefix, pid_t *pids, int max) {
-  static const int ignored[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE};
+  /* and what a scheduler sends every process of a job before it ends it
+  ** (SLURM's --signal: USR1 and the like), which the launcher handles */
+  static const int ignored[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE,
+                                SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU, SIGPWR, SIGVTALRM, SIGPROF};
   for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++) signal(ignored[i], SIG_IGN);
   signal(SIGCHLD, SIG_DFL);
   setpgid(0, 0);

@@ -86,6 +86,13 @@ typedef struct job {
   int bp_target;         /* index of a worker that opened a breakpoint, or -1 */
   char bp_where[256];
   int bp_done;           /* breakpoint prompts ended */
+  /* pre-emption (cli/preempt.c): --signals, --save-grace */
+  int pre_sigs[16], npre;
+  char pre_list[128];    /* their names, "TERM,USR1": the workers' DDP_PREEMPT_SIGNALS */
+  double save_grace;
+  int preempted;         /* the signal passed on to the workers, 0: none yet */
+  int pre_logged;        /* a later one was logged (once) */
+  long pre_handled;
   /* the watch loop's state */
   long shown;            /* lines written to the terminal */
   int first_failed, stopping, killed, forwarded, handled;
@@ -95,12 +102,14 @@ typedef struct job {
 } job;
 
 /* workers.c */
-enum { RUN_OK, RUN_FAILED, RUN_SIGNALED };
+enum { RUN_OK, RUN_FAILED, RUN_SIGNALED, RUN_PREEMPTED };
 /* Starts the group and waits for it: all exited 0 (RUN_OK), one failed and
-** the others were stopped (RUN_FAILED, *failed_ix names it), or the
-** launcher got SIGINT/SIGTERM (RUN_SIGNALED, job_signal() says which). */
+** the others were stopped (RUN_FAILED, *failed_ix names it), the launcher
+** got SIGINT/SIGTERM (RUN_SIGNALED, job_signal() says which), or one of
+** --signals, passed on for the workers to save and stop (RUN_PREEMPTED). */
 int job_run_group(job *j, int *failed_ix);
-int job_install_signals(void);
+/* SIGINT, SIGTERM, SIGCHLD and j's --signals go to the watch loop. */
+int job_install_signals(const job *j);
 int job_signal(void);
 /* The status a shell would show: the code, or 128 + the signal. */
 int job_exit_code(int status);
@@ -118,6 +127,16 @@ int job_send(worker *w, const char *kind, long seq, const char *payload, size_t 
 /* Lets SIGINT reach the job (the prompt's own handler saved in *saved). */
 void job_catch_sigint(struct sigaction *saved);
 const char *job_describe(int status);
+
+/* preempt.c: --signals LIST and --save-grace S (-1 after saying what is
+** wrong); a "save and stop" signal passed on to every worker once (later
+** ones absorbed); the workers left after the grace named before SIGKILL;
+** the launcher's exit status afterwards (the workers': 0 when all exited 0). */
+int preempt_setup(job *j, const char *signals, const char *save_grace);
+void preempt_request(job *j, int sig);
+void preempt_overdue(job *j);
+int preempt_status(job *j);
+const char *job_signal_name(int sig);
 
 /* guardian.c: a process that outlives the launcher to kill what the
 ** workers left running and remove the launch's /dev/shm files.  Started

@@ -272,7 +272,8 @@ static void raise_nofile(void) {
   }
 }
 
-/* The job's own options (--grace, --max-restarts, --nproc) and its nodes;
+/* The job's own options (--grace, --signals, --save-grace, --max-restarts,
+** --nproc) and its nodes;
 ** -1 after saying which is wrong. */
 static int setup_options(job *j, const launch_opts *o, char **argv) {
   j->argv = argv;
@@ -290,6 +291,7 @@ static int setup_options(job *j, const launch_opts *o, char **argv) {
       return -1;
     }
   }
+  if (preempt_setup(j, o->signals, o->save_grace) != 0) return -1;
   if (o->max_restarts &&
       (j->max_restarts = parse_int("--max-restarts", o->max_restarts, 0, 1000000)) < 0)
     return -1;
@@ -350,7 +352,7 @@ static int prepare_start(job *j, const launch_opts *o) {
     job_say("warning: cannot start the guardian process (%s); if the launcher is killed, "
             "processes its workers started and files in /dev/shm may be left", strerror(errno));
   if (o->stdin_script && read_script(j) != 0) return -1;
-  if (job_install_signals() != 0) {
+  if (job_install_signals(j) != 0) {
     job_say("cannot set up signals: %s", strerror(errno));
     return -1;
   }
@@ -390,6 +392,7 @@ static int run_with_restarts(job *j) {
     if (r < 0) return 1;
     if (r == RUN_OK) return 0;
     if (r == RUN_SIGNALED) return 128 + job_signal();
+    if (r == RUN_PREEMPTED) return preempt_status(j);  /* never restarted: the job is ending */
     if (j->restart >= j->max_restarts) return give_up(j, ix);
     j->restart++;
     job_say("rank %d failed with %s; restarting all workers (restart %d of %d)", j->w[ix].rank,

@@ -41,7 +41,9 @@ enum {
   OPT_QUIET_RANKS,
   OPT_GRACE,
   OPT_MAX_RESTARTS,
-  OPT_BIND_CORES
+  OPT_BIND_CORES,
+  OPT_SIGNALS,
+  OPT_SAVE_GRACE
 };
 
 typedef struct cli_option {
@@ -68,6 +70,8 @@ static const cli_option cli_options[] = {
   {"--no-prefix", NULL, OPT_NO_PREFIX, "do not prefix output lines with [rank]"},
   {"--quiet-ranks", NULL, OPT_QUIET_RANKS, "show only rank 0's output"},
   {"--grace", "S", OPT_GRACE, "seconds from SIGTERM to SIGKILL (default 5)"},
+  {"--signals", "LIST", OPT_SIGNALS, "signals meaning save and stop (default TERM,USR1)"},
+  {"--save-grace", "S", OPT_SAVE_GRACE, "seconds the workers get to save (default 30)"},
   {"--max-restarts", "K", OPT_MAX_RESTARTS, "restart the workers up to K times"},
   {"--bind-cores", NULL, OPT_BIND_CORES, "pin each worker to its share of the CPUs"},
 };
@@ -200,6 +204,8 @@ static int cli_parse(cli_args *a) {
     case OPT_GRACE: a->lo.grace = value; break;
     case OPT_MAX_RESTARTS: a->lo.max_restarts = value; break;
     case OPT_BIND_CORES: a->lo.bind_cores = 1; break;
+    case OPT_SIGNALS: a->lo.signals = value; break;
+    case OPT_SAVE_GRACE: a->lo.save_grace = value; break;
     }
   }
   a->script = i < a->argc ? i : 0;
@@ -605,7 +611,8 @@ int main(int argc, char **argv) {
   }
   if (!a.launch && (a.lo.node_rank || a.lo.master_addr || a.lo.master_port ||
                     a.lo.log_dir || a.lo.no_prefix || a.lo.quiet_ranks ||
-                    a.lo.grace || a.lo.max_restarts || a.lo.bind_cores)) {
+                    a.lo.grace || a.lo.max_restarts || a.lo.bind_cores ||
+                    a.lo.signals || a.lo.save_grace)) {
     cli_message("launcher options need --nproc N (or --nnodes M)");
     free(a.actions);
     free(a.wargv);

@@ -47,14 +47,14 @@ static void write_all(int fd, const char *buf, size_t len) {
   }
 }
 
-static const char *signal_name(int sig) {
+const char *job_signal_name(int sig) {
   static const struct { int sig; const char *name; } names[] = {
     {SIGHUP, "SIGHUP"}, {SIGINT, "SIGINT"}, {SIGQUIT, "SIGQUIT"},
     {SIGILL, "SIGILL"}, {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},
     {SIGBUS, "SIGBUS"}, {SIGFPE, "SIGFPE"}, {SIGKILL, "SIGKILL"},
     {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
     {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"},
-    {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"},
+    {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"}, {SIGPWR, "SIGPWR"},
   };
   static char other[32];
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -75,15 +75,21 @@ static int failed(int status) {
 
 /* -- Signals ------------------------------------------------------------- */
 
-/* SIGINT, SIGTERM and SIGCHLD only write to this pipe; the poll loop does
-** the work, outside the handler. */
+/* SIGINT, SIGTERM, SIGCHLD and the --signals only write to this pipe; the
+** poll loop does the work, outside the handler. */
 static int wake_pipe[2] = {-1, -1};
 static volatile sig_atomic_t got_signal; /* the last SIGINT or SIGTERM */
 static volatile sig_atomic_t nsignals;   /* how many came */
+static unsigned long long preempt_set;   /* bit s: signal s means "save and stop" */
+static volatile sig_atomic_t got_preempt; /* the last of those */
+static volatile sig_atomic_t npreempts;
 
 static void on_signal(int sig) {
   int saved = errno;
-  if (sig != SIGCHLD) {
+  if (sig < 64 && (preempt_set >> sig & 1)) {
+    got_preempt = sig;
+    npreempts++;
+  } else if (sig != SIGCHLD) {
     got_signal = sig;
     nsignals++;
   }
@@ -100,11 +106,14 @@ static void catch_signal(int sig, struct sigaction *saved) {
   sigaction(sig, &act, saved);
 }
 
-int job_install_signals(void) {
+int job_install_signals(const job *j) {
   if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
+  for (int i = 0; i < j->npre; i++)
+    if (j->pre_sigs[i] > 0 && j->pre_sigs[i] < 64) preempt_set |= 1ULL << j->pre_sigs[i];
   catch_signal(SIGINT, NULL);
   catch_signal(SIGTERM, NULL);
   catch_signal(SIGCHLD, NULL);
+  for (int i = 0; i < j->npre; i++) catch_signal(j->pre_sigs[i], NULL);
   signal(SIGPIPE, SIG_IGN); /* a closed terminal: write fails instead */
   return 0;
 }
@@ -317,7 +326,7 @@ static char **worker_env(const job *j, const worker *w, int ctl_r, int ctl_w) {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
     "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "DDP_JOB_ID",
     "DDP_STORE_TOKEN", "DDP_RESTART_COUNT", "DDP_MAX_RESTARTS", "DDP_TTY",
-    "DDPLUA_CTRL", "DDP_LAUNCH_ID",
+    "DDPLUA_CTRL", "DDP_LAUNCH_ID", "DDP_PREEMPT_SIGNALS",
   };
   enum { NOURS = sizeof ours / sizeof ours[0] };
   char vals[NOURS][300];
@@ -339,6 +348,8 @@ static char **worker_env(const job *j, const worker *w, int ctl_r, int ctl_w) {
   /* the control channel's ends, in the worker (cli/link.c) */
   snprintf(vals[13], 300, "%d,%d", ctl_r, ctl_w);
   snprintf(vals[14], 300, "%s", j->launch_id);
+  /* ddp.should_stop arms the worker for the same signals (dist/preempt.c) */
+  snprintf(vals[15], 300, "%s", j->pre_list);
 
   size_t n = 0;
   while (environ[n]) n++;
@@ -477,6 +488,11 @@ fail_os:
 static void signal_all(job *j, int sig) {
   for (int i = 0; i < j->nproc; i++)
     if (j->w[i].pid > 0) {
+      /* SIGTERM here means stop now (a rank failed, or the launcher got it
+      ** outside --signals): marked so, it stops even a worker that armed
+      ** ddp.should_stop for SIGTERM (runtime/dist/preempt.c); sent first, so
+      ** the plain one below, still pending, merges into it */
+      if (sig == SIGTERM) sigqueue(j->w[i].pid, SIGTERM, (union sigval){.sival_int = DL_PREEMPT_STOP_NOW});
       kill(-j->w[i].pid, sig); /* the worker's children too */
       /* a stopped worker (SIGSTOP, Ctrl-Z) would keep SIGTERM pending
       ** through the whole grace period: let it run to take it */
@@ -552,7 +568,7 @@ int job_turn(job *j, int timeout_ms) {
     } else {
       if (j->session) j->abort_session = 1;
       if (!j->forwarded) {
-        job_say("got %s, stopping the workers", signal_name(got_signal));
+        job_say("got %s, stopping the workers", job_signal_name(got_signal));
         signal_all(j, got_signal);
         j->forwarded = got_signal;
         if (!j->stopping) { j->stopping = 1; j->deadline = job_now() + j->grace; }
@@ -563,6 +579,11 @@ int job_turn(job *j, int timeout_ms) {
     }
     j->handled = nsignals;
   }
+  if (npreempts > j->pre_handled) {
+    if (j->session) j->abort_session = 1;
+    preempt_request(j, (int)got_preempt);
+    j->pre_handled = npreempts;
+  }
   /* at a prompt a rank's death is told there, and the others go on */
   if (j->first_failed >= 0 && !j->stopping && !j->session) {
     j->stopping = 1;
@@ -570,10 +591,14 @@ int job_turn(job *j, int timeout_ms) {
     signal_all(j, SIGTERM);
   }
   if (j->stopping && !j->killed && job_now() >= j->deadline) {
-    int left = 0;
-    for (int i = 0; i < j->nproc; i++) left += j->w[i].pid > 0;
-    if (left) job_say("%d worker%s still running after %g s, sending SIGKILL", left,
-                      left == 1 ? "" : "s", j->grace);
+    if (j->preempted && !j->forwarded) {
+      preempt_overdue(j);
+    } else {
+      int left = 0;
+      for (int i = 0; i < j->nproc; i++) left += j->w[i].pid > 0;
+      if (left) job_say("%d worker%s still running after %g s, sending SIGKILL", left,
+                        left == 1 ? "" : "s", j->grace);
+    }
     signal_all(j, SIGKILL);
     j->killed = 1;
   }
@@ -675,6 +700,8 @@ int job_run_group(job *j, int *failed_ix) {
   j->first_failed = -1;
   j->stopping = j->killed = j->forwarded = 0;
   j->handled = nsignals;
+  j->preempted = j->pre_logged = 0;
+  j->pre_handled = npreempts;
   j->deadline = j->drain_until = 0;
   j->bp_target = -1;
   j->bp_done = 0;
@@ -745,6 +772,7 @@ int job_run_group(job *j, int *failed_ix) {
   j->exit_client_failed = 0;
   *failed_ix = root_cause(j, j->first_failed);
   if (j->forwarded) return RUN_SIGNALED;
+  if (j->preempted) return RUN_PREEMPTED;
   return j->first_failed >= 0 ? RUN_FAILED : RUN_OK;
 }
 
@@ -752,7 +780,7 @@ int job_run_group(job *j, int *failed_ix) {
 const char *job_describe(int status) {
   static char buf[64];
   if (WIFSIGNALED(status))
-    snprintf(buf, sizeof buf, "signal %s", signal_name(WTERMSIG(status)));
+    snprintf(buf, sizeof buf, "signal %s", job_signal_name(WTERMSIG(status)));
   else
     snprintf(buf, sizeof buf, "exit code %d", WEXITSTATUS(status));
   return buf;

@@ -1,6 +1,6 @@
 -- ddp.checkpoint: tensors to and from safetensors files (ddp.save,
--- ddp.load) and whole training states on top of them (ddp.save_checkpoint,
--- ddp.load_checkpoint).
+-- ddp.load), whole training states on top of them (ddp.save_checkpoint,
+-- ddp.load_checkpoint) and the latest of a directory (ddp.latest_checkpoint).
 --
 -- A checkpoint is a plain safetensors file: every tensor of every state_dict
 -- under a prefixed name ("model.fc.weight", "optimizer.state.1.exp_avg"),
@@ -297,6 +297,118 @@ function M.load_checkpoint(path, targets)
     factory.set_rng_state(rank_rng(state.rng))
   end
   return state
+end
+
+-- -- The latest checkpoint of a directory ----------------------------------------
+
+-- The directory listing, from libc under names of our own (a script's own
+-- declarations of these must still work).  struct dirent as glibc and musl
+-- lay it out on 64-bit Linux.
+pcall(ffi.cdef, [[
+typedef struct dl_ckpt_dir dl_ckpt_dir;
+typedef struct { uint64_t d_ino; int64_t d_off; unsigned short d_reclen; unsigned char d_type; char d_name[256]; } dl_ckpt_dirent;
+dl_ckpt_dir *dl_ckpt_opendir(const char *path) __asm__("opendir");
+dl_ckpt_dirent *dl_ckpt_readdir(dl_ckpt_dir *d) __asm__("readdir");
+int dl_ckpt_closedir(dl_ckpt_dir *d) __asm__("closedir");
+char *dl_ckpt_strerror(int errnum) __asm__("strerror");
+]])
+
+-- Natural order: names cut into runs of digits and of other bytes, runs
+-- compared in turn, digits as numbers (step_900 before step_1000) and
+-- before other text; equal values, the shorter run (fewer leading zeros)
+-- first.
+local function chunks(name)
+  local out = {}
+  for digits, other in name:gmatch("(%d*)(%D*)") do
+    if digits ~= "" then out[#out + 1] = digits end
+    if other ~= "" then out[#out + 1] = other end
+  end
+  return out
+end
+
+local function natural_less(a, b)
+  local ca, cb = chunks(a), chunks(b)
+  for i = 1, math.min(#ca, #cb) do
+    local x, y = ca[i], cb[i]
+    if x ~= y then
+      local nx, ny = x:match("^%d"), y:match("^%d")
+      if nx and ny then
+        local vx, vy = x:gsub("^0+", ""), y:gsub("^0+", "")
+        if #vx ~= #vy then return #vx < #vy end
+        if vx ~= vy then return vx < vy end
+        return #x < #y
+      end
+      if nx or ny then return nx ~= nil end
+      return x < y
+    end
+  end
+  return #ca < #cb
+end
+
+-- Whether path is a file load_checkpoint takes: safetensors with ddplua's
+-- checkpoint metadata (ddp.save's plain tensor files and other files are not).
+local function is_checkpoint(path)
+  local f = C.dl_st_open(path)
+  if f == nil then
+    C.dl_clear_error()
+    return false
+  end
+  local keys = {}
+  for i = 0, C.dl_st_meta_count(f) - 1 do keys[ffi.string(C.dl_st_meta_key(f, i))] = true end
+  C.dl_st_close(f)
+  return keys[FORMAT_KEY] == true and keys[STATE_KEY] == true
+end
+
+-- ddp.latest_checkpoint(dir[, pattern]) -> the path of dir's latest
+-- checkpoint, or nil when it holds none.  The rule: of the names in dir
+-- (only those pattern, a Lua pattern, finds), the last in natural order --
+-- numbers compared as numbers, so step_900 comes before step_1000 and the
+-- highest step wins -- that is a whole checkpoint; temporary files of a
+-- save (<name>.tmp.<pid>.<n>, left by a writer killed mid-save) never are,
+-- nor files that are not ddplua checkpoints (a ddp.save file, a log).
+-- Every rank may call it (it only reads).  A dir that does not exist or is
+-- not a directory is an error: a mistyped dir must not start training
+-- afresh over old checkpoints.
+function M.latest_checkpoint(dir, pattern)
+  if type(dir) ~= "string" or dir == "" then
+    raise("latest_checkpoint: dir must be a directory's path, got " .. core.show(dir))
+  end
+  if pattern ~= nil and type(pattern) ~= "string" then
+    raise("latest_checkpoint: pattern must be a Lua pattern (a string), got " .. core.show(pattern))
+  end
+  if pattern then
+    local ok, err = pcall(string.find, "", pattern)
+    if not ok then
+      raise(("latest_checkpoint: bad pattern %s: %s"):format(core.show(pattern), (tostring(err):gsub("^[^:]*:%d+: ", ""))))
+    end
+  end
+  local d = C.dl_ckpt_opendir(dir)
+  if d == nil then
+    local errno = ffi.errno()
+    if errno == 2 then  -- ENOENT
+      raise(("latest_checkpoint: %s: no such directory (make it before the first run; the checkpoints go there)")
+            :format(dir))
+    end
+    raise(("latest_checkpoint: %s: %s"):format(dir, ffi.string(C.dl_ckpt_strerror(errno))))
+  end
+  local names = {}
+  while true do
+    local e = C.dl_ckpt_readdir(d)
+    if e == nil then break end
+    local name = ffi.string(e.d_name)
+    if name ~= "." and name ~= ".." and not name:find("%.tmp%.%d+%.%d+$")
+       and (pattern == nil or name:find(pattern)) then
+      names[#names + 1] = name
+    end
+  end
+  C.dl_ckpt_closedir(d)
+  table.sort(names, natural_less)
+  local base = dir:sub(-1) == "/" and dir or dir .. "/"
+  for i = #names, 1, -1 do
+    local path = base .. names[i]
+    if is_checkpoint(path) then return path end
+  end
+  return nil
 end
 
 return M

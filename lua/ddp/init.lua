@@ -16,7 +16,8 @@
 --   ddp.tensor.info, .views, .math, .grad, .sampling, .print; ddp.tensor (the type)
 --   ddp.tensor.factory (creation), ddp.autograd
 --   ddp.nn.functional (also ddp.functional)
---   ddp.dist.store (also ddp.store), ddp.dist.env, .group, .collectives, .objects; ddp.dist
+--   ddp.dist.store (also ddp.store), ddp.dist.env, .group, .collectives, .objects,
+--     .preempt; ddp.dist
 --   ddp.nn.module, .weight_init, .layers, .containers, .utils, .attention,
 --     .sync_bn, .parallel (ddp.DDP); ddp.nn (above ddp.dist: SyncBatchNorm and DDP use it)
 --   ddp.optim.lr_scheduler; ddp.optim
@@ -151,6 +152,7 @@ ddp.cuda = {
 
 ddp.save, ddp.load = checkpoint.save, checkpoint.load
 ddp.save_checkpoint, ddp.load_checkpoint = checkpoint.save_checkpoint, checkpoint.load_checkpoint
+ddp.latest_checkpoint = checkpoint.latest_checkpoint
 
 ddp.autograd = autograd
 ddp.no_grad, ddp.enable_grad = autograd.no_grad, autograd.enable_grad
@@ -164,7 +166,8 @@ for _, name in ipairs { "init", "shutdown", "is_initialized", "backend", "rank",
                         "local_rank", "local_world_size", "node_rank", "is_main", "local_device", "launch_kind",
                         "print", "barrier", "broadcast_object", "all_gather_object",
                         "all_reduce", "broadcast", "all_gather", "reduce_scatter",
-                        "send", "recv", "all_reduce_async" } do
+                        "send", "recv", "all_reduce_async", "should_stop", "preempt_signal",
+                        "requeue" } do
   ddp[name] = dist[name]
 end
 

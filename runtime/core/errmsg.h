@@ -212,3 +212,6 @@ ERRDEF(DDP_TWICE, DL_ESTATE, "%s: a parameter got its gradient twice in one sync
 ERRDEF(DDP_ORDER, DL_ESTATE, "%s: rank 0 sent a bucket order that does not fit this model (do all ranks wrap the same model?)")
 ERRDEF(PG_SCALAR, DL_ESHAPE, "%s: needs a tensor with at least one dim, got a 0-dim tensor")
 ERRDEF(DDP_DEVICES, DL_EDEVICE, "%s: parameter %d is on %s but parameter 1 is on %s; DDP needs all of a model's parameters on one device (move the model with model:to(device))")
+
+/* Pre-emption requests (dist/preempt.c): where the list came from, the list, the problem */
+ERRDEF(PREEMPT_SIGNALS, DL_EINVAL, "%s \"%s\": %s")

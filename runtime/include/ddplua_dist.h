@@ -220,6 +220,33 @@ DL_API int dl_reducer_num_buckets(const dl_reducer *r);
 DL_API dl_tensor *dl_reducer_bucket(const dl_reducer *r, int b);
 DL_API int dl_reducer_bucket_of(const dl_reducer *r, int i);
 
+/* -- Pre-emption requests --------------------------------------------------- */
+
+/* Turns the signals a scheduler sends before it kills a job (SLURM's
+** --signal=USR1@T, SIGTERM at the time limit or on scancel) into a
+** process-wide request to save and stop (dist/preempt.c).  signals: names
+** such as "TERM,USR1" (the SIG prefix and case optional); NULL or "": the
+** environment's DDP_PREEMPT_SIGNALS (the ddplua launcher sets it to its
+** --signals), else "TERM,USR1".  From then on every signal of the set is
+** absorbed -- never fatal, however many arrive -- and the first is recorded.
+** USR2 (reserved for the flight recorder's dump), INT (Ctrl-C keeps its
+** meaning: stop now), KILL and STOP are refused, as are unknown names, with
+** DL_EINVAL naming the list and the signal.  Arming again adds signals; a
+** process that never arms keeps their default actions.  One such signal
+** sent with sigqueue and the value DL_PREEMPT_STOP_NOW takes its default
+** action instead: the launcher's "stop now" after another rank failed. */
+#define DL_PREEMPT_STOP_NOW 0x646c5354
+DL_API int dl_preempt_arm(const char *signals);
+/* The first request's signal number, 0 when none came (or not armed). */
+DL_API int dl_preempt_requested(void);
+/* How many requests came (the later ones absorbed). */
+DL_API int dl_preempt_count(void);
+/* Parses a list as dl_preempt_arm does into out (at most cap signal
+** numbers, each once): their count, or DL_EINVAL (the launcher's --signals). */
+DL_API int dl_preempt_parse(const char *signals, int *out, int cap);
+/* "SIGTERM", "SIGUSR1", ... for the signals these calls name; NULL for others. */
+DL_API const char *dl_preempt_signal_name(int sig);
+
 #if !defined(DL_CDEF) && defined(__cplusplus)
 }
 #endif

@@ -47,7 +47,7 @@ end
 
 -- Clears the variables of any job the tests themselves run under.
 M.CLEAN = "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u NODE_RANK -u GROUP_RANK "
-  .. "-u MASTER_ADDR -u MASTER_PORT -u DDP_STORE_TOKEN -u DDP_TIMEOUT -u DDP_DEBUG -u DDP_JOB_ID -u DDP_LAUNCH_ID -u DDP_BACKEND -u DDP_GLOO_HOST "
+  .. "-u MASTER_ADDR -u MASTER_PORT -u DDP_STORE_TOKEN -u DDP_TIMEOUT -u DDP_DEBUG -u DDP_JOB_ID -u DDP_LAUNCH_ID -u DDP_BACKEND -u DDP_GLOO_HOST -u DDP_PREEMPT_SIGNALS "
   -- the task variables of SLURM steps, MPI and torchrun (dist/launch_env.c reads them)
   .. "-u SLURM_STEP_NUM_TASKS -u SLURM_PROCID -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_RANK -u PMI_SIZE "
   .. "-u PMI_RANK -u TORCHELASTIC_RUN_ID -u DDP_STORE_PORT "
