@@ -297,6 +297,19 @@ static int from_slurm(dl_launch *l) {
   if (per < 0) return bad("slurm: cannot read SLURM_STEP_TASKS_PER_NODE=\"%.60s\"", tpn);
   l->local_world_size = per;
   if (check_block(l, "use srun's default block distribution (-m block)")) return -1;
+  /* SLURM_GTIDS lists this node's tasks: a rank numbered in place among
+  ** others that are not (-m cyclic) must refuse too, or it waits for them */
+  const char *g = var("SLURM_GTIDS");
+  for (int i = 0; g && *g; i++) {
+    char *end;
+    long t = strtol(g, &end, 10);
+    if (end == g) break;
+    if (t != (long)l->node_rank * per + i)
+      return bad("slurm: this node runs tasks %s, but ranks must be numbered node by node (node %d: ranks %d to "
+                 "%d); use srun's default block distribution (-m block)", var("SLURM_GTIDS"), l->node_rank,
+                 l->node_rank * per, l->node_rank * per + per - 1);
+    g = *end == ',' ? end + 1 : end;
+  }
   l->serves_store = 1;
   const char *job = var("SLURM_JOB_ID"), *step = var("SLURM_STEP_ID");
   if (!step) step = var("SLURM_STEPID");

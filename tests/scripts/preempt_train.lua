@@ -14,7 +14,8 @@
 -- ranks stop stepping after step K and poll should_stop until it says true
 -- (at most 20 s, then exit 3), so the save comes at step K.  --pace S: sleep
 -- S seconds after each step.  --ignore-rank R: rank R saves but then never
--- exits (the launcher must kill it after --save-grace).
+-- exits (the launcher must kill it after --save-grace).  --requeue: after the
+-- save, ddp.requeue() (tests/slurm_spec.lua); --resume then continues.
 local ddp = require "ddp"
 local nn, optim, data = ddp.nn, ddp.optim, ddp.data
 local F = nn.functional
@@ -24,7 +25,7 @@ local function sleep(s) ffi.C.poll(nil, 0, math.floor(s * 1000)) end
 
 local args = ddp.argparse({
   steps = 20, dir = "", ready = "", ready_at = 0, wait_at = 0, pace = 0.0, save_every = 0,
-  ignore_rank = -1, resume = false,
+  ignore_rank = -1, resume = false, requeue = false,
 }, arg)
 
 ddp.init()
@@ -62,6 +63,7 @@ end
 local function stop()
   save()
   ddp.log(("saved step %d after %s"):format(step, tostring(ddp.preempt_signal())))
+  if args.requeue then ddp.requeue() end  -- rank 0: scontrol requeue $SLURM_JOB_ID
   if ddp.rank() == args.ignore_rank then
     ddp.log("ignoring it")
     io.stdout:flush()
