@@ -120,6 +120,52 @@ describe("a launcher per task, where one per node belongs", function()
   end)
 end)
 
+-- docs/clusters.md's sbatch templates (```sh slurm=NAME), as the page
+-- shows them, made to fit the test cluster: 2 CPUs and no GPUs per node,
+-- so 8 ranks per node become 2, the CPU counts 2 (or 1 per task), the GPU
+-- lines go, and train.lua is ddp_equal.lua.
+local function doc_template(name)
+  local docs = require "helpers.docs"
+  for _, b in ipairs(docs.blocks(slurp("docs/clusters.md"), "docs/clusters.md")) do
+    if b.lang == "sh" and b.attrs and b.attrs.slurm == name then
+      local t = b.code
+      t = t:gsub("#SBATCH %-%-gpus%-per%-[%w]+=%d+\n", "")
+      t = t:gsub("%-%-ntasks%-per%-node=8", "--ntasks-per-node=2"):gsub("%-%-nproc 8", "--nproc 2")
+      t = t:gsub("%-%-cpus%-per%-task=32", "--cpus-per-task=2"):gsub("%-%-cpus%-per%-task=4", "--cpus-per-task=1")
+      t = t:gsub("srun ddplua ", "srun $DDPLUA "):gsub("train%.lua %-%-epochs 3", EQ)
+      return t, b.code
+    end
+  end
+  error("docs/clusters.md has no ```sh slurm=" .. name .. " block")
+end
+
+describe("docs/clusters.md's sbatch templates", function()
+  after_each(function() slurm.drain() end)
+  teardown(slurm.cleanup)
+
+  for _, t in ipairs { { "launcher-per-node", "ddplua" }, { "task-per-gpu", "slurm" } } do
+    it("run as one world of 4 ranks on 2 nodes: " .. t[1], function()
+      if not need_cluster() then return end
+      local text, orig = doc_template(t[1])
+      assert.truthy(orig:find("#SBATCH --nodes=2", 1, true), orig)
+      local id = slurm.sbatch(text, {})
+      local info = slurm.wait(id, 90)
+      assert.equals("COMPLETED", info.state, info.raw .. text .. (slurm.output(id, "err") or ""))
+      check_eq(slurm.output(id), 4, t[2])
+    end)
+  end
+
+  it("pre-emption's template is one sbatch accepts", function()
+    if not need_cluster() then return end
+    local text = doc_template("preempt-requeue")
+    local path = shell.tempname() .. ".sh"
+    shell.writefile(path, text)
+    local out, err, code = slurm.run("sbatch --test-only " .. q(path), 30)
+    assert.equals(0, code, out .. err .. text)
+    assert.truthy((out .. err):find("to start at", 1, true), out .. err)
+  end)
+end)
+
 describe("mpirun", function()
   after_each(function() slurm.drain() end)
   teardown(slurm.cleanup)

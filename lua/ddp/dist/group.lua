@@ -172,11 +172,18 @@ local sentinel  -- closes the store when the Lua state is closed
 local leave_store
 
 -- "auto" means NCCL when this node has a real GPU for each of its ranks
--- (the device of a rank: ddp.device()), which then becomes the current
+-- (the device of a rank: ddp.device()), or each task sees a GPU of its
+-- own (CUDA_VISIBLE_DEVICES narrowed per task), which then becomes the current
 -- device; otherwise (or when NCCL cannot start: no libnccl.so.2) a CPU
 -- transport, which stages CUDA tensors through host memory.
 local function pick_backend(st, e)
-  if st.backend == "auto" and env_mod._real_cuda_devices() >= e.local_world_size then return "nccl" end
+  if st.backend ~= "auto" then return st.backend end
+  local n = env_mod._real_cuda_devices()
+  if n >= e.local_world_size then return "nccl" end
+  -- one GPU per task, as SLURM's --gpus-per-task=1 narrows
+  -- CUDA_VISIBLE_DEVICES for each (NCCL refuses two ranks on one GPU)
+  local vis = os.getenv("CUDA_VISIBLE_DEVICES")
+  if n == 1 and e.kind ~= "ddplua" and vis and vis ~= "" then return "nccl" end
   return st.backend
 end
 
