@@ -179,11 +179,33 @@ static int open_store(job *j) {
   }
   j->store = dl_store_server(j->bind_addr, j->master_port, j->token);
   if (!j->store) {
-    if (j->master_port)
+    char why[512];
+    snprintf(why, sizeof why, "%s", dl_last_error());
+    if (!j->master_port) {
+      job_say("cannot serve the rendezvous store on %s: %s", j->bind_addr, why);
+      return -1;
+    }
+    /* who holds the port: this job's store (two launchers as node 0),
+    ** another job's, or another program */
+    dl_store *other = strstr(why, "in use") ? dl_store_connect("127.0.0.1", j->master_port,
+                                                               j->token[0] ? j->token : NULL, 1.0) : NULL;
+    const char *probe = other ? "" : dl_last_error();
+    if (other) {
+      dl_store_close(other);
+      job_say("cannot serve the rendezvous store on %s:%d: a launcher of this same job already serves it "
+              "on this node -- two launchers are node 0 of one job (started twice, or two steps sharing "
+              "--master-port); start one launcher per node (docs/clusters.md)", j->bind_addr, j->master_port);
+    } else if (strstr(why, "in use") && strstr(probe, "belongs to another job")) {
+      job_say("cannot serve the rendezvous store on %s:%d: another ddplua job's store holds the port; give "
+              "this job its own --master-port (or MASTER_PORT)", j->bind_addr, j->master_port);
+    } else if (strstr(why, "in use") && strstr(probe, "is not a ddplua store")) {
+      job_say("cannot serve the rendezvous store on %s:%d: another program holds the port (not a ddplua "
+              "store); choose another --master-port (0 picks a free one on one node)", j->bind_addr,
+              j->master_port);
+    } else {
       job_say("cannot serve the rendezvous store on %s:%d (is the port in use? --master-port 0 "
-          "picks a free one): %s", j->bind_addr, j->master_port, dl_last_error());
-    else
-      job_say("cannot serve the rendezvous store on %s: %s", j->bind_addr, dl_last_error());
+              "picks a free one): %s", j->bind_addr, j->master_port, why);
+    }
     return -1;
   }
   j->port = dl_store_port(j->store);
@@ -325,6 +347,14 @@ static void setup_token(job *j) {
   const char *tok = getenv("DDP_STORE_TOKEN");
   if (tok && *tok) snprintf(j->token, sizeof j->token, "%.32s", tok);
   else if (j->nnodes == 1) random_hex(j->token);
+  else {
+    /* the launchers of one srun step (one per node) agree on the token
+    ** dist/launch_env.c derives from the step's id: another job's
+    ** launchers on the port are refused, and told apart */
+    dl_launch l;
+    if (dl_launch_detect(&l) == 0 && l.kind == DL_LAUNCH_SLURM)
+      snprintf(j->token, sizeof j->token, "%s", l.token);
+  }
   setup_ids(j);
 }
 

@@ -126,6 +126,38 @@ srv:close()
   end)
 end)
 
+describe("the launcher's own store port (node 0 of several)", function()
+  after_each(jobs.no_strays)
+  teardown(jobs.cleanup)
+
+  -- a store holding port p with token tok for a few seconds
+  local function holder(p, tok)
+    return jobs.script(([[
+local srv = require("ddp.store").server { host = "0.0.0.0", port = %d, token = %q }
+require("ffi").C.poll(nil, 0, 5000)
+srv:close()
+]]):format(p, tok), "holder")
+  end
+
+  it("tells this job's own store (a second node 0) from another job's", function()
+    local p = free_port()
+    -- a launcher as node 0 of two nodes on port p, while the holder has it
+    local function one(tok)
+      local h = holder(p, tok)
+      local e = tempname()
+      sh("( " .. CLEAN .. "timeout 20 " .. q(ddplua) .. " " .. q(h) .. " >/dev/null 2>&1 & ) ; sleep 1; " .. CLEAN
+         .. "DDP_STORE_TOKEN=abc timeout 20 " .. q(ddplua) .. " --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port "
+         .. p .. " --nproc 1 " .. q(EQ) .. " >/dev/null 2>" .. q(e) .. "; sleep 4")
+      return slurp(e) or ""
+    end
+    local err = one("abc")
+    assert.truthy(err:find("a launcher of this same job already serves it on this node", 1, true), err)
+    err = one("other")
+    assert.truthy(err:find("another ddplua job's store holds the port", 1, true), err)
+    assert.falsy(err:find("DDPEQ", 1, true), err)
+  end)
+end)
+
 describe("a port some other program holds", function()
   after_each(jobs.no_strays)
   teardown(jobs.cleanup)
