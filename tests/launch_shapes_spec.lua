@@ -78,7 +78,7 @@ describe("env:// launches (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)", functio
   it("keeps waiting for a rank 0 that comes late, as pods start at different times", function()
     local p = free_port()
     local base = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" .. p .. " WORLD_SIZE=2 "
-    local res = ranks({ base .. "RANK=1", "sleep 4; " .. CLEAN .. base .. "RANK=0" }, EQ)
+    local res = ranks({ base .. "RANK=1", "sleep 6; " .. CLEAN .. base .. "RANK=0" }, EQ)
     check_eq(res[1], 2, "env")
     assert.truthy(res[1].err:find("rank 1 waits: rank 0 has not served", 1, true), res[1].err)
   end)
@@ -197,6 +197,62 @@ EOF]])
       assert.falsy(err:find("wrong token", 1, true), err)
     end)
   end
+end)
+
+-- Debian's torch (python3-torch, 1.13) for its elastic agent and TCPStore:
+-- installed on first use as make test installs its packages; nil and why
+-- where it cannot be.
+local torch_ok, torch_why
+local function have_torch()
+  if torch_ok ~= nil then return torch_ok, torch_why end
+  local probe = "/usr/bin/python3 -c 'import torch.distributed.launcher.api' >/dev/null 2>&1 && echo yes"
+  if sh(probe) == "" then
+    if sh("id -u"):match("^0") or sh("command -v sudo || true") ~= "" then
+      sh("bash scripts/install-deps.sh python3-torch >/dev/null 2>&1")
+    end
+  end
+  torch_ok = sh(probe) ~= ""
+  torch_why = not torch_ok and "Debian's python3-torch is not installed and could not be (needs root or sudo)" or nil
+  return torch_ok, torch_why
+end
+
+describe("torchrun", function()
+  after_each(jobs.no_strays)
+  teardown(jobs.cleanup)
+
+  it("(its elastic agent, starting ddplua as the program) gives one world, DDP equal to one process", function()
+    local ok, why = have_torch()
+    if not ok then pending(why) return end
+    local out = sh(CLEAN .. "timeout 90 /usr/bin/python3 tests/scripts/torchrun_launch.py 2 " .. q(ddplua) .. " " .. q(EQ)
+      .. " 2>&1")
+    local seen = 0
+    for line in out:gmatch("DDPEQ[^\n]*") do
+      seen = seen + 1
+      check_eq({ rc = 0, out = line, err = out }, 2, "torchrun")
+    end
+    assert.equals(2, seen, out)
+  end)
+
+  it("'s own store (a real PyTorch TCPStore) on MASTER_PORT is named within seconds", function()
+    local ok, why = have_torch()
+    if not ok then pending(why) return end
+    local p = free_port()
+    local py = tempname() .. ".py"
+    jobs.sh("cat > " .. q(py) .. [[ <<'EOF'
+import sys, time
+from torch.distributed import TCPStore
+s = TCPStore("127.0.0.1", int(sys.argv[1]), 1, True)
+time.sleep(20)
+EOF]])
+    local pid_file = tempname()
+    sh("/usr/bin/python3 " .. q(py) .. " " .. p .. " >/dev/null 2>&1 & echo $! > " .. q(pid_file) .. "; sleep 2")
+    local res, took = ranks({ "DDP_TIMEOUT=60 MASTER_ADDR=127.0.0.1 MASTER_PORT=" .. p .. " WORLD_SIZE=2 RANK=1" }, EQ)
+    sh("kill " .. (slurp(pid_file) or ""):match("%d+") .. " 2>/dev/null")
+    local err = res[1].err
+    assert.equals(1, res[1].rc, err)
+    assert.is_true(took <= 10, took .. " s: " .. err)
+    assert.truthy(err:find("127.0.0.1:" .. p .. " is not a ddplua store", 1, true), err)
+  end)
 end)
 
 describe("torchrun's variables", function()
