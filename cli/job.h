@@ -75,6 +75,8 @@ typedef struct job {
   worker *w;
   /* the prompt over ranks (cli/repl_dist.c) */
   int interactive;       /* --nproc N with no script, or -i */
+  int per_task;          /* ddplua doctor started as one rank of srun/mpirun/...: no launcher */
+  int per_task_local;    /* ... and the ranks on its node, which share /dev/shm */
   char *script;          /* the script read from stdin, or NULL */
   size_t script_len;
   int session;           /* a prompt is on: Ctrl-C and deaths are its */

@@ -472,7 +472,22 @@ int launcher_doctor(const launch_opts *o) {
   job j;
   memset(&j, 0, sizeof j);
   j.guard_fd = -1;
-  if (setup_options(&j, o, NULL) != 0) return 1;
+  dl_launch l;
+  if (!o->nproc && !o->nnodes && dl_launch_detect(&l) == 0 && l.world_size > 1 && l.kind != DL_LAUNCH_DDPLUA) {
+    /* `srun --ntasks-per-node=8 ddplua doctor`: srun (mpirun, torchrun)
+    ** starts every rank, so this process is one of them, not a launcher */
+    j.per_task = 1;
+    j.per_task_local = l.local_world_size;
+    j.nproc = 1;
+    j.nnodes = l.nnodes;
+    j.node_rank = l.node_rank;
+    j.world = l.world_size;
+    snprintf(j.master_addr, sizeof j.master_addr, "%s", l.master_addr);
+    j.master_port = l.master_port;
+    j.bind_addr = "0.0.0.0";
+  } else if (setup_options(&j, o, NULL) != 0) {
+    return 1;
+  }
   preflight_cpus(&j);
   return preflight_doctor(&j);
 }

@@ -209,7 +209,7 @@ static double arena_bytes(int n, double slot) {
 }
 
 static void check_shm(const job *j, pf_report *r) {
-  int n = j->nproc;
+  int n = j->per_task ? j->per_task_local : j->nproc;
   struct statvfs sv;
   pf_check *c;
   if (statvfs("/dev/shm", &sv) != 0) {
@@ -415,8 +415,8 @@ static void check_store(const job *j, const dl_launch *l, pf_report *r) {
   pf_check *c;
   const char *host = j->master_addr, *what = "--master-addr";
   int port = j->master_port, node0 = j->node_rank == 0;
-  if (j->nnodes == 1 && l && l->kind != DL_LAUNCH_ALONE && l->kind != DL_LAUNCH_DDPLUA &&
-      l->master_addr[0] && l->world_size > l->local_world_size) {
+  if ((j->per_task || (j->nnodes == 1 && l && l->kind != DL_LAUNCH_ALONE && l->kind != DL_LAUNCH_DDPLUA &&
+                        l->world_size > l->local_world_size)) && l && l->master_addr[0]) {
     /* doctor under srun/mpirun/torchrun: where the ranks of the job meet */
     host = l->master_addr, what = "the launch's master address", port = l->master_port;
     node0 = l->serves_store && l->rank == 0;
@@ -483,7 +483,7 @@ static void check_store(const job *j, const dl_launch *l, pf_report *r) {
 
 /* -- The launch ------------------------------------------------------------- */
 
-static void check_launch(dl_launch *l, int *have, pf_report *r) {
+static void check_launch(const job *j, dl_launch *l, int *have, pf_report *r) {
   pf_check *c;
   *have = dl_launch_detect(l) == 0;
   if (!*have) {
@@ -497,7 +497,15 @@ static void check_launch(dl_launch *l, int *have, pf_report *r) {
     snprintf(c->text, sizeof c->text, "alone: no launcher's variables around this process");
     return;
   }
-  int k = snprintf(c->text, sizeof c->text, "%s: rank %d of %d, local rank %d of %d, node %d of %d",
+  if (!j->per_task && (l->kind == DL_LAUNCH_SLURM || l->kind == DL_LAUNCH_MPI)) {
+    /* a launcher in a step of one task per node (several per node are
+    ** refused before the checks) */
+    snprintf(c->text, sizeof c->text, "%s, one task per node: this launcher is node %d of %d and starts its "
+             "%d workers (%s)", dl_launch_kind_name(l->kind), j->node_rank, j->nnodes, j->nproc, l->vars);
+    return;
+  }
+  int k = snprintf(c->text, sizeof c->text, "%s%s: rank %d of %d, local rank %d of %d, node %d of %d",
+                   j->per_task ? "one rank of " : "",
                    dl_launch_kind_name(l->kind), l->rank, l->world_size, l->local_rank,
                    l->local_world_size, l->node_rank, l->nnodes);
   if (l->master_addr[0] && k < (int)sizeof c->text)
@@ -511,7 +519,7 @@ static void run_checks(const job *j, pf_report *r) {
   dl_launch l;
   int have;
   r->n = 0;
-  check_launch(&l, &have, r);
+  check_launch(j, &l, &have, r);
   check_cpus(j, r);
   check_gpus(j, r);
   check_shm(j, r);

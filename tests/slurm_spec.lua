@@ -275,4 +275,19 @@ describe("ddplua doctor under SLURM", function()
     assert.truthy(so:find("warning", 1, true) and so:find("1 CPU", 1, true), so .. (slurm.output(id, "err") or ""))
     assert.is_boolean(ok)
   end)
+
+  it("checks a task-per-rank step as ranks, a launcher-per-node step as launchers", function()
+    if not need_cluster() then return end
+    local ok, out, err = slurm.srun("-N1 -n2 " .. DDPLUA .. " doctor", 30)
+    assert.is_true(ok, out .. err)
+    for r = 0, 1 do
+      assert.truthy(out:find("launch one rank of slurm: rank " .. r .. " of 2, local rank " .. r .. " of 2", 1, true), out)
+    end
+    assert.truthy(out:find("2 local ranks want", 1, true), out)
+    ok, out, err = slurm.srun("-N2 -n2 " .. DDPLUA .. " doctor --nproc 2", 30)
+    for k = 0, 1 do
+      assert.truthy(out:find("slurm, one task per node: this launcher is node " .. k .. " of 2 and starts its 2 workers",
+                             1, true), out .. err)
+    end
+  end)
 end)
