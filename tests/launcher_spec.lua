@@ -180,6 +180,7 @@ if rank == 1 then
 end
 if rank == 0 then
   for _ = 1, 100 do if io.open(flag) then break end sleep(0.1) end
+  sleep(0.3)  -- the launcher reads the pipes in any order: rank 1's lines first
   io.stderr:write("rank 0 goes on talking\n")
 end
 sleep(30)
