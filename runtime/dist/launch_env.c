@@ -182,9 +182,11 @@ static int from_rank_vars(dl_launch *l) {
   } else {
     l->kind = DL_LAUNCH_ENV;
     if (id) snprintf(l->job_id, sizeof l->job_id, "%.60s", id);
+    /* not MASTER_ADDR: a PyTorchJob gives rank 0 "localhost" and the
+    ** others the master's service name, and all must derive one token */
     else snprintf(l->job_id, sizeof l->job_id, "env-%016llx",
                   (unsigned long long)fnv1a(var("MASTER_PORT") ? var("MASTER_PORT") : "",
-                                            fnv1a(l->master_addr, 14695981039346656037ull)));
+                                            14695981039346656037ull));
     pick_port(l, "MASTER_PORT", "");
   }
   if (!var("MASTER_PORT") && !var("DDP_STORE_PORT") && l->world_size > 1)
@@ -343,7 +345,8 @@ int dl_launch_detect(dl_launch *out) {
   strcpy(out->master_addr, "127.0.0.1");
   int rc;
   /* the launcher's variables win: its workers inherit SLURM's and MPI's */
-  if (var("DDP_LAUNCH_ID")) rc = from_rank_vars(out);
+  /* torchrun's workers inherit the SLURM step (or MPI job) of its agent */
+  if (var("DDP_LAUNCH_ID") || (var("TORCHELASTIC_RUN_ID") && var("RANK"))) rc = from_rank_vars(out);
   /* MPI's before SLURM's: mpirun inside an allocation starts its ranks
   ** through a SLURM step of one task per node, whose SLURM_PROCID is not
   ** the rank */

@@ -231,7 +231,9 @@ end
 -- waits).  A port that is taken is told apart: this job's store already
 -- (two rank 0s), another ddplua job's, or another program's.
 local function serve_store(e, timeout)
-  local bind = is_loopback(e.master_addr) and "127.0.0.1" or "0.0.0.0"
+  -- every interface unless every rank is on this node: rank 0 may be
+  -- told "localhost" while the others reach it by name (a PyTorchJob)
+  local bind = (e.nnodes == 1 and is_loopback(e.master_addr)) and "127.0.0.1" or "0.0.0.0"
   local ok, srv = pcall(store.server, { host = bind, port = e.master_port, token = e.token, timeout = timeout })
   if ok then return srv end
   local why = strip(srv)
