@@ -239,3 +239,27 @@ DL_API dl_tensor *dl_randperm_stream(int64_t n, uint64_t seed, uint64_t offset,
   gen_ctx g = {.own = 1, .seed = seed, .base = offset};
   return randperm(n, dtype, &g);
 }
+
+/* -- Streams of their own (per-sample augmentation) ---------------------- */
+
+/* splitmix64's finalizer: mixes the stream into the key, so streams of
+** nearby numbers (epochs, sample indices) share no counter blocks. */
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= UINT64_C(0xBF58476D1CE4E5B9);
+  x ^= x >> 27;
+  x *= UINT64_C(0x94D049BB133111EB);
+  return x ^ (x >> 31);
+}
+
+DL_API int dl_rng_uniforms(uint64_t seed, uint64_t stream, uint64_t first, int64_t n, double *out) {
+  if (n > 0 && !out) return dl_err(EM_NULLARG, "dl_rng_uniforms", "out");
+  uint64_t key = mix64(seed ^ mix64(stream + UINT64_C(0x9E3779B97F4A7C15)));
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t k = first + (uint64_t)i;
+    uint32_t w[4];
+    philox(key, k >> 1, w);  /* one block: two doubles */
+    out[i] = (k & 1) ? philox_unit53(w[2], w[3]) : philox_unit53(w[0], w[1]);
+  }
+  return 0;
+}

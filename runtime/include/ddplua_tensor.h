@@ -151,6 +151,12 @@ DL_API dl_tensor *dl_randperm(int64_t n, dl_dtype dtype);
 ** random numbers as they would be without it.) */
 DL_API dl_tensor *dl_randperm_stream(int64_t n, uint64_t seed, uint64_t offset,
                                      dl_dtype dtype);
+/* n uniform doubles in [0, 1) of the stream (seed, stream), from draw
+** `first` on: a pure function of its arguments (no global state), so a
+** data worker thread draws a sample's augmentation from (seed, epoch,
+** sample index) whatever thread or rank it runs on.  Returns 0, or
+** DL_EINVAL when out is NULL with n > 0. */
+DL_API int dl_rng_uniforms(uint64_t seed, uint64_t stream, uint64_t first, int64_t n, double *out);
 /* Fills with uniform [low, high) / normal(mean, std), in place. */
 DL_API int dl_uniform_(dl_tensor *t, double low, double high);
 DL_API int dl_normal_(dl_tensor *t, double mean, double std);
