@@ -215,3 +215,9 @@ ERRDEF(DDP_DEVICES, DL_EDEVICE, "%s: parameter %d is on %s but parameter 1 is on
 
 /* Pre-emption requests (dist/preempt.c): where the list came from, the list, the problem */
 ERRDEF(PREEMPT_SIGNALS, DL_EINVAL, "%s \"%s\": %s")
+
+/* Loader workers (core/batch_queue.c) */
+ERRDEF(BQ_ARGS, DL_EINVAL, "%s: %s")
+ERRDEF(BQ_STATE, DL_ESTATE, "%s: %s")
+ERRDEF(BQ_NOT_DONE, DL_EINDEX, "%s: batch %lld is not done")
+ERRDEF(THREAD_START, DL_ESTATE, "%s: cannot start a thread: %s")

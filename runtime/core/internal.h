@@ -195,6 +195,9 @@ typedef void (*par_fn)(void *ctx, int64_t begin, int64_t end);
 /* Splits [0, n) into chunks of at least grain and runs them on the pool;
 ** runs inline when small, single-threaded, or already inside the pool. */
 DL_HIDDEN void parallel_for(int64_t n, int64_t grain, par_fn fn, void *ctx);
+/* The calling thread computes serially from now on (a data worker thread:
+** the pool stays the training loop's). */
+DL_HIDDEN void threads_serial_here(void);
 DL_HIDDEN int parallel_threads(void);
 
 /* Elements below which ops stay on one thread. */

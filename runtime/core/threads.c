@@ -99,6 +99,8 @@ DL_API int dl_get_num_threads(void) {
   return pool.budget;
 }
 
+DL_HIDDEN void threads_serial_here(void) { in_pool = 1; }
+
 DL_HIDDEN int parallel_threads(void) {
   if (in_pool) return 1;
   return dl_get_num_threads();

@@ -23,6 +23,7 @@
 
 #include "ddplua_base.h"
 #include "ddplua_tensor.h"
+#include "ddplua_workers.h"
 #include "ddplua_autograd.h"
 #include "ddplua_nn.h"
 #include "ddplua_io.h"

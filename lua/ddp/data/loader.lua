@@ -28,12 +28,20 @@
 -- from -- the epoch and how many batches of it were handed out -- plus its
 -- sampler's state, so ddp.save_checkpoint(path, {loader = loader, ...})
 -- and load_checkpoint put a resumed run on the very batch the interrupted
--- one would have taken next.  Nothing is prefetched or in flight (batches
--- are gathered when asked for), so handed out is consumed.
+-- one would have taken next.  Batches prefetched by workers but not yet
+-- handed out do not count: a resumed run makes them again, the same.
+--
+-- Workers (num_workers > 0): threads with a Lua state each make whole
+-- batches ahead of the loop (ddp.data.workers), at most prefetch_factor x
+-- num_workers at once, and the loop gets them in the order num_workers = 0
+-- gives, bit for bit: a sample's random augmentation is drawn from (seed,
+-- epoch, sample index) (ddp.data.sample_rng), whoever makes it.
 local core = require "ddp.core"
 local factory = require "ddp.tensor.factory"
 local checks = require "ddp.data.checks"
 local samplers = require "ddp.data.samplers"
+local collate = require "ddp.data.collate"
+local workers = require "ddp.data.workers"
 local C, ffi = core.C, core.ffi
 local new, raise, show = core.new, core.raise, core.show
 local is_tensor, is_integer = core.is_tensor, core.is_integer
@@ -50,17 +58,28 @@ local M = {}
 local DataLoader = checks.class("DataLoader")
 M.DataLoader = DataLoader
 local loader_opts = { batch_size = true, shuffle = true, drop_last = true, sampler = true, seed = true,
-  pin_memory = true }
+  pin_memory = true, num_workers = true, prefetch_factor = true, persistent_workers = true, timeout = true,
+  worker_init_fn = true }
 
 -- data.DataLoader(dataset, {batch_size = 1, shuffle = false, drop_last =
--- false, sampler = nil, seed = nil}).  dataset: a TensorDataset (batches
+-- false, sampler = nil, seed = nil, num_workers = 0, prefetch_factor = 2,
+-- persistent_workers = false, timeout = 0, worker_init_fn = nil,
+-- pin_memory = false}).  dataset: a TensorDataset (batches
 -- gathered in C), or any object with get(i) returning the fields of sample
 -- i and a len() (batches stacked sample by sample: slower, unless it has
 -- getitems(idx), PyTorch's __getitems__: the fields of the samples of a
 -- 1-D int64 tensor of indices at once, as TokenDataset gathers them).  shuffle uses a
 -- RandomSampler seeded with seed (default: drawn from the global generator
 -- now); sampler: any object following the sampler protocol (see the top of
--- this file), which then decides the order.  pin_memory = true: batches in
+-- this file), which then decides the order.  Without shuffle or sampler,
+-- seed seeds the samples' random augmentations only (by default they take
+-- the sampler's seed, or a draw from the global generator).
+-- num_workers > 0: that many worker threads make batches ahead of the
+-- loop, prefetch_factor each at most; persistent_workers keeps them from
+-- one pass to the next (else they start with each pass); timeout > 0:
+-- seconds a batch may take before the worker making it is named in an
+-- error; worker_init_fn(worker_id) runs first in each worker.
+-- pin_memory = true: batches in
 -- page-locked memory, so x:cuda({non_blocking = true}) does not wait for
 -- the copy (ignored where there is no CUDA device, as in PyTorch).  A
 -- TensorDataset whose tensors are on a GPU gives batches on that GPU.
@@ -97,9 +116,39 @@ function DataLoader:init(ds, opts)
     if opts.seed ~= nil then seed_arg(opts.seed, op, "seed") end
     sampler = samplers.RandomSampler(n, { seed = opts.seed })
   else
-    if opts.seed ~= nil then raise(op .. ": seed is for shuffle = true, which is not set") end
+    if opts.seed ~= nil then seed_arg(opts.seed, op, "seed") end
     sampler = samplers.SequentialSampler(n)
   end
+  self._aug_seed = opts.seed
+  if self._aug_seed == nil then
+    local ss = field(sampler, "seed")
+    self._aug_seed = is_integer(ss) and ss or checks.draw_seed()
+  end
+  local nw = opts.num_workers == nil and 0 or opts.num_workers
+  if not is_integer(nw) or nw < 0 or nw > 256 then
+    raise(("%s: num_workers must be an integer from 0 to 256, got %s"):format(op, show(nw)))
+  end
+  local pf = opts.prefetch_factor
+  if pf ~= nil and nw == 0 then
+    raise(op .. ": prefetch_factor is for num_workers > 0 (batches made ahead by the workers)")
+  end
+  pf = pf == nil and 2 or pf
+  if not is_integer(pf) or pf < 1 then
+    raise(("%s: prefetch_factor must be a positive integer, got %s"):format(op, show(pf)))
+  end
+  local persistent = bool_opt(opts.persistent_workers, op, "persistent_workers", false)
+  if persistent and nw == 0 then raise(op .. ": persistent_workers = true needs num_workers > 0") end
+  local timeout = opts.timeout == nil and 0 or opts.timeout
+  if type(timeout) ~= "number" or timeout < 0 or timeout ~= timeout then
+    raise(("%s: timeout must be a number of seconds >= 0 (0: wait for ever), got %s"):format(op, show(timeout)))
+  end
+  if opts.worker_init_fn ~= nil and type(opts.worker_init_fn) ~= "function" then
+    raise(("%s: worker_init_fn must be a function(worker_id), got %s"):format(op, show(opts.worker_init_fn)))
+  end
+  if opts.worker_init_fn ~= nil and nw == 0 then raise(op .. ": worker_init_fn is for num_workers > 0") end
+  self.num_workers, self.prefetch_factor, self.persistent_workers = nw, nw > 0 and pf or nil, persistent
+  self.timeout, self._init_fn = timeout, opts.worker_init_fn
+  self._stats = { batches = 0, wait = 0, total = 0 }
   -- a sampler keeping its own epoch keeps the loader's
   local owner = type(field(sampler, "epoch")) == "function" and type(field(sampler, "set_epoch")) == "function"
   self.dataset, self.sampler, self.batch_size, self.shuffle = ds, sampler, bs, shuffle
@@ -172,26 +221,6 @@ local function epoch_indices(self, epoch)
   return idx:to("int64"):contiguous()
 end
 
--- One batch from a dataset without tensors: its samples stacked.
-local function stack_samples(ds, bi)
-  local p = ffi.cast("const int64_t *", C.dl_tensor_data(bi))
-  local cols = {}
-  local nf
-  for k = 0, bi:size(0) - 1 do
-    local sample = { ds:get(tonumber(p[k])) }
-    nf = nf or #sample
-    for f = 1, nf do
-      cols[f] = cols[f] or {}
-      cols[f][k + 1] = sample[f]
-    end
-  end
-  for f = 1, nf or 0 do
-    local c = cols[f]
-    cols[f] = is_tensor(c[1]) and factory.stack(c, 0) or factory.tensor(c)
-  end
-  return cols, nf or 0
-end
-
 -- for i, x, y in loader:iter() do ... end: i the 0-based batch number,
 -- then the batch of each field (fresh tensors).  Every call starts a new
 -- pass, in the order of the current epoch; when a pass ends (the loop runs
@@ -203,17 +232,35 @@ end
 -- epoch starts at the batch after the last one handed out (i counts on
 -- from there), so a resumed run takes the batches the interrupted one
 -- would have; the passes after it go on as usual.
+-- The pool of worker threads for the next pass: the persistent one, or a
+-- new one.
+local function worker_pool(self)
+  local pool = self._pool
+  if pool and not pool.closed then return pool end
+  pool = workers.start(self.dataset, { num_workers = self.num_workers,
+                                       capacity = self.num_workers * self.prefetch_factor,
+                                       timeout = self.timeout, init_fn = self._init_fn })
+  self._pool = pool
+  return pool
+end
+
+-- Ends the workers now (persistent ones too); the next pass starts new ones.
+function DataLoader:shutdown_workers()
+  if self._pool then self._pool:close() end
+  self._pool = nil
+end
+
 function DataLoader:iter()
   local loader = self
   local epoch = self:epoch()
   local idx = epoch_indices(self, epoch)
   local n, bs = idx:size(0), self.batch_size
   local nb = self.drop_last and floor(n / bs) or ceil(n / bs)
-  local fields, ds = self._fields, self.dataset
-  local nf = fields and #fields
+  local ds = self.dataset
+  local plan = collate.plan(ds)
+  local fields, nf = plan.fields, plan.nf
   local f1, f2 = fields and fields[1], fields and fields[2]
-  local getitems = not fields and field(ds, "getitems")
-  if type(getitems) ~= "function" then getitems = nil end
+  local seed = self._aug_seed
   local b = 0
   local r = self._resume
   self._resume = nil
@@ -221,9 +268,44 @@ function DataLoader:iter()
   -- the pass's position, for state_dict (the latest pass is the one saved)
   local p = { epoch = epoch, b = b }
   self._pass = p
-  local narrow, index_select = C.dl_narrow, C.dl_index_select
+  local narrow = C.dl_narrow
+  local stats = self._stats
+  local clock = core.clock
+  local last_out
+  -- batch i of this pass: made here, or taken from the workers
+  local make
+  if self.num_workers > 0 then
+    local pool = worker_pool(self)
+    pool:drain()
+    self._pass_no = (self._pass_no or 0) + 1
+    local key0 = self._pass_no * workers.PASS_SPAN
+    local src = ffi.cast("const int64_t *", C.dl_tensor_data(idx))
+    local ahead = b
+    local function fill()
+      while ahead < nb and pool:room() do
+        local start, len = ahead * bs, min(bs, n - ahead * bs)
+        local job = factory.empty({ len + 2 }, { dtype = "int64" })
+        local jp = ffi.cast("int64_t *", C.dl_tensor_data(job))
+        jp[0], jp[1] = seed, epoch
+        ffi.copy(jp + 2, src + start, len * 8)
+        pool:submit(key0 + ahead, job)
+        ahead = ahead + 1
+      end
+    end
+    fill()
+    make = function(i)
+      local out, k = pool:get(key0 + i, ("batch %d of epoch %d"):format(i, epoch))
+      fill()
+      return out, k
+    end
+  else
+    make = function(i)
+      return collate.batch(ds, plan, new(narrow, idx, 0, i * bs, min(bs, n - i * bs)), seed, epoch)
+    end
+  end
   -- fields on a GPU: the indices go there once per pass
   if f1 ~= nil and C.dl_tensor_device(f1) >= 0 then idx = idx:to(f1:device()) end
+  local index_select = C.dl_index_select
   local pass = function()
     if b >= nb then
       if b == nb then
@@ -235,26 +317,29 @@ function DataLoader:iter()
         elseif loader._epoch == epoch then
           loader._epoch = epoch + 1
         end
+        if loader._pool and not loader.persistent_workers then loader:shutdown_workers() end
       end
       return nil
     end
+    local t_in = clock()
     local i = b
     b = b + 1
     p.b = b
-    local bi = new(narrow, idx, 0, i * bs, min(bs, n - i * bs))
-    if nf == 2 then
-      return i, new(index_select, f1, 0, bi), new(index_select, f2, 0, bi)
-    elseif nf == 1 then
-      return i, new(index_select, f1, 0, bi)
-    end
-    if getitems then return i, getitems(ds, bi) end
+    local x, y
     local out, k
-    if fields then
-      out, k = {}, nf
-      for f = 1, nf do out[f] = new(index_select, fields[f], 0, bi) end
+    if nf == 2 and loader.num_workers == 0 then
+      -- a TensorDataset's two tensors: no table per batch
+      local bi = new(narrow, idx, 0, i * bs, min(bs, n - i * bs))
+      x, y = new(index_select, f1, 0, bi), new(index_select, f2, 0, bi)
     else
-      out, k = stack_samples(ds, bi)
+      out, k = make(i)
     end
+    local t_out = clock()
+    stats.batches = stats.batches + 1
+    stats.wait = stats.wait + (t_out - t_in)
+    stats.total = stats.total + (t_out - (last_out or t_in))
+    last_out = t_out
+    if x then return i, x, y end
     return i, unpack(out, 1, k)
   end
   if not self.pin_memory then return pass end
@@ -266,6 +351,20 @@ function DataLoader:iter()
     end
     return unpack(r)
   end
+end
+
+-- loader:stats(): how long the training loop waited for its batches:
+-- {batches =, wait_s =, total_s =, wait_fraction =} since the loader was
+-- made (or since stats({reset = true})).  total_s runs from the first
+-- batch asked for to the latest handed out; wait_fraction = wait_s /
+-- total_s, the share of the loop spent waiting for data (made in the loop
+-- when num_workers = 0).
+function DataLoader:stats(opts)
+  local s = self._stats
+  local out = { batches = s.batches, wait_s = s.wait, total_s = s.total,
+                wait_fraction = s.total > 0 and s.wait / s.total or 0 }
+  if opts and opts.reset then self._stats = { batches = 0, wait = 0, total = 0 } end
+  return out
 end
 
 -- The epoch of the pass under way (or of the next one) and how many of
