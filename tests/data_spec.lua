@@ -603,12 +603,12 @@ describe("data", function()
       fails(function() data.DataLoader(ds, { batch_size = 1.5 }) end, "got 1.5")
       fails(function() data.DataLoader(ds, { batch_size = "64" }) end, 'got "64"')
       fails(function() data.DataLoader(ds, { batchsize = 64 }) end,
-            'DataLoader: unknown option "batchsize" (expected batch_size, drop_last, pin_memory, sampler, seed, shuffle)')
+            'DataLoader: unknown option "batchsize" (expected batch_size, drop_last, num_workers, persistent_workers, pin_memory, prefetch_factor, sampler, seed, shuffle, timeout, worker_init_fn)')
       fails(function() data.DataLoader(ds, { shuffle = "yes" }) end, 'shuffle must be true or false, got "yes"')
       fails(function() data.DataLoader(ds, { shuffle = true, sampler = data.SequentialSampler(4) }) end,
             "sampler and shuffle = true exclude each other")
       fails(function() data.DataLoader(ds, { shuffle = true, seed = -1 }) end, "seed must be an integer from 0 to 2^53 - 1, got -1")
-      fails(function() data.DataLoader(ds, { seed = 3 }) end, "seed is for shuffle = true")
+      fails(function() data.DataLoader(ds, { seed = 3.5 }) end, "seed must be an integer")  -- seeds augmentations only
       fails(function() data.DataLoader(ddp.zeros(3)) end, "dataset must be a TensorDataset or an object with get(i) and len(), got a tensor")
       fails(function() data.DataLoader(ds):set_epoch(-1) end, "set_epoch: epoch must be an integer from 0")
       fails(function() data.RandomSampler(4, { seed = 0.5 }) end, "RandomSampler: seed must be an integer")

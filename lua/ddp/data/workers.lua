@@ -34,6 +34,10 @@ void lua_settop(lua_State *L, int idx);
 void lua_close(lua_State *L);
 ]])
 
+-- The Lua API of the process (the ddplua program's LuaJIT or luajit's own),
+-- where the runtime may be a library loaded beside it.
+local LC = ffi.C
+
 local M = {}
 
 -- Jobs are keyed pass * 2^32 + batch number.
@@ -60,7 +64,7 @@ local Pool = {}
 Pool.__index = Pool
 
 local function state_error(L)
-  local s = C.lua_tolstring(L, -1, nil)
+  local s = LC.lua_tolstring(L, -1, nil)
   return s ~= nil and ffi.string(s) or "(no message)"
 end
 
@@ -82,24 +86,24 @@ function M.start(ds, opts)
   addrs = concat(addrs, " ")
   local qaddr = ("%.0f"):format(tonumber(ffi.cast("uintptr_t", q)))
   for w = 0, n - 1 do
-    local L = C.luaL_newstate()
+    local L = LC.luaL_newstate()
     if L == nil then self:close(); raise("DataLoader: cannot make a Lua state for a worker (out of memory)") end
     self.states[w + 1] = L
-    C.luaL_openlibs(L)
-    local rc = C.luaL_loadbuffer(L, BOOT, #BOOT, "=ddp.data.workers")
+    LC.luaL_openlibs(L)
+    local rc = LC.luaL_loadbuffer(L, BOOT, #BOOT, "=ddp.data.workers")
     if rc == 0 then
       for _, s in ipairs { package.path, package.cpath, qaddr, tostring(w), payload, addrs } do
-        C.lua_pushlstring(L, s, #s)
+        LC.lua_pushlstring(L, s, #s)
       end
-      rc = C.lua_pcall(L, 6, 1, 0)
+      rc = LC.lua_pcall(L, 6, 1, 0)
     end
     if rc ~= 0 then
       local msg = state_error(L)
       self:close()
       raise(("DataLoader: worker %d could not start: %s"):format(w, msg))
     end
-    local cb = ffi.cast("void *(*)(void *)", ffi.cast("uintptr_t", tonumber(ffi.string(C.lua_tolstring(L, -1, nil)))))
-    C.lua_settop(L, 0)
+    local cb = ffi.cast("void *(*)(void *)", ffi.cast("uintptr_t", tonumber(ffi.string(LC.lua_tolstring(L, -1, nil)))))
+    LC.lua_settop(L, 0)
     local th = C.dl_thread_start(cb, nil)
     if th == nil then
       local msg = core.last_error()
@@ -221,7 +225,7 @@ function Pool:close()
     local th = self.threads[w]
     if th ~= nil then
       if C.dl_thread_join(th, JOIN_MS) == 0 then
-        if self.states[w] ~= nil then C.lua_close(self.states[w]) end
+        if self.states[w] ~= nil then LC.lua_close(self.states[w]) end
       else
         all = false
         C.dl_thread_detach(th)
@@ -229,7 +233,7 @@ function Pool:close()
           self.what, w - 1, JOIN_MS / 1000))
       end
     elseif self.states[w] ~= nil then
-      C.lua_close(self.states[w])
+      LC.lua_close(self.states[w])
     end
     self.threads[w], self.states[w] = nil, nil
   end
