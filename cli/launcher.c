@@ -389,6 +389,40 @@ static int prepare_start(job *j, const launch_opts *o) {
   return open_logs(j);
 }
 
+/* The end-of-job warning of a job that waited for its data: each rank's
+** DataLoaders leave their wait in the store ("ddp/data/<rank>": wait_s
+** total_s batches, lua/ddp/data/loader.lua); a rank whose loop spent more
+** than a tenth of its time waiting is named, with the fix.  Only the
+** launcher that serves the store sees every rank. */
+static void data_wait_report(job *j) {
+  if (!j->store) return;
+  int slow = 0, worst = -1;
+  double worst_frac = 0, worst_wait = 0;
+  for (int r = 0; r < j->world; r++) {
+    char key[64];
+    snprintf(key, sizeof key, "ddp/data/%d", r);
+    const char *keys[1] = {key};
+    if (dl_store_check(j->store, keys, 1) != 1) continue;
+    int64_t len = 0;
+    char *v = dl_store_get(j->store, key, 1.0, &len);
+    if (!v) continue;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%.*s", (int)(len < 127 ? len : 127), v);
+    free(v);
+    double wait = 0, total = 0;
+    long batches = 0;
+    if (sscanf(buf, "%lf %lf %ld", &wait, &total, &batches) != 3 || total <= 0 || batches < 20) continue;
+    double frac = wait / total;
+    if (frac <= 0.10) continue;
+    slow++;
+    if (frac > worst_frac) worst_frac = frac, worst = r, worst_wait = wait;
+  }
+  if (slow == 0) return;
+  job_say("%d of %d rank%s spent more than 10%% of the training loop waiting for data (rank %d: %.0f%%, %.1f s): "
+          "give the DataLoader more workers (num_workers = 2 or more) or faster data (tar shards, a local copy, "
+          "smaller images)", slow, j->world, j->world == 1 ? "" : "s", worst, 100 * worst_frac, worst_wait);
+}
+
 /* One run of the group, on a fresh store each time: keys (and half-done
 ** barriers) of a failed group must not leak into the next.  RUN_* (-1: no
 ** store); *ix names the failed worker. */
@@ -396,6 +430,7 @@ static int run_once(job *j, int *ix) {
   if (open_store(j) != 0) return -1;
   *ix = -1;
   int r = job_run_group(j, ix);
+  if (r == RUN_OK) data_wait_report(j);
   /* a rank that died between making a file and every rank mapping it
   ** left it; with every worker gone, nothing can use it any more */
   job_remove_shm(j->shm_prefix);

@@ -135,7 +135,8 @@ end
 -- -- Training ----------------------------------------------------------------------
 
 for epoch = start_epoch, args.epochs do
-  local bar = ddp.progress(#sampler, { desc = ("epoch %d/%d"):format(epoch, args.epochs), unit = "samples" })
+  local bar = ddp.progress(#sampler, { desc = ("epoch %d/%d"):format(epoch, args.epochs), unit = "samples",
+                                      loader = loader })  -- "data N%": the loop's wait for batches
   local loss_sum, batches = 0, 0
   for _, x, y in loader:iter() do
     x, y = x:to(device), y:to(device)

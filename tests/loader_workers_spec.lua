@@ -181,6 +181,49 @@ describe("DataLoader workers", function()
     assert.equals(0, l:stats().batches)
   end)
 
+  it("show the data wait in the progress line and warn at the end of a job that waited for data", function()
+    local s = jobs.script([[
+local data = require "ddp.data"
+ddp.init()
+local DS = {}
+DS.__index = DS
+function DS:len() return 80 end
+function DS:get(i) local t = os.clock() while os.clock() - t < SLOW do end return ddp.tensor({ i }), i end
+local l = data.DataLoader(setmetatable({}, DS), { batch_size = 2, sampler = data.DistributedSampler(80) })
+local bar = ddp.progress(#l, { loader = l, every = 0 })
+for i, x in l:iter() do bar:update(1) end
+bar:close()
+]], "data_wait")
+    local slow = s .. ".slow.lua"
+    jobs.sh("sed 's/SLOW/0.003/' " .. jobs.q(s) .. " > " .. jobs.q(slow))
+    local out, err, rc = jobs.run("--nproc 2 " .. jobs.q(slow), nil, 60)
+    assert.equals(0, rc, err)
+    assert.truthy(out:find("%[0%] 100%%  40/40 it  [%d-]+ it/s  data %d+%%  in"), out)
+    assert.truthy(err:find("ddplua: 2 of 2 ranks spent more than 10% of the training loop waiting for data (rank ",
+                           1, true), err)
+    assert.truthy(err:find("give the DataLoader more workers", 1, true), err)
+    local fast = s .. ".fast.lua"
+    jobs.sh("sed 's/SLOW/0/; s/bar:update(1)/local t = os.clock() while os.clock() - t < 0.01 do end bar:update(1)/' "
+            .. jobs.q(s) .. " > " .. jobs.q(fast))
+    out, err, rc = jobs.run("--nproc 2 " .. jobs.q(fast), nil, 60)
+    assert.equals(0, rc, err)
+    assert.is_nil(err:find("waiting for data", 1, true), err)
+    os.remove(slow)
+    os.remove(fast)
+  end)
+
+  it("warn once when worker threads oversubscribe the cores", function()
+    local s = jobs.script([[
+local data = require "ddp.data"
+local l = data.DataLoader(data.TensorDataset(ddp.arange(8)), { batch_size = 2, num_workers = 3 })
+for _ = 1, 2 do for i, x in l:iter() do end end
+]], "budget")
+    local _, err, rc = jobs.run("--nproc 2 " .. jobs.q(s), "DDPLUA_NUM_THREADS=1", 60)
+    assert.equals(0, rc, err)
+    local _, n = err:gsub("DataLoader: num_workers = 3 beside 1 compute thread in each of 2 ranks: 8 busy threads", "")
+    assert.equals(1, n, err)
+  end)
+
   it("end every worker of a job at once on Ctrl-C", function()
     local s = jobs.script([[
 local data = require "ddp.data"

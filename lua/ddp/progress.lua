@@ -4,6 +4,10 @@
 --   bar:update(n, { loss = 0.41 })   -- n more done; extra fields shown
 --   bar:close()                      -- the final line, with the totals
 --
+-- With {loader = loader} the line also shows the share of the time the
+-- loop waited for that DataLoader's batches since the bar began ("data
+-- 3%": loader:stats()); above a few percent, more num_workers help.
+--
 -- On a terminal (ddplua's launcher says so through DDP_TTY, since workers
 -- write into pipes) the line redraws itself; elsewhere (logs, CI) a plain
 -- line is printed every `every` seconds (default 10) and at the end.
@@ -59,6 +63,11 @@ function Bar:line(final)
   end
   parts[#parts + 1] = fmt("%d/%d %s", floor(done * self.scale + 0.5), floor(total * self.scale + 0.5), self.unit)
   parts[#parts + 1] = fmt("%s %s/s", t >= 0.2 and rate(speed * self.scale) or "-", self.unit)
+  if self.loader then
+    local st = self.loader:stats()
+    local dt = st.total_s - self.stats0.total_s
+    if dt > 0 then parts[#parts + 1] = fmt("data %d%%", floor(100 * (st.wait_s - self.stats0.wait_s) / dt + 0.5)) end
+  end
   for _, k in ipairs(self.keys) do
     local v = self.fields[k]
     parts[#parts + 1] = type(v) == "number" and fmt("%s %.4g", k, v) or (k .. " " .. tostring(v))
@@ -100,13 +109,19 @@ function Bar:close()
 end
 
 -- ddp.progress(total[, {desc=, unit="it", every=10, scale=world size,
--- all_ranks=false}]).
+-- all_ranks=false, loader=nil}]).
 function Bar:init(total, opts)
   if type(total) ~= "number" or total < 0 then raise("ddp.progress: total must be a number >= 0, got " .. show(total)) end
   opts = opts or {}
   self.total, self.desc, self.unit, self.every = total, opts.desc, opts.unit or "it", opts.every or 10
   self.scale, self.n, self.fields, self.keys = opts.scale or dist.world_size(), 0, {}, {}
   self.show, self.tty = opts.all_ranks or dist.rank() == 0, on_terminal()
+  if opts.loader ~= nil then
+    if type(opts.loader) ~= "userdata" and type(opts.loader) ~= "table" or type(opts.loader.stats) ~= "function" then
+      raise("ddp.progress: loader must be a DataLoader (with stats()), got " .. show(opts.loader))
+    end
+    self.loader, self.stats0 = opts.loader, opts.loader:stats()
+  end
   self.t0 = clock()
   self.last = self.tty and 0 or self.t0
 end

@@ -41,6 +41,7 @@ local factory = require "ddp.tensor.factory"
 local checks = require "ddp.data.checks"
 local samplers = require "ddp.data.samplers"
 local collate = require "ddp.data.collate"
+local dist = require "ddp.dist"
 local workers = require "ddp.data.workers"
 local C, ffi = core.C, core.ffi
 local new, raise, show = core.new, core.raise, core.show
@@ -232,6 +233,20 @@ end
 -- epoch starts at the batch after the last one handed out (i counts on
 -- from there), so a resumed run takes the batches the interrupted one
 -- would have; the passes after it go on as usual.
+-- The whole process's data wait, every loader together: at the end of
+-- each pass a rank of a job leaves it in the job's store ("ddp/data/<rank>":
+-- wait_s total_s batches), and the launcher's end-of-job line warns when a
+-- rank spent more than a tenth of its loop waiting for data.
+local waited = { wait = 0, total = 0, batches = 0 }
+local function publish_wait(st)
+  local ok, group = pcall(require, "ddp.dist.group")
+  local store = ok and group._store()
+  if not store then return end
+  pcall(function()
+    store:set("ddp/data/" .. dist.rank(), ("%.6f %.6f %d"):format(st.wait, st.total, st.batches))
+  end)
+end
+
 -- The pool of worker threads for the next pass: the persistent one, or a
 -- new one.
 local function worker_pool(self)
@@ -318,6 +333,7 @@ function DataLoader:iter()
           loader._epoch = epoch + 1
         end
         if loader._pool and not loader.persistent_workers then loader:shutdown_workers() end
+        publish_wait(waited)
       end
       return nil
     end
@@ -335,9 +351,9 @@ function DataLoader:iter()
       out, k = make(i)
     end
     local t_out = clock()
-    stats.batches = stats.batches + 1
-    stats.wait = stats.wait + (t_out - t_in)
-    stats.total = stats.total + (t_out - (last_out or t_in))
+    local dw, dt = t_out - t_in, t_out - (last_out or t_in)
+    stats.batches, stats.wait, stats.total = stats.batches + 1, stats.wait + dw, stats.total + dt
+    waited.batches, waited.wait, waited.total = waited.batches + 1, waited.wait + dw, waited.total + dt
     last_out = t_out
     if x then return i, x, y end
     return i, unpack(out, 1, k)

@@ -32,6 +32,7 @@ void lua_pushlstring(lua_State *L, const char *s, size_t l);
 void lua_pushnumber(lua_State *L, double n);
 void lua_settop(lua_State *L, int idx);
 void lua_close(lua_State *L);
+int sched_getaffinity(int pid, size_t size, void *mask);
 ]])
 
 -- The Lua API of the process (the ddplua program's LuaJIT or luajit's own),
@@ -60,6 +61,46 @@ WORKER_CALLBACK = ffi.cast("void *(*)(void *)", entry)
 return ("%.0f"):format(tonumber(ffi.cast("uintptr_t", WORKER_CALLBACK)))
 ]]
 
+-- The cores this process may run on (its affinity mask: a SLURM step's
+-- share, taskset's), or nil when unknown.
+local function usable_cores()
+  local mask = ffi.new("uint64_t[16]")
+  if LC.sched_getaffinity(0, ffi.sizeof(mask), mask) ~= 0 then return nil end
+  local n = 0
+  for i = 0, 15 do
+    local w = mask[i]
+    while w ~= 0 do
+      n = n + 1
+      w = bit.band(w, w - 1)
+    end
+  end
+  return n > 0 and n or nil
+end
+
+-- Worker threads spend cores as the loop's threads do: when the node's
+-- ranks x (compute threads + workers) exceed its cores, every step slows
+-- down, as the launcher's own oversubscription check says.  Said once per
+-- node (its local rank 0).
+local warned = false
+local function check_budget(nw)
+  if warned or (tonumber(os.getenv("LOCAL_RANK")) or 0) ~= 0 then return end
+  local cores = usable_cores()
+  local ranks = tonumber(os.getenv("LOCAL_WORLD_SIZE")) or 1
+  local threads = C.dl_get_num_threads()
+  if not cores then return end
+  -- a rank pinned to its share of the cores (ddplua --bind-cores) sees
+  -- only that share; otherwise it sees the node's
+  local busy, have = ranks * (threads + nw), cores
+  if cores < ranks * threads then busy = threads + nw end
+  if busy > have then
+    warned = true
+    io.stderr:write(("DataLoader: num_workers = %d beside %d compute thread%s in each of %d rank%s: %d busy threads "
+      .. "for %d cores, so every step gets slower; keep ranks x (threads + num_workers) within the cores "
+      .. "(fewer workers, or fewer threads: DDPLUA_NUM_THREADS=N)\n"):format(nw, threads, threads == 1 and "" or "s",
+      ranks, ranks == 1 and "" or "s", busy, have))
+  end
+end
+
 local Pool = {}
 Pool.__index = Pool
 
@@ -72,6 +113,7 @@ end
 -- a pool whose threads run; errors when the dataset cannot travel.
 function M.start(ds, opts)
   local n = opts.num_workers
+  check_budget(n)
   local payload, tensors = codec.encode({ dataset = ds, init_fn = opts.init_fn }, "")
   if not payload then
     raise(("DataLoader: num_workers = %d needs the dataset in each worker thread, and %s"):format(n, tensors))

@@ -410,6 +410,11 @@ end
 
 function M.is_initialized() return state ~= nil end
 
+-- The job's store, where ranks leave notes for the launcher (the
+-- DataLoader's data wait, cli/launcher.c), or nil outside a group of
+-- several ranks.
+function M._store() return state and state.store end
+
 -- The backend in use ("shm", "gloo", "hier" or "nccl"; in a world of one
 -- the one its first collective will use), nil before init.
 function M.backend()
