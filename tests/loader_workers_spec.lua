@@ -224,6 +224,27 @@ for _ = 1, 2 do for i, x in l:iter() do end end
     assert.equals(1, n, err)
   end)
 
+  it("pin batches in the workers with pin_memory (CUDA emulator)", function()
+    local s = jobs.script([[
+local data = require "ddp.data"
+local DS = {} DS.__index = DS
+function DS:len() return 20 end
+function DS:get(i) return ddp.full({ 4 }, i), i end
+for _, nw in ipairs { 0, 2 } do
+  local l = data.DataLoader(setmetatable({}, DS), { batch_size = 4, num_workers = nw, pin_memory = true })
+  local sum = 0
+  for i, x, y in l:iter() do
+    assert(x:is_pinned() and y:is_pinned(), "a batch not in page-locked memory")
+    sum = sum + x:cuda({ non_blocking = true }):sum():item()
+  end
+  print(nw, sum)
+end
+]], "pinned")
+    local out, err, rc = jobs.run(jobs.q(s), "DDPLUA_CUDA_EMU=1 DDPLUA_NUM_THREADS=1", 120)
+    assert.equals(0, rc, err)
+    assert.equals("0\t760\n2\t760\n", out)
+  end)
+
   it("end every worker of a job at once on Ctrl-C", function()
     local s = jobs.script([[
 local data = require "ddp.data"

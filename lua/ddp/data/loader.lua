@@ -254,7 +254,7 @@ local function worker_pool(self)
   if pool and not pool.closed then return pool end
   pool = workers.start(self.dataset, { num_workers = self.num_workers,
                                        capacity = self.num_workers * self.prefetch_factor,
-                                       timeout = self.timeout, init_fn = self._init_fn })
+                                       timeout = self.timeout, init_fn = self._init_fn, pin = self.pin_memory })
   self._pool = pool
   return pool
 end

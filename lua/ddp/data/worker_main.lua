@@ -87,6 +87,13 @@ local function run(q, w, payload, addrs)
       sample = -1
       local good, out, n = xpcall(collate.batch, traceback, ds, plan, idx, seed, epoch, mark)
       if stopped then return end
+      if good and setup.pin then
+        -- page-locked here, in the worker: the loop then copies nothing
+        for k = 1, n do
+          local t = out[k]
+          if core.is_tensor(t) and C.dl_tensor_device(t) < 0 then out[k] = core.new(C.dl_pin_memory, t) end
+        end
+      end
       if good then
         local bytes, ts = codec.encode({ n = n, unpack(out, 1, n) }, "batch", M.refs)
         if not bytes then

@@ -109,12 +109,13 @@ local function state_error(L)
   return s ~= nil and ffi.string(s) or "(no message)"
 end
 
--- workers.start(dataset, {num_workers =, capacity =, timeout =, init_fn =, what =}):
+-- workers.start(dataset, {num_workers =, capacity =, timeout =, init_fn =, pin =, what =}):
+-- (pin: the workers put their batches in page-locked memory themselves)
 -- a pool whose threads run; errors when the dataset cannot travel.
 function M.start(ds, opts)
   local n = opts.num_workers
   check_budget(n)
-  local payload, tensors = codec.encode({ dataset = ds, init_fn = opts.init_fn }, "")
+  local payload, tensors = codec.encode({ dataset = ds, init_fn = opts.init_fn, pin = opts.pin }, "")
   if not payload then
     raise(("DataLoader: num_workers = %d needs the dataset in each worker thread, and %s"):format(n, tensors))
   end
