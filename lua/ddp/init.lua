@@ -21,7 +21,8 @@
 --   ddp.nn.module, .weight_init, .layers, .containers, .utils, .attention,
 --     .sync_bn, .parallel (ddp.DDP); ddp.nn (above ddp.dist: SyncBatchNorm and DDP use it)
 --   ddp.optim.lr_scheduler; ddp.optim
---   ddp.checkpoint (its all_ranks saves gather), ddp.data.checks, .dataset,
+--   ddp.checkpoint (its all_ranks saves gather), ddp.data.checks, .sample_rng,
+--     .worker_codec, .collate, .worker_main, .workers (loader worker threads), .dataset,
 --     .idx, .samplers, .loader, .metrics, .tokens (also ddp.tokens); ddp.data;
 --     ddp.progress, ddp.argparse
 --   ddp.console.chunk, .format, .complete; ddp.console (the prompt's side in Lua)

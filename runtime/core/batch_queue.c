@@ -91,6 +91,7 @@ typedef struct {
 } bq_worker;
 
 struct dl_batchq {
+  dl_batchq *next_live;  /* the live queues, closed at exit */
   pthread_mutex_t mu;
   pthread_cond_t job_cv, result_cv;
   int closed, capacity, nworkers;
@@ -99,6 +100,20 @@ struct dl_batchq {
   bq_result *results;  /* capacity slots */
   bq_worker *workers;
 };
+
+/* Queues not yet freed: at exit every one is closed, so workers still
+** inside a take or between samples stop instead of computing on while the
+** process tears down its libraries. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static dl_batchq *live;
+static pthread_once_t live_once = PTHREAD_ONCE_INIT;
+
+static void close_live(void) {
+  pthread_mutex_lock(&live_mu);
+  for (dl_batchq *q = live; q; q = q->next_live) dl_batchq_close(q);
+  pthread_mutex_unlock(&live_mu);
+}
+static void live_init(void) { atexit(close_live); }
 
 DL_API dl_batchq *dl_batchq_new(int nworkers, int capacity) {
   const char *op = "dl_batchq_new";
@@ -118,6 +133,11 @@ DL_API dl_batchq *dl_batchq_new(int nworkers, int capacity) {
   pthread_cond_init(&q->result_cv, NULL);
   q->capacity = capacity, q->nworkers = nworkers;
   for (int w = 0; w < nworkers; w++) q->workers[w].batch = q->workers[w].sample = -1;
+  pthread_once(&live_once, live_init);
+  pthread_mutex_lock(&live_mu);
+  q->next_live = live;
+  live = q;
+  pthread_mutex_unlock(&live_mu);
   return q;
 }
 
@@ -138,6 +158,13 @@ static void result_clear(bq_result *r) {
 
 DL_API void dl_batchq_free(dl_batchq *q) {
   if (!q) return;
+  pthread_mutex_lock(&live_mu);
+  for (dl_batchq **p = &live; *p; p = &(*p)->next_live)
+    if (*p == q) {
+      *p = q->next_live;
+      break;
+    }
+  pthread_mutex_unlock(&live_mu);
   dl_batchq_close(q);
   for (int i = 0; i < q->njobs; i++) dl_tensor_release(q->jobs[(q->head + i) % q->capacity].idx);
   for (int i = 0; i < q->capacity; i++)
