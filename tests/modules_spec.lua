@@ -26,7 +26,7 @@ local LAYERS = {
     "ddp.nn.sync_bn", "ddp.nn.parallel", "ddp.nn" },
   { "ddp.optim.lr_scheduler", "ddp.optim" },
   { "ddp.checkpoint", "ddp.data.checks", "ddp.data.dataset", "ddp.data.idx", "ddp.data.samplers",
-    "ddp.data.loader", "ddp.data.metrics", "ddp.data.tokens", "ddp.tokens", "ddp.data", "ddp.progress",
+    "ddp.data.loader", "ddp.data.metrics", "ddp.data.npy", "ddp.data.tokens", "ddp.tokens", "ddp.data", "ddp.progress",
     "ddp.argparse" },
   { "ddp.console.chunk", "ddp.console.format", "ddp.console.complete", "ddp.console" },
   { "ddp.testing.compare", "ddp.testing.assertions", "ddp.testing.run", "ddp.testing" },

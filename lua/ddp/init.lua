@@ -22,7 +22,7 @@
 --     .sync_bn, .parallel (ddp.DDP); ddp.nn (above ddp.dist: SyncBatchNorm and DDP use it)
 --   ddp.optim.lr_scheduler; ddp.optim
 --   ddp.checkpoint (its all_ranks saves gather), ddp.data.checks, .dataset,
---     .idx, .samplers, .loader, .metrics, .tokens (also ddp.tokens); ddp.data;
+--     .idx, .samplers, .loader, .metrics, .npy, .tokens (also ddp.tokens); ddp.data;
 --     ddp.progress, ddp.argparse
 --   ddp.console.chunk, .format, .complete; ddp.console (the prompt's side in Lua)
 --   ddp (this file)
@@ -153,6 +153,8 @@ ddp.cuda = {
 ddp.save, ddp.load = checkpoint.save, checkpoint.load
 ddp.save_checkpoint, ddp.load_checkpoint = checkpoint.save_checkpoint, checkpoint.load_checkpoint
 ddp.latest_checkpoint = checkpoint.latest_checkpoint
+-- NumPy's .npy files (ddp.data.npy), as np.load / np.save
+ddp.load_npy, ddp.save_npy = data.load_npy, data.save_npy
 
 ddp.autograd = autograd
 ddp.no_grad, ddp.enable_grad = autograd.no_grad, autograd.enable_grad
