@@ -27,7 +27,7 @@ local LAYERS = {
   { "ddp.optim.lr_scheduler", "ddp.optim" },
   { "ddp.checkpoint", "ddp.data.checks", "ddp.data.sample_rng", "ddp.data.worker_codec", "ddp.data.collate",
     "ddp.data.worker_main", "ddp.data.workers", "ddp.data.dataset", "ddp.data.idx", "ddp.data.samplers",
-    "ddp.data.loader", "ddp.data.metrics", "ddp.data.tokens", "ddp.tokens", "ddp.data", "ddp.progress",
+    "ddp.data.loader", "ddp.data.metrics", "ddp.data.npy", "ddp.data.tokens", "ddp.tokens", "ddp.data", "ddp.progress",
     "ddp.argparse" },
   { "ddp.console.chunk", "ddp.console.format", "ddp.console.complete", "ddp.console" },
   { "ddp.testing.compare", "ddp.testing.assertions", "ddp.testing.run", "ddp.testing" },

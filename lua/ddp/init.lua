@@ -23,7 +23,7 @@
 --   ddp.optim.lr_scheduler; ddp.optim
 --   ddp.checkpoint (its all_ranks saves gather), ddp.data.checks, .sample_rng,
 --     .worker_codec, .collate, .worker_main, .workers (loader worker threads), .dataset,
---     .idx, .samplers, .loader, .metrics, .tokens (also ddp.tokens); ddp.data;
+--     .idx, .samplers, .loader, .metrics, .npy, .tokens (also ddp.tokens); ddp.data;
 --     ddp.progress, ddp.argparse
 --   ddp.console.chunk, .format, .complete; ddp.console (the prompt's side in Lua)
 --   ddp (this file)
@@ -154,6 +154,8 @@ ddp.cuda = {
 ddp.save, ddp.load = checkpoint.save, checkpoint.load
 ddp.save_checkpoint, ddp.load_checkpoint = checkpoint.save_checkpoint, checkpoint.load_checkpoint
 ddp.latest_checkpoint = checkpoint.latest_checkpoint
+-- NumPy's .npy files (ddp.data.npy), as np.load / np.save
+ddp.load_npy, ddp.save_npy = data.load_npy, data.save_npy
 
 ddp.autograd = autograd
 ddp.no_grad, ddp.enable_grad = autograd.no_grad, autograd.enable_grad

@@ -1,6 +1,6 @@
 /*
-** ddplua_io.h -- files: atomic writes, safetensors checkpoints, IDX data files
-** and token files.
+** ddplua_io.h -- files: atomic writes, safetensors checkpoints, IDX data files,
+** NumPy arrays (.npy, .npz) and token files.
 ** Part of the public API: include ddplua.h, which includes every part.
 */
 #ifndef DDPLUA_IO_H
@@ -80,6 +80,59 @@ DL_API void dl_st_close(dl_st_file *f);
 ** that disagree with its length); memory follows the data really present,
 ** never a size the header merely claims. */
 DL_API dl_tensor *dl_read_idx(const char *path);
+
+/* -- NumPy arrays (.npy, .npz) ------------------------------------------ */
+
+/* Reads a .npy file (format versions 1.0, 2.0 and 3.0) as NumPy writes
+** it.  dtypes: <f4 <f8 <f2 <i8 <i4 |u1 |b1 as float32, float64, float16,
+** int64, int32, uint8 and bool; |i1 <i2 <u2 widen to int32 and <u4 to
+** int64 (copies: ddplua has no such dtypes); big-endian ('>') files are
+** byte-swapped into a copy.  fortran_order=True gives the tensor that
+** torch.from_numpy(np.load(path)) gives: the file's shape with
+** column-major strides (not contiguous; t:contiguous() copies).
+** map: 1 maps the file copy-on-write (writing into the tensor never
+** changes the file; the mapping goes when the last view of the tensor
+** does), so opening any size is instant and pages are read when touched;
+** a tensor that needs a conversion, or whose data offset is not a multiple
+** of its element size, is copied all the same.  0 reads it into memory.
+** NULL with DL_EIO (cannot open or read), DL_EINVAL (not a well-formed
+** .npy file: bad magic, truncated, a header that is no Python dict of
+** descr, fortran_order and shape, data shorter or longer than the shape),
+** DL_EDTYPE (a dtype ddplua has no counterpart for, named) or DL_ESHAPE
+** (more than 8 dims, too many elements), the message naming the file. */
+DL_API dl_tensor *dl_npy_load(const char *path, int map);
+/* Writes t as np.save writes it, byte for byte: format 1.0 (2.0 when the
+** header needs more than 65535 bytes), the header padded to 64 bytes,
+** little-endian data in C order -- in Fortran order (fortran_order=True)
+** when t is column-major and not row-major, as np.save of t.numpy() does.
+** A CUDA tensor is written through a host copy.  Atomic, as dl_st_save
+** (dl_file_create).  DL_EDTYPE for bfloat16 (NumPy has no such dtype). */
+DL_API int dl_npy_save(const char *path, const dl_tensor *t);
+/* A .npz file (np.savez: a zip of .npy members, stored; np.savez_compressed:
+** deflated; Zip64 read), its central directory read and checked.  Members
+** whose names do not end in ".npy" are left out (NumPy hands them out as
+** bytes).  map: 1 stored members become views of the mapped file as
+** dl_npy_load's (a member whose data is not aligned to its element size is
+** copied: numpy does not align members; dl_npz_save does); deflated ones
+** are always inflated into memory.  NULL with the error set, naming the
+** file (and the member). */
+typedef struct dl_npz dl_npz;
+DL_API dl_npz *dl_npz_open(const char *path, int map);
+/* Arrays in the zip's order, 0 <= i < dl_npz_count; the name as np.load
+** gives its key: the member's name without ".npy" ("arr_0", ...). */
+DL_API int dl_npz_count(const dl_npz *z);
+DL_API const char *dl_npz_name(const dl_npz *z, int i);
+/* A new tensor of member i (read, inflated, checked against its CRC-32
+** unless mapped); valid after dl_npz_close. */
+DL_API dl_tensor *dl_npz_tensor(dl_npz *z, int i);
+DL_API void dl_npz_close(dl_npz *z);
+/* Writes n named tensors as np.savez does (member "NAME.npy" each, stored,
+** as dl_npy_save writes it; Zip64 where sizes or offsets need it), every
+** member's data aligned to 64 bytes in the file (an extra field pads the
+** local header, as zipalign does), so dl_npz_open can map them.  Names:
+** non-empty, at most 65000 bytes, no two the same.  Atomic. */
+DL_API int dl_npz_save(const char *path, const char *const *names,
+                       dl_tensor *const *tensors, int n);
 
 /* -- Token files (language models) ------------------------------------- */
 

@@ -3,7 +3,8 @@
 -- (DistributedSampler: each rank's share; ddp.data.samplers), the
 -- DataLoader that cuts a dataset into batches (ddp.data.loader, which also
 -- tells the sampler protocol), reduce_metrics to sum evaluation metrics
--- over ranks (ddp.data.metrics), and token files for language models
+-- over ranks (ddp.data.metrics), NumPy's .npy and .npz files and
+-- NpyDataset (ddp.data.npy), and token files for language models
 -- (data.tokens, data.TokenDataset: ddp.data.tokens, also ddp.tokens).
 local core = require "ddp.core"
 
@@ -11,7 +12,7 @@ core.add_lib_file(debug.getinfo(1, "S").source)
 
 -- Each part's classes and functions (core.gather).
 local data = core.gather({}, "ddp.data", { "ddp.data.idx", "ddp.data.dataset", "ddp.data.samplers",
-                                           "ddp.data.loader", "ddp.data.metrics" })
+                                           "ddp.data.loader", "ddp.data.metrics", "ddp.data.npy" })
 
 data.tokens = require "ddp.data.tokens"
 data.TokenDataset = data.tokens.TokenDataset
