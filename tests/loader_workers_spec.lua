@@ -43,7 +43,7 @@ end
 local function collect(loader, limit)
   local out = {}
   for i, x, y, r in loader:iter() do
-    out[#out + 1] = { i = i, x = x:totable(), y = y:totable(), r = r:totable() }
+    out[#out + 1] = { i = i, x = x:totable(), y = y and y:totable(), r = r and r:totable() }
     if limit and #out >= limit then break end
   end
   return out
@@ -75,6 +75,19 @@ describe("DataLoader workers", function()
     local idx = s.sampler:indices(0):totable()
     local first = sh.x[1]
     assert.same(a.x[idx[1] + 1], first)
+  end)
+
+  it("share a memory-mapped NpyDataset with the workers, not copy it", function()
+    local path = os.tmpname() .. ".npy"
+    data.save_npy(path, ddp.arange(120):float():view(40, 3))
+    local ds = data.NpyDataset(path)
+    local ref = collect(data.DataLoader(ds, { batch_size = 6, shuffle = true, seed = 2 }))
+    local l = data.DataLoader(ds, { batch_size = 6, shuffle = true, seed = 2, num_workers = 2 })
+    local got = {}
+    for i, x in l:iter() do got[#got + 1] = x:totable() end
+    assert.equals(#ref, #got)
+    for k = 1, #ref do assert.same(ref[k].x, got[k]) end
+    os.remove(path)
   end)
 
   it("start a loop again after break, and keep persistent workers between passes", function()
