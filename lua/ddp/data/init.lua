@@ -4,7 +4,9 @@
 -- DataLoader that cuts a dataset into batches (ddp.data.loader, which also
 -- tells the sampler protocol), reduce_metrics to sum evaluation metrics
 -- over ranks (ddp.data.metrics), and token files for language models
--- (data.tokens, data.TokenDataset: ddp.data.tokens, also ddp.tokens).
+-- (data.tokens, data.TokenDataset: ddp.data.tokens, also ddp.tokens), and
+-- torchvision.transforms.v2's image transforms (data.transforms:
+-- ddp.data.transforms).
 local core = require "ddp.core"
 
 core.add_lib_file(debug.getinfo(1, "S").source)
@@ -15,5 +17,6 @@ local data = core.gather({}, "ddp.data", { "ddp.data.idx", "ddp.data.dataset", "
 
 data.tokens = require "ddp.data.tokens"
 data.TokenDataset = data.tokens.TokenDataset
+data.transforms = require "ddp.data.transforms"
 
 return data
