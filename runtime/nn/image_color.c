@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/simd.h"
 #include "nn/image.h"
 
 /* x's element i (a uint8 or float32 one) as float. */
@@ -47,6 +48,7 @@ typedef struct img_ctx {
   dl_adjust_kind kind;
   float factor, alpha;
   const float *means;  /* contrast: each image's mean of its grayscale */
+  atomic_llong nomem;  /* bytes a task's scratch rows failed to get */
 } img_ctx;
 
 /* -- Horizontal flip ------------------------------------------------------------ */
@@ -87,26 +89,60 @@ DL_API dl_tensor *dl_image_hflip(const dl_tensor *x) {
 
 /* -- Conversion and normalisation ------------------------------------------------ */
 
+/* One row of W values of x (element i on, stride sw) as float. */
+static void load_row(const char *x, int u8, int64_t i, int64_t sw, int64_t W, float *v) {
+  if (u8) {
+    const uint8_t *p = (const uint8_t *)x + i;
+    if (sw == 1)
+      for (int64_t k = 0; k < W; k++) v[k] = (float)p[k];
+    else
+      for (int64_t k = 0; k < W; k++) v[k] = (float)p[k * sw];
+  } else {
+    const float *p = (const float *)x + i;
+    if (sw == 1) memcpy(v, p, sizeof(float) * (size_t)W);
+    else
+      for (int64_t k = 0; k < W; k++) v[k] = p[k * sw];
+  }
+}
+
+/* The row back, into uint8 (truncated) or float32 (element i on, stride sw). */
+static void store_row(char *out, int u8, int64_t i, int64_t sw, int64_t W, const float *v) {
+  if (u8) {
+    uint8_t *o = (uint8_t *)out + i;
+    for (int64_t k = 0; k < W; k++) o[k * sw] = to_u8(v[k]);
+  } else {
+    float *o = (float *)out + i;
+    if (sw == 1) memcpy(o, v, sizeof(float) * (size_t)W);
+    else
+      for (int64_t k = 0; k < W; k++) o[k * sw] = v[k];
+  }
+}
+
+/* Scratch rows of a task, or NULL with the need noted for the caller. */
+static float *scratch_rows(const img_ctx *c, int64_t n) {
+  float *v = malloc(sizeof(float) * (size_t)n);
+  if (!v) atomic_store(&((img_ctx *)c)->nomem, (long long)(sizeof(float) * (size_t)n));
+  return v;
+}
+
 static void convert_rows(void *p, int64_t r0, int64_t r1) {
   const img_ctx *c = p;
   const image_dims *d = c->d, *od = c->od;
-  float s = c->scale;
+  int64_t W = d->W;
+  float s = c->scale, *v = scratch_rows(c, W);
+  if (!v) return;
   for (int64_t r = r0; r < r1; r++) {
     int64_t n = r / (d->C * d->H), ch = r / d->H % d->C, y = r % d->H;
-    int64_t xi = n * d->sn + ch * d->sc + y * d->sh, oi = n * od->sn + ch * od->sc + y * od->sh;
-    if (c->out_u8) {
-      uint8_t *o = (uint8_t *)c->out + oi;
-      for (int64_t x = 0; x < d->W; x++) o[x * od->sw] = to_u8(ld(c->x, c->u8, xi + x * d->sw) * s);
-      continue;
-    }
-    float *o = (float *)c->out + oi;
+    load_row(c->x, c->u8, n * d->sn + ch * d->sc + y * d->sh, d->sw, W, v);
     if (c->mean) {
       float m = c->mean[ch], sd = c->std[ch];
-      for (int64_t x = 0; x < d->W; x++) o[x * od->sw] = (ld(c->x, c->u8, xi + x * d->sw) * s - m) / sd;
-    } else {
-      for (int64_t x = 0; x < d->W; x++) o[x * od->sw] = ld(c->x, c->u8, xi + x * d->sw) * s;
+      for (int64_t k = 0; k < W; k++) v[k] = (v[k] * s - m) / sd;
+    } else if (s != 1.0f) {
+      for (int64_t k = 0; k < W; k++) v[k] *= s;
     }
+    store_row(c->out, c->out_u8, n * od->sn + ch * od->sc + y * od->sh, od->sw, W, v);
   }
+  free(v);
 }
 
 DL_HIDDEN int cpu_image_convert(const char *op, const dl_tensor *x, float scale, const float *mean,
@@ -117,7 +153,8 @@ DL_HIDDEN int cpu_image_convert(const char *op, const dl_tensor *x, float scale,
                .u8 = x->dtype == DL_UINT8, .out_u8 = out->dtype == DL_UINT8,
                .scale = scale, .mean = mean, .std = std};
   parallel_for(d.N * d.C * d.H, nn_max64(1, PAR_GRAIN / nn_max64(1, d.W)), convert_rows, &c);
-  return 0;
+  long long need = atomic_load(&c.nomem);
+  return need ? dl_err(EM_NOMEM, op, need, (long long)dl_mem_allocated()) : 0;
 }
 
 /* out = x converted (into a new tensor of dtype, or into x itself). */
@@ -217,45 +254,61 @@ static void hue_pixel(float *rgb, float factor) {
   for (int k = 0; k < 3; k++) rgb[k] = vpqt[sel[k][i]];
 }
 
+/* The adjustments of one row of each channel (r, g, b: W values; C of
+** them), in place.  Their only multiply-adds are the explicit fmaf's, so
+** the clones for newer CPUs (HOT) give the same bits. */
+HOT static void brightness_row(float *v, int64_t n, float f, float bound) {
+  for (int64_t k = 0; k < n; k++) v[k] = clampf(v[k] * f, 0.0f, bound);
+}
+
+HOT static void contrast_row(float *v, int64_t n, float m, float f, float a, float bound) {
+  for (int64_t k = 0; k < n; k++) v[k] = blend(v[k], m, f, a, bound);
+}
+
+HOT static void saturation_row(float *r, float *g, float *b, int64_t n, int u8, float f, float a,
+                               float bound) {
+  for (int64_t k = 0; k < n; k++) {
+    float l = gray(r[k], g[k], b[k]);
+    if (u8) l = floorf(l);
+    r[k] = blend(r[k], l, f, a, bound);
+    g[k] = blend(g[k], l, f, a, bound);
+    b[k] = blend(b[k], l, f, a, bound);
+  }
+}
+
+/* (not HOT: h * (1 / 6) + 1 must stay two roundings, as torchvision's) */
+static void hue_row(float *r, float *g, float *b, int64_t n, int u8, float f) {
+  for (int64_t k = 0; k < n; k++) {
+    float px[3] = {r[k], g[k], b[k]};
+    if (u8)
+      for (int j = 0; j < 3; j++) px[j] *= (float)(1.0 / 255);
+    hue_pixel(px, f);
+    if (u8)
+      for (int j = 0; j < 3; j++) px[j] *= (float)(255 + 1.0 - 1e-3);
+    r[k] = px[0], g[k] = px[1], b[k] = px[2];
+  }
+}
+
 /* Rows r of N * H: every channel of the row's pixels. */
 static void adjust_rows(void *p, int64_t r0, int64_t r1) {
   const img_ctx *c = p;
   const image_dims *d = c->d;
   int64_t C = d->C, H = d->H, W = d->W;
   float bound = c->u8 ? 255.0f : 1.0f, f = c->factor, a = c->alpha;
+  float *v = scratch_rows(c, C * W);
+  if (!v) return;
   for (int64_t r = r0; r < r1; r++) {
     int64_t n = r / H, y = r % H, xi = n * d->sn + y * d->sh;
-    int64_t oi = (n * C * H + y) * W, ocs = H * W;  /* out is contiguous */
-    for (int64_t x = 0; x < W; x++) {
-      float px[3] = {0, 0, 0};
-      for (int64_t k = 0; k < C; k++) px[k] = ld(c->x, c->u8, xi + k * d->sc + x * d->sw);
-      switch (c->kind) {
-      case DL_ADJUST_BRIGHTNESS:
-        for (int64_t k = 0; k < C; k++) px[k] = clampf(px[k] * f, 0.0f, bound);
-        break;
-      case DL_ADJUST_CONTRAST:
-        for (int64_t k = 0; k < C; k++) px[k] = blend(px[k], c->means[n], f, a, bound);
-        break;
-      case DL_ADJUST_SATURATION: {
-        float l = gray(px[0], px[1], px[2]);
-        if (c->u8) l = floorf(l);
-        for (int k = 0; k < 3; k++) px[k] = blend(px[k], l, f, a, bound);
-        break;
-      }
-      case DL_ADJUST_HUE:
-        if (c->u8)
-          for (int k = 0; k < 3; k++) px[k] *= (float)(1.0 / 255);
-        hue_pixel(px, f);
-        if (c->u8)
-          for (int k = 0; k < 3; k++) px[k] *= (float)(255 + 1.0 - 1e-3);
-        break;
-      }
-      for (int64_t k = 0; k < C; k++) {
-        if (c->u8) ((uint8_t *)c->out)[oi + k * ocs + x] = to_u8(px[k]);
-        else ((float *)c->out)[oi + k * ocs + x] = px[k];
-      }
+    for (int64_t k = 0; k < C; k++) load_row(c->x, c->u8, xi + k * d->sc, d->sw, W, v + k * W);
+    switch (c->kind) {
+    case DL_ADJUST_BRIGHTNESS: brightness_row(v, C * W, f, bound); break;
+    case DL_ADJUST_CONTRAST: contrast_row(v, C * W, c->means[n], f, a, bound); break;
+    case DL_ADJUST_SATURATION: saturation_row(v, v + W, v + 2 * W, W, c->u8, f, a, bound); break;
+    case DL_ADJUST_HUE: hue_row(v, v + W, v + 2 * W, W, c->u8, f); break;
     }
+    for (int64_t k = 0; k < C; k++) store_row(c->out, c->u8, ((n * C + k) * H + y) * W, 1, W, v + k * W);
   }
+  free(v);
 }
 
 DL_HIDDEN int cpu_image_adjust(const char *op, dl_adjust_kind kind, double factor,
@@ -286,9 +339,11 @@ DL_HIDDEN int cpu_image_adjust(const char *op, dl_adjust_kind kind, double facto
     }
     c.means = means;
   }
+  atomic_store(&c.nomem, 0);
   parallel_for(d.N * d.H, nn_max64(1, PAR_GRAIN / nn_max64(1, d.W * d.C * 8)), adjust_rows, &c);
   free(means);
-  return 0;
+  long long need = atomic_load(&c.nomem);
+  return need ? dl_err(EM_NOMEM, op, need, (long long)dl_mem_allocated()) : 0;
 }
 
 DL_API dl_tensor *dl_image_adjust(const dl_tensor *x, dl_adjust_kind kind, double factor) {

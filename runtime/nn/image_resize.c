@@ -237,20 +237,36 @@ static void band_rows(const rs_ctx *c, int64_t r0, int64_t r1, int64_t *lo, int6
   *lo = l, *hi = h > l ? h : l;
 }
 
-/* Horizontal passes: window columns of one input row into n values
-** (reversed when flip). */
-static void h_u8(const uint8_t *src, int64_t sw, const axis *a, int64_t o0, int64_t n, int flip,
-                 uint8_t *dst) {
+static inline uint8_t sat_u8(int32_t s) { return (uint8_t)(s < 0 ? 0 : s > 255 ? 255 : s); }
+
+/* Horizontal passes: window columns of input rows into n values each
+** (reversed when flip).  uint8 taps are contiguous (idx[o * k + j] =
+** idx[o * k] + j); four rows at a time share each output's weights. */
+static void h_u8(const uint8_t *src, int64_t sw, int64_t sh, int rows, const axis *a, int64_t o0,
+                 int64_t n, int flip, uint8_t *dst) {
   const int k = a->k, prec = a->prec;
   const int32_t bias = 1 << (prec - 1);
   for (int64_t x = 0; x < n; x++) {
-    int64_t o = o0 + x;
-    const int64_t *ix = a->idx + o * k;
+    int64_t o = o0 + x, at = flip ? n - 1 - x : x;
+    const uint8_t *p = src + a->idx[o * k] * sw;
     const int16_t *w = a->wi + o * k;
-    int32_t s = bias;
-    for (int j = 0; j < a->ntap[o]; j++) s += (int32_t)w[j] * src[ix[j] * sw];
-    s >>= prec;
-    dst[flip ? n - 1 - x : x] = (uint8_t)(s < 0 ? 0 : s > 255 ? 255 : s);
+    int nt = a->ntap[o];
+    if (rows == 4 && sw == 1) {
+      int32_t s0 = bias, s1 = bias, s2 = bias, s3 = bias;
+      for (int j = 0; j < nt; j++) {
+        int32_t wj = w[j];
+        s0 += wj * p[j], s1 += wj * p[j + sh], s2 += wj * p[j + 2 * sh], s3 += wj * p[j + 3 * sh];
+      }
+      dst[at] = sat_u8(s0 >> prec), dst[at + n] = sat_u8(s1 >> prec);
+      dst[at + 2 * n] = sat_u8(s2 >> prec), dst[at + 3 * n] = sat_u8(s3 >> prec);
+      continue;
+    }
+    for (int r = 0; r < rows; r++) {
+      const uint8_t *q = p + r * sh;
+      int32_t s = bias;
+      for (int j = 0; j < nt; j++) s += (int32_t)w[j] * q[j * sw];
+      dst[at + r * n] = sat_u8(s >> prec);
+    }
   }
 }
 
@@ -335,14 +351,18 @@ static void resample_tasks(void *p, int64_t t0, int64_t t1) {
     int64_t r1 = nn_min64(r0 + BAND_ROWS, g->oh), n = plane / g->C, ch = plane % g->C, lo, hi;
     band_rows(c, r0, r1, &lo, &hi);
     int64_t base = n * g->sn + ch * g->sc + g->left * g->sw;
-    for (int64_t y = lo; y < hi; y++) {
+    for (int64_t y = lo; y < hi;) {
       int64_t off = base + (g->top + y) * g->sh;
-      if (c->u8)
-        h_u8((const uint8_t *)c->x + off, g->sw, &c->ax, g->oleft, ow, g->flip,
+      if (c->u8) {
+        int rows = hi - y >= 4 ? 4 : 1;
+        h_u8((const uint8_t *)c->x + off, g->sw, g->sh, rows, &c->ax, g->oleft, ow, g->flip,
              (uint8_t *)band + (y - lo) * ow);
-      else
+        y += rows;
+      } else {
         h_f32((const float *)c->x + off, g->sw, &c->ax, g->oleft, ow, g->flip,
               (float *)band + (y - lo) * ow);
+        y++;
+      }
     }
     for (int64_t r = r0; r < r1; r++) {
       int64_t o = g->otop + r, orow = (plane * g->oh + r) * ow;
