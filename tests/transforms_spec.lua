@@ -118,6 +118,7 @@ describe("the fused pass", function()
   local function both(list, x, index)
     local fused, plain = T.Compose(list), T.Compose(list)
     plain.fuse = false
+    assert(fused:fused_count(x) >= 2 and plain:fused_count(x) == 0)
     rng.begin(7, 0, index)
     local a = fused(x)
     rng.begin(7, 0, index)
@@ -139,8 +140,10 @@ describe("the fused pass", function()
       return { T.Resize(40), T.CenterCrop(32), T.ToDtype("float32", { scale = true }), T.Normalize(mean, std) } end },
     { "Resize {h, w} upward, ToDtype without scale", function()
       return { T.Resize({ 70, 90 }), T.ToDtype("float32") } end },
+    { "ToImage first, RandomResizedCrop, ToDtype", function()
+      return { T.ToImage(), T.RandomResizedCrop(19), T.ToDtype("float32", { scale = true }) } end },
     { "CenterCrop, ToDtype, Normalize of one value", function()
-      return { T.CenterCrop({ 31, 50 }), T.ToDtype("float32", { scale = true }), T.Normalize(0.5, 0.25) } end },
+      return { T.CenterCrop({ 25, 37 }), T.ToDtype("float32", { scale = true }), T.Normalize(0.5, 0.25) } end },
   }
   for _, ch in ipairs(chains) do
     it("gives the unfused chain's values: " .. ch[1], function()
@@ -159,9 +162,11 @@ describe("the fused pass", function()
     local a, b = both({ T.RandomResizedCrop(16), T.ToDtype("float32", { scale = true }),
                         T.ColorJitter { brightness = 0.5 }, T.Normalize(mean, std) }, u8, 3)
     assert(max_abs(a, b) <= 1e-6)
-    a, b = both({ T.Resize(20), T.CenterCrop(30), T.ToDtype("float32", { scale = true }) }, u8, 0)
-    assert.equals("3x30x30", shape_of(a))
-    assert.equals(0, max_abs(a, b))
+    local pads = T.Compose { T.Resize(20), T.CenterCrop(30), T.ToDtype("float32", { scale = true }) }
+    assert.equals(0, pads:fused_count(u8))
+    assert.equals("3x30x30", shape_of(pads(u8)))
+    assert.equals(2, T.Compose({ T.Resize(20), T.CenterCrop(16), T.ColorJitter { hue = 0.1 } }):fused_count(u8))
+    assert.equals(0, T.Compose({ T.ColorJitter { hue = 0.1 }, T.Resize(20), T.ToDtype("float32") }):fused_count(u8))
   end)
 
   it("is F.fused_resize: crop, size, window, flip, dtype, scale, mean and std", function()
@@ -272,6 +277,7 @@ describe("decode_min_size", function()
     -- Compose asks its first transform; CenterCrop needs the whole image
     assert.same({ 256, 342 }, { T.Compose({ T.Resize(256), T.CenterCrop(224) }):decode_min_size(1500, 2000) })
     assert.same({ 1500, 2000 }, { T.CenterCrop(224):decode_min_size(1500, 2000) })
+    assert.same({ 256, 342 }, { T.Compose({ T.ToImage(), T.Resize(256) }):decode_min_size(1500, 2000) })
   end)
 
   it("of RandomResizedCrop: every crop of an image at least that size is at least the output's size", function()
@@ -362,6 +368,23 @@ describe("the transforms' checks", function()
           "fused_resize: crop must be {top, left, height, width} inside the 20x24 image")
     fails(function() F.to_dtype(x, "int32", { scale = true }) end, "to_dtype: scale = true converts between uint8 and float32")
     fails(function() T.Resize(10):decode_min_size(0, 10) end, "Resize:decode_min_size: expected a positive height")
+  end)
+
+  it("say an image on a GPU is transformed on the CPU (the CUDA emulator's device)", function()
+    local shell = require "helpers.shell"
+    local out = shell.sh("DDPLUA_CUDA_EMU=1 DDPLUA_CUDA_LIB=" .. shell.q(shell.root .. "/build/libddplua_cudaemu.so")
+      .. " " .. shell.q(shell.ddplua) .. [[ -e 'local ddp = require "ddp"; local T = require "ddp.data.transforms"
+        local x = ddp.zeros(3, 8, 8, {dtype = "uint8", device = "cuda"})
+        for _, t in ipairs({T.Resize(4), T.RandomHorizontalFlip(1), T.ToDtype("float32", {scale = true}),
+                            T.ColorJitter{hue = 0.2}, T.Compose{T.CenterCrop(4), T.ToDtype("float32")}}) do
+          print(select(2, pcall(t, x)))
+        end
+        print(T.CenterCrop(10)(x):device())' 2>&1]])
+    for _, name in ipairs({ "Resize", "RandomHorizontalFlip", "ToDtype", "ColorJitter", "Compose" }) do
+      assert.truthy(out:find(name .. ": image transforms run on the CPU, but the image is on cuda:0; transform it "
+                             .. "before moving the batch to the device", 1, true), out)
+    end
+    assert.truthy(out:find("\ncuda:0\n"), out)  -- a padded crop stays on the image's device
   end)
 
   it("reach C's checks with the transform's name", function()

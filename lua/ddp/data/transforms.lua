@@ -113,28 +113,29 @@ local is_a = core.is_instance
 -- a ToDtype to float32 and a Normalize, each optional; nil when fewer than
 -- two steps would merge.  Decided before any random draw, drawn in the
 -- order the transforms would draw unfused.
-local function plan_fused(ts, img)
+local function plan_fused(ts, k, img)
   if not is_tensor(img) then return nil end
   local nd = img:dim()
   if nd ~= 3 and nd ~= 4 then return nil end
   local dt = img:dtype()
   if dt ~= "uint8" and dt ~= "float32" then return nil end
   local h, w = img:size(nd - 2), img:size(nd - 1)
-  local p, k = { n = 0 }, 1
-  local t = ts[1]
+  local p, first = {}, k
+  local t = ts[k]
+  k = k + 1
   if is_a(t, M.RandomResizedCrop) then
-    p.rrc, k = t, 2
+    p.rrc = t
   elseif is_a(t, M.Resize) then
     local rh, rw = t:out_size(h, w)
-    p.resize, p.size, k = t, { rh, rw }, 2
-    local c = ts[2]
+    p.resize, p.size = t, { rh, rw }
+    local c = ts[k]
     if is_a(c, M.CenterCrop) and c.size[1] <= rh and c.size[2] <= rw then
       p.window = { F._center_start(rh, c.size[1]), F._center_start(rw, c.size[2]), c.size[1], c.size[2] }
-      k = 3
+      k = k + 1
     end
   elseif is_a(t, M.CenterCrop) and t.size[1] <= h and t.size[2] <= w then
     p.crop = { F._center_start(h, t.size[1]), F._center_start(w, t.size[2]), t.size[1], t.size[2] }
-    p.size, k = { t.size[1], t.size[2] }, 2
+    p.size = { t.size[1], t.size[2] }
   else
     return nil
   end
@@ -142,7 +143,7 @@ local function plan_fused(ts, img)
   if is_a(ts[k], M.ToDtype) and ts[k].dtype == "float32" then p.todtype, k = ts[k], k + 1 end
   if is_a(ts[k], M.Normalize) and (p.todtype or dt == "float32") then p.normalize, k = ts[k], k + 1 end
   p.last = k - 1
-  if p.last < 2 then return nil end
+  if p.last - first < 1 then return nil end
   p.h, p.w = h, w
   return p
 end
@@ -169,12 +170,25 @@ end
 
 function Compose:forward(img)
   local ts, k = self.transforms, 1
+  while is_a(ts[k], M.ToImage) do  -- (torchvision's chains often start so)
+    img = ts[k](img)
+    k = k + 1
+  end
   if self.fuse then
-    local p = plan_fused(ts, img)
+    local p = plan_fused(ts, k, img)
     if p then img, k = run_fused(p, img), p.last + 1 end
   end
   for i = k, #ts do img = ts[i](img) end
   return img
+end
+
+-- How many of the transforms (after any leading ToImage) the fast path
+-- runs as one pass for img: 0 when it does not apply.  No draws.
+function Compose:fused_count(img)
+  local ts, k = self.transforms, 1
+  while is_a(ts[k], M.ToImage) do k = k + 1 end
+  local p = self.fuse and plan_fused(ts, k, img)
+  return p and p.last - k + 1 or 0
 end
 
 function Compose:repr()
@@ -187,10 +201,12 @@ function Compose:repr()
   return table.concat(lines, "\n")
 end
 
--- The first transform's, which sees the decoded image.
+-- The first transform's (after any ToImage), which sees the decoded image.
 function Compose:decode_min_size(h, w)
   size_args("Compose", h, w)
-  local t = self.transforms[1]
+  local k = 1
+  while is_a(self.transforms[k], M.ToImage) do k = k + 1 end
+  local t = self.transforms[k]
   local mt = type(t) == "table" and getmetatable(t)
   if mt and type(t.decode_min_size) == "function" then return t:decode_min_size(h, w) end
   return h, w

@@ -179,7 +179,7 @@ local function crop(op, img, top, left, height, width)
   end
   local shape = img:shape()
   shape[nd - 1], shape[nd] = height, width
-  local out = require("ddp.tensor.factory").zeros(shape, { dtype = img:dtype() })
+  local out = require("ddp.tensor.factory").zeros(shape, { dtype = img:dtype(), device = img:device() })
   local r0, r1, c0, c1 = max(top, 0), min(bottom, h), max(left, 0), min(right, w)
   if r1 > r0 and c1 > c0 then
     out:narrow(nd - 2, r0 - top, r1 - r0):narrow(nd - 1, c0 - left, c1 - c0)
