@@ -458,7 +458,7 @@ static dl_tensor *resample(const char *op, const dl_tensor *x, const int64_t *cr
   if (dtype != x->dtype && dtype != DL_FLOAT32)
     return dl_errp(EM_IMG_CONVERT, op, fmt_dtype(x->dtype), fmt_dtype(dtype));
   if (mean && dtype != DL_FLOAT32)
-    return dl_errp(EM_IMG_CONVERT, op, fmt_dtype(x->dtype), fmt_dtype(dtype));
+    return dl_errp(EM_BADVALUE, op, "mean and std need a float32 result (dtype DL_FLOAT32)");
   float *ms = mean ? malloc(sizeof(float) * (size_t)(2 * d.C + 1)) : NULL;
   if (mean && !ms) return dl_errp(EM_NOMEM, op, (long long)(8 * d.C), (long long)dl_mem_allocated());
   dl_tensor *out = NULL;
