@@ -23,7 +23,8 @@
 --   ddp.optim.lr_scheduler; ddp.optim
 --   ddp.checkpoint (its all_ranks saves gather), ddp.data.checks, .sample_rng,
 --     .worker_codec, .collate, .worker_main, .workers (loader worker threads), .dataset,
---     .idx, .samplers, .loader, .metrics, .npy, .tokens (also ddp.tokens); ddp.data;
+--     .idx, .samplers, .loader, .metrics, .npy, .transforms_functional, .transforms,
+--     .tokens (also ddp.tokens); ddp.data;
 --     ddp.progress, ddp.argparse
 --   ddp.console.chunk, .format, .complete; ddp.console (the prompt's side in Lua)
 --   ddp (this file)

@@ -174,6 +174,24 @@ DL_SLOT(int, sdpa_backward,
          const dl_tensor *lse, int need_q, int need_k, int need_v, dl_tensor **gq,
          dl_tensor **gk, dl_tensor **gv))
 
+/* -- Images (nn/image_resize.c, nn/image_color.c; CPU only) ------------------- */
+
+/* out [N, C, oh, ow] (contiguous, uint8 or float32) = the resampling g of
+** the planes of x (uint8 or float32, strided) */
+DL_SLOT(int, image_resample, (const char *op, const dl_tensor *x, const image_geom *g,
+                              dl_tensor *out))
+/* out (contiguous, x's shape and dtype) = x flipped along its last dim */
+DL_SLOT(int, image_hflip, (const char *op, const dl_tensor *x, dl_tensor *out))
+/* out (x's shape, strided; may be x) = (x * scale - mean[c]) / std[c] along
+** dim -3 (mean, std: NULL for none), uint8 or float32 to float32, or float32
+** to uint8 (truncated, clamped to [0, 255]) */
+DL_SLOT(int, image_convert, (const char *op, const dl_tensor *x, float scale, const float *mean,
+                             const float *std, dl_tensor *out))
+/* out (contiguous, x's shape and dtype) = x of 1 or 3 channels adjusted by
+** factor (checked) */
+DL_SLOT(int, image_adjust, (const char *op, dl_adjust_kind kind, double factor,
+                            const dl_tensor *x, dl_tensor *out))
+
 /* -- Random numbers, optimizer steps ------------------------------------------- */
 
 /* contiguous t from the Philox stream (seed, block base) */

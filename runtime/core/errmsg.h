@@ -137,6 +137,20 @@ ERRDEF(SDPA_RNG, DL_EINVAL, "%s: dropout_p > 0 needs the forward's dropout strea
 ERRDEF(NOT_ON_DEVICE, DL_EDEVICE, "%s: not implemented on %s yet")
 ERRDEF(SDPA_CUDA_DROPOUT, DL_EDEVICE, "%s: dropout_p > 0 is not implemented on cuda yet (the CPU has it); pass dropout_p = 0 on a GPU")
 
+/* Image transforms (nn/image_resize.c, nn/image_color.c) */
+ERRDEF(IMG_SHAPE, DL_ESHAPE, "%s: expected an image [C, H, W] or a batch of images [N, C, H, W], got shape %s")
+ERRDEF(IMG_DTYPE, DL_EDTYPE, "%s: expected a uint8 or float32 image, got %s")
+ERRDEF(IMG_NEED_FLOAT, DL_EDTYPE, "%s: expected a float32 image, got %s (to_dtype with scale makes one from uint8)")
+ERRDEF(IMG_CHANNELS, DL_ESHAPE, "%s: expected an image of 1 or 3 channels, got shape %s")
+ERRDEF(IMG_SIZE, DL_EINVAL, "%s: %s must be positive, got %lld x %lld")
+ERRDEF(IMG_WINDOW, DL_EINDEX, "%s: %s (top %lld, left %lld, %lld x %lld) reaches outside the %s (%lld x %lld)")
+ERRDEF(IMG_STATS, DL_ESHAPE, "%s: mean and std need 1 value or one per channel (%lld), got %lld")
+ERRDEF(IMG_STD_ZERO, DL_EINVAL, "%s: std is 0 for channel %lld, a division by zero")
+ERRDEF(IMG_FACTOR, DL_EINVAL, "%s: %s must be %s, got %g")
+ERRDEF(IMG_INTERP, DL_EINVAL, "%s: unknown interpolation %d (DL_INTERP_NEAREST or DL_INTERP_BILINEAR)")
+ERRDEF(IMG_CONVERT, DL_EDTYPE, "%s: cannot convert %s to %s (uint8 to float32, float32 to float32 or uint8)")
+ERRDEF(IMG_CPU, DL_EDEVICE, "%s: image transforms run on the CPU, but the image is on %s; transform it before moving the batch to the device")
+
 /* Files written atomically (io/atomic_file.c): "op: path: what failed: the system's reason" */
 ERRDEF(FILE_LINKS, DL_EIO, "%s: %s: cannot follow its symbolic links: %s")
 ERRDEF(FILE_CREATE, DL_EIO, "%s: %s: cannot create a temporary file beside it: %s")

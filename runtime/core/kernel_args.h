@@ -69,4 +69,19 @@ typedef struct sdpa_geom {
   uint64_t seed, base;
 } sdpa_geom;
 
+/* An image resampling: each plane of x [N, C, H, W] (strides in elements),
+** its window [top, top + h) x [left, left + w) resized to rh x rw, of
+** which rows [otop, otop + oh) and columns [oleft, oleft + ow) are written
+** to out [N, C, oh, ow], flipped left-right when flip.  A float32 out gets
+** (v * scale - mean[c]) / std[c] of each value v (mean and std NULL: v *
+** scale); a dim whose sizes agree (h == rh) is not resampled. */
+typedef struct image_geom {
+  int64_t N, C, sn, sc, sh, sw;
+  int64_t top, left, h, w, rh, rw, otop, oleft, oh, ow;
+  dl_interp interp;
+  int antialias, flip;
+  float scale;
+  const float *mean, *std;  /* C values each, or NULL */
+} image_geom;
+
 #endif

@@ -4,7 +4,8 @@
 **   ddplua_base.h      errors, the export macro
 **   ddplua_tensor.h    dtypes, tensors, creation, random, views, tensor ops
 **   ddplua_autograd.h  grad mode, backward, hooks
-**   ddplua_nn.h        network kernels, differentiable ops, optimizer steps
+**   ddplua_nn.h        network kernels, differentiable ops, optimizer steps,
+**                      image transforms
 **   ddplua_io.h        safetensors checkpoints, IDX data files
 **   ddplua_dist.h      store, process groups and collectives, DDP reducer
 **   ddplua_cuda.h      CUDA devices and their memory

@@ -1,12 +1,14 @@
 /*
 ** ddplua_nn.h -- neural network kernels (forward and backward, no autograd),
-** their differentiable forms, and the optimizers' fused steps.
+** their differentiable forms, the optimizers' fused steps, and the image
+** transforms of a data pipeline.
 ** Part of the public API: include ddplua.h, which includes every part.
 */
 #ifndef DDPLUA_NN_H
 #define DDPLUA_NN_H
 
 #include "ddplua_base.h"
+#include "ddplua_tensor.h"
 
 #if !defined(DL_CDEF) && defined(__cplusplus)
 extern "C" {
@@ -227,6 +229,59 @@ DL_API dl_tensor *dl_f_nll_loss(const dl_tensor *logp, const dl_tensor *target,
                                 dl_loss_reduction reduction);
 DL_API dl_tensor *dl_f_mse_loss(const dl_tensor *input, const dl_tensor *target,
                                 dl_loss_reduction reduction);
+
+/* -- Image transforms (no autograd) ------------------------------------ */
+
+/* The kernels of torchvision.transforms.v2.functional on tensor images: x
+** is uint8 or float32, [C, H, W] or a batch [N, C, H, W], any strides;
+** results are new contiguous tensors.  Bilinear resampling is separable
+** (the horizontal pass first) with align_corners = false; antialias
+** widens the triangle filter by the downscale factor and normalises its
+** weights, as torch's _upsample_bilinear2d_aa (without: as
+** upsample_bilinear2d).  uint8 is computed as torch's CPU kernels do it:
+** int16 fixed-point weights, each pass rounded to uint8.  Nearest takes
+** input index floor(i * in / out).  The CPU only: an image on a GPU is an
+** error (DL_EDEVICE). */
+typedef enum dl_interp { DL_INTERP_NEAREST = 0, DL_INTERP_BILINEAR = 1 } dl_interp;
+
+/* x resized to height x width (F.resize with both sizes given). */
+DL_API dl_tensor *dl_image_resize(const dl_tensor *x, int64_t height,
+                                  int64_t width, dl_interp interp,
+                                  int antialias);
+/* crop -> resize -> center crop -> flip -> to_dtype -> normalize in one
+** pass, no image in between: crop = {top, left, height, width} inside x
+** (NULL: all of x) resized to size = {height, width}, of which window =
+** {top, left, height, width} (NULL: all of it) comes out, flipped
+** left-right when flip.  dtype: x's, or DL_FLOAT32 (uint8 times 1 / 255
+** when scale, as ToDtype(scale=True)); mean and std: NULL, or nstat
+** values (1, or one per channel) for (v - mean) / std (float32 only).
+** The same values as the unfused ops, within float32 rounding. */
+DL_API dl_tensor *dl_image_resized_crop(const dl_tensor *x, const int64_t *crop,
+                                        const int64_t *size, const int64_t *window,
+                                        dl_interp interp, int antialias, int flip,
+                                        dl_dtype dtype, int scale, const double *mean,
+                                        const double *std, int64_t nstat);
+/* x flipped left-right (F.horizontal_flip). */
+DL_API dl_tensor *dl_image_hflip(const dl_tensor *x);
+/* uint8 -> float32 (times 1 / 255 when scale) or float32 -> uint8 (times
+** 255.999 when scale, then truncated; clamped to [0, 255]), as
+** F.to_dtype; float32 -> float32 is a copy. */
+DL_API dl_tensor *dl_image_to_dtype(const dl_tensor *x, dl_dtype dtype, int scale);
+/* (x - mean[c]) / std[c] along the channels of float32 x, nstat values
+** each (1 or C), as F.normalize; inplace writes x and returns it. */
+DL_API dl_tensor *dl_image_normalize(dl_tensor *x, const double *mean,
+                                     const double *std, int64_t nstat,
+                                     int inplace);
+
+typedef enum dl_adjust_kind {
+  DL_ADJUST_BRIGHTNESS = 0, DL_ADJUST_CONTRAST, DL_ADJUST_SATURATION, DL_ADJUST_HUE
+} dl_adjust_kind;
+/* F.adjust_brightness, adjust_contrast, adjust_saturation (factor >= 0),
+** adjust_hue (factor in [-0.5, 0.5]) of an image of 1 or 3 channels
+** (saturation and hue return a 1-channel image unchanged, as
+** torchvision). */
+DL_API dl_tensor *dl_image_adjust(const dl_tensor *x, dl_adjust_kind kind,
+                                  double factor);
 
 /* -- Optimizer steps (in place, no autograd) --------------------------- */
 

@@ -4,8 +4,10 @@
 -- DataLoader that cuts a dataset into batches (ddp.data.loader, which also
 -- tells the sampler protocol), reduce_metrics to sum evaluation metrics
 -- over ranks (ddp.data.metrics), NumPy's .npy and .npz files and
--- NpyDataset (ddp.data.npy), and token files for language models
--- (data.tokens, data.TokenDataset: ddp.data.tokens, also ddp.tokens).
+-- NpyDataset (ddp.data.npy), token files for language models
+-- (data.tokens, data.TokenDataset: ddp.data.tokens, also ddp.tokens), and
+-- torchvision.transforms.v2's image transforms (data.transforms:
+-- ddp.data.transforms).
 local core = require "ddp.core"
 
 core.add_lib_file(debug.getinfo(1, "S").source)
@@ -16,5 +18,6 @@ local data = core.gather({}, "ddp.data", { "ddp.data.idx", "ddp.data.dataset", "
 
 data.tokens = require "ddp.data.tokens"
 data.TokenDataset = data.tokens.TokenDataset
+data.transforms = require "ddp.data.transforms"
 
 return data
