@@ -77,6 +77,30 @@ describe("DataLoader workers", function()
     assert.same(a.x[idx[1] + 1], first)
   end)
 
+  it("run ddp.data.transforms in the workers with the augmentations of num_workers = 0", function()
+    local T = require "ddp.data.transforms"
+    local tf = T.Compose { T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.ColorJitter { brightness = 0.4 },
+                           T.ToDtype("float32", { scale = true }), T.Normalize({ 0.5, 0.5, 0.5 }, { 0.2, 0.2, 0.2 }) }
+    local Images = {}
+    Images.__index = Images
+    function Images:len() return 48 end
+    function Images:get(i)
+      return self.tf((ddp.arange(3 * 40 * 50):view(3, 40, 50) + i * 7):remainder(256):to("uint8")), i
+    end
+    local ds = setmetatable({ tf = tf }, Images)
+    local function run(nw)
+      local out = {}
+      for _, x in data.DataLoader(ds, { batch_size = 8, shuffle = true, seed = 3, num_workers = nw }):iter() do
+        out[#out + 1] = x
+      end
+      return out
+    end
+    local a, b = run(0), run(3)
+    assert.equals(6, #b)
+    assert.same({ 8, 3, 24, 24 }, b[1]:shape())
+    for k = 1, #a do assert.is_true(a[k]:equal(b[k]), "batch " .. k) end
+  end)
+
   it("share a memory-mapped NpyDataset with the workers, not copy it", function()
     local path = os.tmpname() .. ".npy"
     data.save_npy(path, ddp.arange(120):float():view(40, 3))
