@@ -136,9 +136,12 @@ $(BUILD)/obj/cli/%.o: cli/%.c Makefile
 # runtime/exports.map: only dl_* leave the library (C++ template code that
 # gloo.cc instantiates would otherwise be exported too);
 # scripts/check-exports.sh checks they are exactly the public headers'.
+# -z nodelete: the library stays mapped until the process ends, since the
+# thread pool's and the DataLoader's threads may still sleep inside its code
+# when a plain luajit unloads what ffi.load loaded at exit (a crash there).
 $(LIB): $(LIB_OBJ) runtime/exports.map
 	$(CC) -shared -o $@ $(LIB_OBJ) $(GLOO_LIBS) $(LDLIBS) -Wl,-soname,libddplua.so \
-	  -Wl,--version-script,runtime/exports.map
+	  -Wl,--version-script,runtime/exports.map -Wl,-z,nodelete
 
 $(LIB_A): $(LIB_OBJ)
 	@rm -f $@
