@@ -23,6 +23,7 @@
 
 #include "core/internal.h"
 #include "io/npy.h"
+#include "io/read_whole.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the .npy reader and writer take native order for little-endian"
@@ -42,23 +43,6 @@ DL_HIDDEN void npy_map_release(npy_map *m) {
 static void map_deleter(void *ctx, void *data) {
   (void)data;
   npy_map_release(ctx);
-}
-
-/* Reads what cannot be mapped (a filesystem without mmap). */
-static void *read_all(int fd, size_t size) {
-  char *buf = malloc(size ? size : 1);
-  size_t got = 0;
-  while (buf && got < size) {
-    ssize_t r = pread(fd, buf + got, size - got, (off_t)got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      if (r == 0) errno = EIO;  /* shrank while we read */
-      free(buf);
-      return NULL;
-    }
-    got += (size_t)r;
-  }
-  return buf;
 }
 
 DL_HIDDEN npy_map *npy_map_file(const char *op, const char *path) {
@@ -90,7 +74,7 @@ DL_HIDDEN npy_map *npy_map_file(const char *op, const char *path) {
     ** be charged 10 GB of swap up front; only pages written are copied */
     m->base = mmap(NULL, m->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd, 0);
     m->mapped = m->base != MAP_FAILED;
-    if (!m->mapped) m->base = read_all(fd, m->size);
+    if (!m->mapped) m->base = io_read_whole(fd, m->size);
   }
   int e = errno;
   close(fd);

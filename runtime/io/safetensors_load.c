@@ -19,6 +19,7 @@
 
 #include "core/internal.h"
 #include "io/safetensors.h"
+#include "io/read_whole.h"
 
 const char *const st_dtype_names[DL_NDTYPES] = {
     "F32", "F64", "I32", "I64", "U8", "BOOL", "BF16", "F16"};
@@ -568,23 +569,6 @@ fail:
   return NULL;
 }
 
-/* Reads what cannot be mapped (a filesystem without mmap). */
-static void *read_all(int fd, size_t size) {
-  char *buf = malloc(size ? size : 1);
-  size_t got = 0;
-  while (buf && got < size) {
-    ssize_t r = pread(fd, buf + got, size - got, (off_t)got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      if (r == 0) errno = EIO;  /* shrank while we read */
-      free(buf);
-      return NULL;
-    }
-    got += (size_t)r;
-  }
-  return buf;
-}
-
 DL_API dl_st_file *dl_st_open(const char *path) {
   if (!path) return dl_errp(EM_NULLARG, "load", "path");
   /* O_NONBLOCK: opening a FIFO must not hang; it is refused below */
@@ -612,7 +596,7 @@ DL_API dl_st_file *dl_st_open(const char *path) {
   void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   if (base == MAP_FAILED) {
     mapped = 0;
-    base = read_all(fd, size);
+    base = io_read_whole(fd, size);
   }
   int e = errno;
   close(fd);
