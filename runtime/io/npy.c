@@ -23,27 +23,12 @@
 
 #include "core/internal.h"
 #include "io/npy.h"
-#include "io/read_whole.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the .npy reader and writer take native order for little-endian"
 #endif
 
 /* -- The mapped file ---------------------------------------------------------- */
-
-DL_HIDDEN void npy_map_release(npy_map *m) {
-  if (!m || atomic_fetch_sub(&m->refs, 1) != 1) return;
-  if (m->mapped)
-    munmap(m->base, m->size);
-  else
-    free(m->base);
-  free(m);
-}
-
-static void map_deleter(void *ctx, void *data) {
-  (void)data;
-  npy_map_release(ctx);
-}
 
 DL_HIDDEN npy_map *npy_map_file(const char *op, const char *path) {
   if (!path) return dl_errp(EM_NULLARG, op, "path");
@@ -60,28 +45,21 @@ DL_HIDDEN npy_map *npy_map_file(const char *op, const char *path) {
     close(fd);
     return dl_errp(EM_NPY_NOT_FILE, op, path);
   }
-  npy_map *m = malloc(sizeof *m);
-  if (!m) {
-    close(fd);
-    return dl_errp(EM_NOMEM, op, (long long)sizeof *m, (long long)dl_mem_allocated());
-  }
-  atomic_init(&m->refs, 1);
-  m->size = (size_t)st.st_size;
-  m->base = NULL;
-  m->mapped = 0;
-  if (m->size) {
+  size_t size = (size_t)st.st_size;
+  void *base = NULL;
+  int mapped = 0;
+  if (size) {
     /* MAP_NORESERVE: a private writable mapping of a 10 GB file must not
     ** be charged 10 GB of swap up front; only pages written are copied */
-    m->base = mmap(NULL, m->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd, 0);
-    m->mapped = m->base != MAP_FAILED;
-    if (!m->mapped) m->base = io_read_whole(fd, m->size);
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd, 0);
+    mapped = base != MAP_FAILED;
+    if (!mapped) base = io_read_whole(fd, size);
   }
   int e = errno;
   close(fd);
-  if (m->size && !m->base) {
-    free(m);
-    return dl_errp(EM_NPY_OS, op, path, "cannot read", strerror(e));
-  }
+  if (size && !base) return dl_errp(EM_NPY_OS, op, path, "cannot read", strerror(e));
+  npy_map *m = io_map_new(base, size, mapped);
+  if (!m) return dl_errp(EM_NOMEM, op, (long long)sizeof *m, (long long)dl_mem_allocated());
   return m;
 }
 
@@ -434,8 +412,8 @@ DL_HIDDEN dl_tensor *npy_tensor(const npy_hdr *h, const unsigned char *p, npy_ma
     if (h->fortran) fortran_strides(h, st);
     atomic_fetch_add(&map->refs, 1);
     dl_tensor *t = dl_from_blob((void *)p, h->dtype, h->shape, h->fortran ? st : NULL, h->ndim,
-                                map_deleter, map);
-    if (!t) npy_map_release(map);
+                                io_map_deleter, map);
+    if (!t) io_map_release(map);
     return t;
   }
   dl_tensor *t = npy_alloc(h);
@@ -455,7 +433,7 @@ DL_API dl_tensor *dl_npy_load(const char *path, int map) {
   dl_tensor *t = NULL;
   if (npy_parse(m->base, m->size, m->size, op, path, "file", &h) == 0)
     t = npy_tensor(&h, (const unsigned char *)m->base + h.header, map ? m : NULL);
-  npy_map_release(m);
+  io_map_release(m);
   return t;
 }
 

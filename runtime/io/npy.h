@@ -18,18 +18,14 @@ enum { NPY_HEAD_CAP = 1024 };
 
 /* -- The file, mapped (or read) once, shared with the tensors viewing it -- */
 
-typedef struct npy_map {
-  atomic_int refs;
-  void *base;
-  size_t size;
-  int mapped;  /* munmap; else free */
-} npy_map;
+#include "io/file_map.h"
+
+typedef io_file_map npy_map;
 
 /* Maps path copy-on-write (private, writable, no swap reserved: a loaded
 ** tensor may be written, the file never is), or reads it where it cannot be
 ** mapped.  NULL with the error set, op and path in the message. */
 DL_HIDDEN npy_map *npy_map_file(const char *op, const char *path);
-DL_HIDDEN void npy_map_release(npy_map *m);
 
 /* -- The header -------------------------------------------------------------- */
 

@@ -64,7 +64,7 @@ DL_API void dl_npz_close(dl_npz *z) {
   for (int i = 0; i < z->n; i++) free(z->e[i].member), free(z->e[i].key);
   free(z->e);
   free(z->path);
-  npy_map_release(z->map);
+  io_map_release(z->map);
   free(z);
 }
 
@@ -227,7 +227,7 @@ DL_API dl_npz *dl_npz_open(const char *path, int map) {
   dl_npz *z = calloc(1, sizeof *z);
   if (z) z->path = strdup(path);
   if (!z || !z->path) {
-    npy_map_release(m);
+    io_map_release(m);
     free(z);
     return dl_errp(EM_NOMEM, "load_npz", (long long)sizeof *z, 0LL);
   }

@@ -19,7 +19,7 @@
 
 #include "core/internal.h"
 #include "io/safetensors.h"
-#include "io/read_whole.h"
+#include "io/file_map.h"
 
 const char *const st_dtype_names[DL_NDTYPES] = {
     "F32", "F64", "I32", "I64", "U8", "BOOL", "BF16", "F16"};
@@ -79,26 +79,7 @@ DL_HIDDEN int st_utf8_valid(const char *s) {
 
 /* -- The mapping, shared by the file handle and its tensors --------------- */
 
-typedef struct st_map {
-  atomic_int refs;
-  void *base;
-  size_t size;
-  int mapped;  /* munmap; else free */
-} st_map;
-
-static void map_release(st_map *m) {
-  if (atomic_fetch_sub(&m->refs, 1) != 1) return;
-  if (m->mapped)
-    munmap(m->base, m->size);
-  else
-    free(m->base);
-  free(m);
-}
-
-static void map_deleter(void *ctx, void *data) {
-  (void)data;
-  map_release(ctx);
-}
+typedef io_file_map st_map;
 
 typedef struct st_entry {
   char *name;
@@ -125,7 +106,7 @@ DL_API void dl_st_close(dl_st_file *f) {
   free(f->t);
   free(f->meta);
   free(f->path);
-  if (f->map) map_release(f->map);
+  if (f->map) io_map_release(f->map);
   free(f);
 }
 
@@ -532,16 +513,14 @@ static int validate(dl_st_file *f) {
 
 DL_HIDDEN dl_st_file *st_open_buffer(void *base, size_t size, int mapped,
                                      const char *name) {
+  st_map *m = io_map_new(base, size, mapped);
   dl_st_file *f = calloc(1, sizeof *f);
-  st_map *m = malloc(sizeof *m);
   char *path = strdup(name ? name : "?");
   if (!f || !m || !path) {
-    free(f), free(m), free(path);
-    if (mapped) munmap(base, size); else free(base);
+    free(f), free(path);
+    io_map_release(m);
     return dl_errp(EM_NOMEM, "load", (long long)sizeof *f, 0LL);
   }
-  atomic_init(&m->refs, 1);
-  m->base = base, m->size = size, m->mapped = mapped;
   f->map = m, f->path = path;
   const unsigned char *b = base;
   if (size < 8) {
@@ -631,7 +610,7 @@ DL_API dl_tensor *dl_st_tensor(dl_st_file *f, int i) {
   }
   atomic_fetch_add(&f->map->refs, 1);
   dl_tensor *t = dl_from_blob(p, e->dtype, e->shape, NULL, e->ndim,
-                              map_deleter, f->map);
-  if (!t) map_release(f->map);
+                              io_map_deleter, f->map);
+  if (!t) io_map_release(f->map);
   return t;
 }
