@@ -196,6 +196,20 @@ describe("DataLoader workers", function()
     assert.same({ 1, 1, 1, 0 }, ds.seen:totable())
   end)
 
+  it("refuse from_blob inside a worker, naming the fix", function()
+    local Blob = {}
+    Blob.__index = Blob
+    function Blob:len() return 4 end
+    function Blob:get(i)
+      local ffi = require "ffi"
+      local buf = ffi.new("float[2]", i, i)
+      return ddp.from_blob(buf, { 2 }, { dtype = "float32" }), i
+    end
+    local ok, err = pcall(collect, data.DataLoader(setmetatable({}, Blob), { batch_size = 2, num_workers = 1 }))
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("cannot be wrapped in a DataLoader worker thread", 1, true), tostring(err))
+  end)
+
   it("check the worker options", function()
     local ds = noisy(4)
     fails(function() data.DataLoader(ds, { num_workers = -1 }) end, "num_workers must be an integer from 0 to 256")

@@ -4,7 +4,7 @@
 local B = require "ddp.ffi"
 local errors = require "ddp.core.errors"
 local ffi, C = B.ffi, B.C
-local raise_c = errors.raise_c
+local raise_c, raise = errors.raise_c, errors.raise
 local select = select
 
 errors.add_lib_file(debug.getinfo(1, "S").source)
@@ -35,7 +35,14 @@ local anchor_ids = ffi.new("int64_t[64]")
 
 -- Owners of memory wrapped with from_blob stay referenced here until C
 -- reports that the last view of their storage died.
+-- The ids are the process's, one registry in C for every Lua state: a
+-- DataLoader worker's state (M.in_worker) would take the main state's
+-- releases for its own, so wrapping memory is refused there.
 function M.anchor(obj)
+  if M.in_worker then
+    raise("from_blob: memory of a Lua object cannot be wrapped in a DataLoader worker thread; "
+          .. "make a tensor (ddp.tensor, ddp.empty) and copy into it")
+  end
   anchor_next = anchor_next + 1
   anchors[anchor_next] = obj
   return anchor_next
