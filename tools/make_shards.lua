@@ -65,6 +65,10 @@ local function walk(folder)
   return classes, samples
 end
 
+if args.shuffle_seed ~= math.floor(args.shuffle_seed) or args.shuffle_seed < 0 or args.shuffle_seed >= 2^53 then
+  error(("make_shards: --shuffle-seed must be an integer from 0 to 2^53 - 1, got %s"):format(args.shuffle_seed), 0)
+end
+
 local classes, samples
 if data.ImageFolder then
   local f = data.ImageFolder(args.folder)
@@ -84,6 +88,8 @@ else
   for i = 1, n do order[i] = i end
 end
 
+local dir = args.pattern:match("^(.*)/") or "."
+os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
 local w = data.ShardWriter(args.pattern, { maxcount = args.maxcount, maxsize = args.maxsize })
 local width = math.max(6, #tostring(n - 1))
 for k, i in ipairs(order) do
@@ -96,7 +102,6 @@ for k, i in ipairs(order) do
   w:write({ __key__ = ("%0" .. width .. "d"):format(k - 1), [ext] = bytes, cls = cls })
 end
 local shards = w:close()
-local dir = args.pattern:match("^(.*)/") or "."
 local cf = assert(io.open(dir .. "/classes.txt", "w"))
 cf:write(table.concat(classes, "\n"), "\n")
 cf:close()

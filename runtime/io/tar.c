@@ -240,7 +240,7 @@ static const unsigned char *at(scanner *s, int64_t off, int64_t n) {
 ** NUL-terminated buffer, or NULL with the error set. */
 static char *ext_data(scanner *s, int64_t off, int64_t size, const char *name) {
   if (size > EXT_MAX) return dl_errp(EM_TAR_EXT_BIG, OP, s->path, (long long)off - BLOCK, (long long)size, EXT_MAX);
-  if (off + size > s->file_size)
+  if (size > s->file_size - off)
     return dl_errp(EM_TAR_PAST_END, OP, s->path, name, (long long)size, (long long)off, (long long)s->file_size);
   char *d = malloc((size_t)size + 1);
   if (!d) return dl_errp(EM_NOMEM, OP, (long long)size + 1, (long long)dl_mem_allocated());
@@ -403,7 +403,7 @@ static int scan(scanner *s, dl_tar_index *x) {
     }
     /* links, devices, FIFOs and directories carry no data (tarfile) */
     int has_data = !(type >= '1' && type <= '6') && !v7_dir;
-    if (has_data && data + size > s->file_size) {
+    if (has_data && size > s->file_size - data) {  /* no overflow: size < 2^63 */
       rc = dl_err(EM_TAR_PAST_END, OP, s->path, shown(name, nlen), (long long)size, (long long)data,
                   (long long)s->file_size);
       break;
@@ -544,12 +544,16 @@ DL_API dl_tar_index *dl_tar_index_load(const char *tar_path, const char *idx_pat
     return dl_errp(EM_TAR_IDX_FORMAT, OP, idx_path, bad);
   }
   int64_t fs = get64(buf + 8), ms = get64(buf + 16), mn = get64(buf + 24);
-  fd = open_file(tar_path, &tst);
-  if (fd < 0) {
+  /* a stat, not an open: on a cluster filesystem an open costs more */
+  if (stat(tar_path, &tst) != 0) {
+    int e = errno;
     free(buf);
-    return NULL;
+    return dl_errp(EM_TAR_OS, OP, tar_path, "cannot stat", strerror(e));
   }
-  close(fd);
+  if (!S_ISREG(tst.st_mode)) {
+    free(buf);
+    return dl_errp(EM_TAR_NOT_FILE, OP, tar_path);
+  }
   if (fs != (int64_t)tst.st_size || ms != (int64_t)tst.st_mtim.tv_sec || mn != (int64_t)tst.st_mtim.tv_nsec) {
     free(buf);
     return dl_errp(EM_TAR_IDX_STALE, OP, idx_path, tar_path, (long long)fs, (long long)ms, (long long)mn,
