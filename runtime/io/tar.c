@@ -532,7 +532,7 @@ DL_API dl_tar_index *dl_tar_index_load(const char *tar_path, const char *idx_pat
                     (uint32_t)buf[len - 1] << 24;
     if (crc_of(buf, len - 4) != want) bad = "bad CRC-32";
   }
-  const unsigned char *names = buf + IDX_HEAD + 24 * n;
+  const unsigned char *names = bad ? NULL : buf + IDX_HEAD + 24 * n;
   if (!bad && m && names[m - 1] != '\0') bad = "bad names";
   for (int64_t i = 0; !bad && i < n; i++) {
     const unsigned char *r = buf + IDX_HEAD + 24 * i;
