@@ -305,6 +305,27 @@ describe("WebDataset", function()
     fails(function() data.WebDataset({}) end, "shards must be a path")
   end)
 
+  it("gives the batches of num_workers = 0 through loader workers, shards opened in each", function()
+    local ok = pcall(data.DataLoader, data.TensorDataset(ddp.arange(2)), { num_workers = 1 })
+    if not ok then return pending("the DataLoader has no workers in this build") end
+    local ds = data.WebDataset(make_shards("workers", 60, 8), { fields = { "jpg", "cls" },
+                                                                decode = function(b) return b:narrow(0, 0, 6) end,
+                                                                transform = function(x) return x:to("float32") end })
+    ds:get(0)  -- opened in the main state first: the workers open their own
+    local function run(nw)
+      local s = data.ShardSampler(ds, { num_replicas = 2, rank = 1, seed = 3, window = 4 })
+      local l = data.DataLoader(ds, { batch_size = 4, sampler = s, num_workers = nw })
+      local out = {}
+      for _ = 1, 2 do
+        for _, x, y in l:iter() do out[#out + 1] = { x:tolist(), y:tolist() } end
+      end
+      return out
+    end
+    local ref = run(0)
+    assert.are.equal(16, #ref)
+    assert.are.same(ref, run(2))
+  end)
+
   it("holds no cdata but tensors, so a loader worker can take a copy", function()
     local ds = data.WebDataset(make_shards("copy", 3, 2), { fields = { "txt" } })
     ds:get(0)  -- shards opened: in a table of the module's, not in the dataset
