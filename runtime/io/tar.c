@@ -2,7 +2,7 @@
 ** io/tar.c -- tar shards in the WebDataset convention: the member index
 ** of an archive (name, data offset, size of each regular member) read from
 ** its headers without reading the data, an index cache beside the shard,
-** members read back by offset, and a tar writer.
+** and members read back by offset.  The writer is io/tar_write.c.
 **
 ** Formats read: ustar (POSIX.1-1988; name with its 155-byte prefix), pax
 ** (POSIX.1-2001: 'x' extended headers for the next member, 'g' global
@@ -28,9 +28,9 @@
 #include <zlib.h>
 
 #include "core/internal.h"
+#include "io/tar.h"
 
-#define BLOCK 512
-#define RECORD 10240          /* tar's and tarfile's record: archives end on one */
+#define BLOCK TAR_BLOCK
 #define EXT_MAX (16 << 20)    /* an extended header larger than this is corrupt */
 #define WINDOW (64 << 10)     /* scan reads: small members' headers come together */
 #define IDX_MAGIC "DLTARIX1"
@@ -40,15 +40,8 @@ static const char *OP = "tar";
 
 /* -- The index ------------------------------------------------------------- */
 
-struct dl_tar_index {
-  int64_t n, cap;
-  int64_t *off, *size, *name_at;  /* name_at: start of the name in names */
-  char *names;
-  int64_t names_len, names_cap;
-  int64_t file_size, mtime_sec, mtime_nsec;  /* the tar when indexed */
-};
 
-static dl_tar_index *index_new(void) {
+DL_HIDDEN dl_tar_index *tar_index_new(void) {
   dl_tar_index *x = calloc(1, sizeof *x);
   if (!x) dl_err(EM_NOMEM, OP, (long long)sizeof *x, (long long)dl_mem_allocated());
   return x;
@@ -74,7 +67,7 @@ static int grow(void **p, int64_t *cap, int64_t need, size_t elem) {
   return 0;
 }
 
-static int index_add(dl_tar_index *x, const char *name, size_t len, int64_t off, int64_t size) {
+DL_HIDDEN int tar_index_add(dl_tar_index *x, const char *name, size_t len, int64_t off, int64_t size) {
   int64_t cap = x->cap;
   if (x->n == cap) {
     /* the three arrays share one capacity */
@@ -198,7 +191,7 @@ static int all_zero(const unsigned char *h) {
 
 /* A name for messages from a header's name field: printable bytes only,
 ** in a thread-local buffer. */
-static const char *shown(const char *s, size_t len) {
+DL_HIDDEN const char *tar_shown(const char *s, size_t len) {
   static _Thread_local char buf[160];
   size_t k = 0;
   for (size_t i = 0; i < len && s[i] && k + 4 < sizeof buf; i++)
@@ -360,12 +353,12 @@ static int scan(scanner *s, dl_tar_index *x) {
     if (all_zero(h)) break;  /* the end-of-archive block (tarfile stops at the first) */
     int64_t stored, sum, size;
     if (!checksum_ok(h, &stored, &sum)) {
-      rc = dl_err(EM_TAR_CHECKSUM, OP, s->path, (long long)off, shown((const char *)h, 100), (long long)stored,
+      rc = dl_err(EM_TAR_CHECKSUM, OP, s->path, (long long)off, tar_shown((const char *)h, 100), (long long)stored,
                   (long long)sum);
       break;
     }
     if (number(h + 124, 12, &size) != 0) {
-      rc = dl_err(EM_TAR_FIELD, OP, s->path, shown((const char *)h, 100), (long long)off, "size");
+      rc = dl_err(EM_TAR_FIELD, OP, s->path, tar_shown((const char *)h, 100), (long long)off, "size");
       break;
     }
     char type = (char)h[156];
@@ -391,24 +384,24 @@ static int scan(scanner *s, dl_tar_index *x) {
     const char *name;
     size_t nlen;
     member_name(h, &ext, &glob, longname, namebuf, &name, &nlen);
-    snprintf(last, sizeof last, "after member \"%s\"", shown(name, nlen));
+    snprintf(last, sizeof last, "after member \"%s\"", tar_shown(name, nlen));
     if (ext.size >= 0) size = ext.size;
     else if (glob.size >= 0) size = glob.size;
     int regular = type == '0' || type == '\0' || type == '7';
     int v7_dir = type == '\0' && nlen && name[nlen - 1] == '/';  /* tarfile: a directory */
     if (v7_dir) regular = 0;
     if (type == 'S' || (regular && (ext.sparse || glob.sparse))) {
-      rc = dl_err(EM_TAR_SPARSE, OP, s->path, shown(name, nlen));
+      rc = dl_err(EM_TAR_SPARSE, OP, s->path, tar_shown(name, nlen));
       break;
     }
     /* links, devices, FIFOs and directories carry no data (tarfile) */
     int has_data = !(type >= '1' && type <= '6') && !v7_dir;
     if (has_data && size > s->file_size - data) {  /* no overflow: size < 2^63 */
-      rc = dl_err(EM_TAR_PAST_END, OP, s->path, shown(name, nlen), (long long)size, (long long)data,
+      rc = dl_err(EM_TAR_PAST_END, OP, s->path, tar_shown(name, nlen), (long long)size, (long long)data,
                   (long long)s->file_size);
       break;
     }
-    if (regular && (rc = index_add(x, name, nlen, data, size)) != 0) break;
+    if (regular && (rc = tar_index_add(x, name, nlen, data, size)) != 0) break;
     ext_clear(&ext);
     free(longname);
     longname = NULL;
@@ -426,7 +419,7 @@ DL_API dl_tar_index *dl_tar_scan(const char *path) {
   struct stat st;
   int fd = open_file(path, &st);
   if (fd < 0) return NULL;
-  dl_tar_index *x = index_new();
+  dl_tar_index *x = tar_index_new();
   scanner s = { fd, path, (int64_t)st.st_size, malloc(WINDOW), 0, 0 };
   int rc = !x ? DL_ENOMEM : !s.win ? dl_err(EM_NOMEM, OP, (long long)WINDOW, (long long)dl_mem_allocated()) : 0;
   if (!rc) {
@@ -559,7 +552,7 @@ DL_API dl_tar_index *dl_tar_index_load(const char *tar_path, const char *idx_pat
     return dl_errp(EM_TAR_IDX_STALE, OP, idx_path, tar_path, (long long)fs, (long long)ms, (long long)mn,
                    (long long)tst.st_size, (long long)tst.st_mtim.tv_sec, (long long)tst.st_mtim.tv_nsec);
   }
-  dl_tar_index *x = index_new();
+  dl_tar_index *x = tar_index_new();
   if (x) {
     x->off = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
     x->size = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
@@ -648,176 +641,4 @@ DL_API void dl_tar_close(dl_tar_reader *r) {
   close(r->fd);
   free(r->path);
   free(r);
-}
-
-/* -- Writing --------------------------------------------------------------- */
-
-struct dl_tar_writer {
-  dl_file *f;
-  char *path;
-  int64_t mtime, written;
-  int failed;
-  dl_tar_index *ix;
-};
-
-DL_API dl_tar_writer *dl_tar_writer_create(const char *path, int64_t mtime) {
-  if (!path) return dl_errp(EM_NULLARG, OP, "path");
-  dl_tar_writer *w = calloc(1, sizeof *w);
-  if (w) {
-    w->path = strdup(path);
-    w->ix = index_new();
-  }
-  if (!w || !w->path || !w->ix) {
-    if (w) {
-      free(w->path);
-      dl_tar_index_free(w->ix);
-    }
-    free(w);
-    return dl_errp(EM_NOMEM, OP, (long long)sizeof *w, (long long)dl_mem_allocated());
-  }
-  w->mtime = mtime < 0 ? 0 : mtime;
-  w->f = dl_file_create(path, -1, "tar");
-  if (!w->f) {
-    free(w->path);
-    dl_tar_index_free(w->ix);
-    free(w);
-    return NULL;
-  }
-  return w;
-}
-
-static int put(dl_tar_writer *w, const void *p, int64_t n) {
-  if (n == 0) return 0;
-  if (dl_file_write(w->f, p, (size_t)n) != 0) {
-    w->failed = 1;
-    return DL_EIO;
-  }
-  w->written += n;
-  return 0;
-}
-
-/* Zero bytes up to the next block boundary. */
-static int pad(dl_tar_writer *w, int64_t to) {
-  static const unsigned char zeros[RECORD];
-  while (w->written % to) {
-    int64_t n = to - w->written % to;
-    if (put(w, zeros, n > RECORD ? RECORD : n)) return DL_EIO;
-  }
-  return 0;
-}
-
-/* One ustar header block (POSIX "ustar\0" "00"). */
-static int header(dl_tar_writer *w, const char *name, size_t nlen, int64_t size, char type) {
-  unsigned char h[BLOCK];
-  memset(h, 0, sizeof h);
-  memcpy(h, name, nlen > 100 ? 100 : nlen);
-  memcpy(h + 100, "0000644", 8);
-  memcpy(h + 108, "0000000", 8);
-  memcpy(h + 116, "0000000", 8);
-  if (size < 077777777777LL) {
-    snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
-  } else {  /* the pax header carries it exactly; GNU base-256 too, for old readers */
-    h[124] = 0x80;
-    for (int i = 0; i < 8; i++) h[135 - i] = (unsigned char)((uint64_t)size >> (8 * i));
-  }
-  snprintf((char *)h + 136, 12, "%011llo", (unsigned long long)(w->mtime < 077777777777LL ? w->mtime : 0));
-  h[156] = (unsigned char)type;
-  memcpy(h + 257, "ustar", 6);
-  memcpy(h + 263, "00", 2);
-  unsigned sum = 0;
-  memset(h + 148, ' ', 8);
-  for (int i = 0; i < BLOCK; i++) sum += h[i];
-  snprintf((char *)h + 148, 8, "%06o", sum);  /* six digits, NUL, space */
-  h[155] = ' ';
-  return put(w, h, BLOCK);
-}
-
-/* A pax record "LEN key=value\n", LEN counting itself. */
-static size_t pax_record(char *out, const char *key, const char *val, size_t vlen) {
-  size_t body = strlen(key) + vlen + 3;  /* ' ', '=', '\n' */
-  size_t len = body + 1;
-  for (;;) {
-    size_t digits = (size_t)snprintf(NULL, 0, "%zu", len);
-    if (body + digits == len) break;
-    len = body + digits;
-  }
-  int k = sprintf(out, "%zu %s=", len, key);
-  memcpy(out + k, val, vlen);
-  out[k + vlen] = '\n';
-  return len;
-}
-
-DL_API int dl_tar_writer_add(dl_tar_writer *w, const char *name, const void *data, int64_t size) {
-  if (!w) return dl_err(EM_NULLARG, OP, "writer");
-  if (!name) return dl_err(EM_NULLARG, OP, "name");
-  if (w->failed) return dl_err(EM_TAR_DONE, OP, w->path);
-  size_t nlen = strlen(name);
-  if (!nlen) return dl_err(EM_TAR_NAME, OP, w->path);
-  if (size < 0) return dl_err(EM_TAR_SIZE, OP, w->path, shown(name, nlen), (long long)size);
-  if (size && !data) return dl_err(EM_NULLARG, OP, "data");
-  int ascii = 1;
-  for (size_t i = 0; i < nlen; i++) ascii &= (unsigned char)name[i] < 128;
-  int big = size >= 077777777777LL;
-  if (nlen > 100 || !ascii || big) {
-    char *rec = malloc(nlen + 64 + 48);
-    if (!rec) return dl_err(EM_NOMEM, OP, (long long)nlen + 112, (long long)dl_mem_allocated());
-    size_t n = 0;
-    if (nlen > 100 || !ascii) n += pax_record(rec, "path", name, nlen);
-    if (big) {
-      char num[24];
-      int k = snprintf(num, sizeof num, "%lld", (long long)size);
-      n += pax_record(rec + n, "size", num, (size_t)k);
-    }
-    int rc = header(w, "././@PaxHeader", 14, (int64_t)n, 'x');
-    if (!rc) rc = put(w, rec, (int64_t)n);
-    free(rec);
-    if (rc || pad(w, BLOCK)) return DL_EIO;
-  }
-  if (header(w, name, nlen, size, '0')) return DL_EIO;
-  int64_t at_off = w->written;
-  if (put(w, data, size) || pad(w, BLOCK)) return DL_EIO;
-  if (index_add(w->ix, name, nlen, at_off, size)) {
-    w->failed = 1;
-    return DL_ENOMEM;
-  }
-  return 0;
-}
-
-DL_API int64_t dl_tar_writer_bytes(const dl_tar_writer *w) { return w ? w->written : 0; }
-
-DL_API void dl_tar_writer_abort(dl_tar_writer *w) {
-  if (!w) return;
-  dl_file_abort(w->f);
-  dl_tar_index_free(w->ix);
-  free(w->path);
-  free(w);
-}
-
-DL_API int dl_tar_writer_finish(dl_tar_writer *w, const char *idx_path) {
-  if (!w) return dl_err(EM_NULLARG, OP, "writer");
-  if (w->failed) {
-    int rc = dl_err(EM_TAR_DONE, OP, w->path);
-    dl_tar_writer_abort(w);
-    return rc;
-  }
-  static const unsigned char zeros[2 * BLOCK];
-  if (put(w, zeros, sizeof zeros) || pad(w, RECORD)) {
-    dl_tar_writer_abort(w);
-    return DL_EIO;
-  }
-  int rc = dl_file_commit(w->f);
-  w->f = NULL;
-  if (!rc && idx_path) {
-    struct stat st;
-    if (stat(w->path, &st) != 0) {
-      rc = dl_err(EM_TAR_OS, OP, w->path, "cannot stat", strerror(errno));
-    } else {
-      w->ix->file_size = (int64_t)st.st_size;
-      w->ix->mtime_sec = (int64_t)st.st_mtim.tv_sec;
-      w->ix->mtime_nsec = (int64_t)st.st_mtim.tv_nsec;
-      rc = dl_tar_index_save(w->ix, idx_path);
-    }
-  }
-  dl_tar_writer_abort(w);  /* frees what is left (the file is committed) */
-  return rc;
 }
