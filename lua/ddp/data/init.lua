@@ -5,9 +5,9 @@
 -- tells the sampler protocol), reduce_metrics to sum evaluation metrics
 -- over ranks (ddp.data.metrics), and token files for language models
 -- (data.tokens, data.TokenDataset: ddp.data.tokens, also ddp.tokens), tar
--- shards in the WebDataset convention (data.WebDataset, data.ShardSampler,
--- data.expand_shards: ddp.data.webdataset; data.ShardWriter:
--- ddp.data.shard_writer) and the small JSON codec their .json members use
+-- shards in the WebDataset convention (data.WebDataset, data.expand_shards:
+-- ddp.data.webdataset; data.ShardSampler: ddp.data.shard_sampler;
+-- data.ShardWriter: ddp.data.shard_writer) and the small JSON codec their .json members use
 -- (data.json).
 local core = require "ddp.core"
 
@@ -16,7 +16,7 @@ core.add_lib_file(debug.getinfo(1, "S").source)
 -- Each part's classes and functions (core.gather).
 local data = core.gather({}, "ddp.data", { "ddp.data.idx", "ddp.data.dataset", "ddp.data.samplers",
                                            "ddp.data.loader", "ddp.data.metrics", "ddp.data.webdataset",
-                                           "ddp.data.shard_writer" })
+                                           "ddp.data.shard_sampler", "ddp.data.shard_writer" })
 
 data.tokens = require "ddp.data.tokens"
 data.TokenDataset = data.tokens.TokenDataset
