@@ -24,7 +24,7 @@
 --   ddp.checkpoint (its all_ranks saves gather), ddp.data.checks, .sample_rng,
 --     .worker_codec, .collate, .worker_main, .workers (loader worker threads), .dataset,
 --     .idx, .samplers, .loader, .metrics, .npy, .transforms_functional, .transforms,
---     .tokens (also ddp.tokens); ddp.data;
+--     .json, .webdataset, .shard_sampler, .shard_writer, .tokens (also ddp.tokens); ddp.data;
 --     ddp.progress, ddp.argparse
 --   ddp.console.chunk, .format, .complete; ddp.console (the prompt's side in Lua)
 --   ddp (this file)

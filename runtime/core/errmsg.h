@@ -112,6 +112,28 @@ ERRDEF(TOK_HEADER_COUNT, DL_EINVAL, "%s: %s: the llm.c header says %lld tokens o
 ERRDEF(TOK_ODD, DL_EINVAL, "%s: %s: %lld bytes of tokens (after a %d-byte header) is not a whole number of %d-byte tokens: wrong dtype, or a truncated file")
 ERRDEF(TOK_RANGE, DL_EINDEX, "%s: window %lld (tokens %lld to %lld) runs outside the file's %lld tokens")
 
+/* Tar shards (io/tar.c): "tar: shard: problem", naming the member */
+ERRDEF(TAR_OS, DL_EIO, "%s: %s: %s: %s")
+ERRDEF(TAR_NOT_FILE, DL_EIO, "%s: %s: not a regular file")
+ERRDEF(TAR_EMPTY, DL_EINVAL, "%s: %s is empty, not a tar archive")
+ERRDEF(TAR_TRUNC_HEADER, DL_EINVAL, "%s: %s is truncated: it ends inside the header at byte %lld (%s)")
+ERRDEF(TAR_TRUNC_END, DL_EINVAL, "%s: %s is truncated: it ends at byte %lld without the end-of-archive block (%s)")
+ERRDEF(TAR_PAST_END, DL_EINVAL, "%s: %s is truncated: member \"%s\" (%lld bytes from byte %lld) runs past the end of the file (%lld bytes)")
+ERRDEF(TAR_CHECKSUM, DL_EINVAL, "%s: %s: bad header checksum at byte %lld (member \"%s\"): the header says %lld, its bytes sum to %lld (a corrupt shard, or not a tar archive)")
+ERRDEF(TAR_FIELD, DL_EINVAL, "%s: %s: member \"%s\" (header at byte %lld): its %s field is not a number")
+ERRDEF(TAR_PAX, DL_EINVAL, "%s: %s: the pax extended header at byte %lld is malformed at record %d")
+ERRDEF(TAR_EXT_BIG, DL_EINVAL, "%s: %s: the extended header at byte %lld holds %lld bytes, more than the %d accepted")
+ERRDEF(TAR_SPARSE, DL_EINVAL, "%s: %s: member \"%s\" is a GNU sparse file, which is not supported (write the shard without sparse files)")
+ERRDEF(TAR_READ_PAST, DL_EINVAL, "%s: %s: member \"%s\" (%lld bytes from byte %lld) runs past the end of the file (%lld bytes): the shard is truncated, or its index is wrong")
+ERRDEF(TAR_READ_RANGE, DL_EINVAL, "%s: %s: member \"%s\": bad offset %lld or size %lld")
+ERRDEF(TAR_SHORT_READ, DL_EIO, "%s: %s: member \"%s\": read %lld of %lld bytes from byte %lld: %s")
+ERRDEF(TAR_CHANGED, DL_ESTATE, "%s: %s changed since it was indexed (then %lld bytes modified at %lld.%09lld, now %lld bytes modified at %lld.%09lld): make the dataset again")
+ERRDEF(TAR_IDX_FORMAT, DL_EINVAL, "%s: %s: not a tar index, or a corrupt one (%s)")
+ERRDEF(TAR_IDX_STALE, DL_ESTATE, "%s: %s is the index of %s as it was (%lld bytes modified at %lld.%09lld), and it is now %lld bytes modified at %lld.%09lld")
+ERRDEF(TAR_NAME, DL_EINVAL, "%s: %s: a member name must not be empty")
+ERRDEF(TAR_SIZE, DL_EINVAL, "%s: %s: member \"%s\": size %lld is negative")
+ERRDEF(TAR_DONE, DL_ESTATE, "%s: %s: the writer failed earlier; abort it")
+
 /* Neural network kernels (nn_*.c) */
 ERRDEF(NN_NDIM, DL_ESHAPE, "%s: expected %s, got %s of shape %s")
 ERRDEF(NN_PARAM, DL_EINVAL, "%s: %s must be %s, got %s")

@@ -1,6 +1,6 @@
 /*
 ** ddplua_io.h -- files: atomic writes, safetensors checkpoints, IDX data files,
-** NumPy arrays (.npy, .npz) and token files.
+** NumPy arrays (.npy, .npz), token files and tar shards.
 ** Part of the public API: include ddplua.h, which includes every part.
 */
 #ifndef DDPLUA_IO_H
@@ -157,6 +157,79 @@ DL_API dl_tensor *dl_tokens_windows(const dl_tokens *f, const dl_tensor *index, 
                                     int64_t stride, int64_t len);
 /* Unmaps the file (tensors from dl_tokens_windows are copies: they stay). */
 DL_API void dl_tokens_close(dl_tokens *f);
+
+
+/* -- Tar shards (WebDataset) --------------------------------------------- */
+
+/* The regular members of a tar archive in file order -- each one's name,
+** the byte offset of its data in the file and its size -- without its data:
+** what a dataset over tar shards indexes.  Read from ustar, POSIX pax
+** (extended headers 'x' and global 'g' with path= and size=) and GNU
+** archives (long names 'L'; base-256 sizes); directories, links, devices
+** and FIFOs are skipped, and so are members of unknown types (their data
+** is stepped over).  The archive must end with its end-of-archive (zero)
+** block.  NULL with DL_EIO when the file cannot be read, DL_EINVAL naming
+** the file and the member when it is truncated (a header or a member's
+** data cut off, no end-of-archive block), a header's checksum or a field
+** is wrong, or a member is a GNU sparse file. */
+typedef struct dl_tar_index dl_tar_index;
+DL_API dl_tar_index *dl_tar_scan(const char *path);
+/* The index cache beside a shard ("shard.tar.idx", written by
+** dl_tar_index_save): the index of tar_path read from idx_path when it
+** describes the tar as it is now (the tar's size and modification time,
+** to the nanosecond, are recorded in it).  NULL with DL_EIO when idx_path
+** cannot be read (errno-style reason in the message), DL_EINVAL when it is
+** not a well-formed index (magic, lengths, CRC-32), DL_ESTATE when the tar
+** changed since (scan it again then). */
+DL_API dl_tar_index *dl_tar_index_load(const char *tar_path, const char *idx_path);
+/* Writes x to idx_path, atomically (dl_file_create).  The format, all
+** little-endian: "DLTARIX1", int64 tar size, int64 tar mtime seconds,
+** int64 tar mtime nanoseconds, int64 member count n, int64 name bytes m;
+** n records of int64 data offset, int64 size, int64 name start; m bytes of
+** names, each ending in a NUL; uint32 CRC-32 (zlib's) of all before it. */
+DL_API int dl_tar_index_save(const dl_tar_index *x, const char *idx_path);
+DL_API int64_t dl_tar_index_count(const dl_tar_index *x);
+/* Member i (0 <= i < count): its name (valid while x lives), the offset of
+** its data in the tar, its size in bytes; -1 / NULL out of range. */
+DL_API const char *dl_tar_index_name(const dl_tar_index *x, int64_t i);
+DL_API int64_t dl_tar_index_offset(const dl_tar_index *x, int64_t i);
+DL_API int64_t dl_tar_index_size(const dl_tar_index *x, int64_t i);
+/* The tar as indexed: its size, and its modification time (which = 0:
+** seconds, 1: nanoseconds within the second). */
+DL_API int64_t dl_tar_index_file_size(const dl_tar_index *x);
+DL_API int64_t dl_tar_index_mtime(const dl_tar_index *x, int which);
+DL_API void dl_tar_index_free(dl_tar_index *x);
+
+/* An open shard, read at the offsets of its index (pread: one handle
+** reads consecutive members forward, the kernel reading ahead).  size,
+** mtime_sec, mtime_nsec: the tar as indexed (size < 0: not checked); a tar
+** that changed since is DL_ESTATE naming both.  One thread at a time. */
+typedef struct dl_tar_reader dl_tar_reader;
+DL_API dl_tar_reader *dl_tar_open(const char *path, int64_t size, int64_t mtime_sec, int64_t mtime_nsec);
+/* A new uint8 tensor [size] holding the bytes at offset.  member names the
+** member in messages: one past the end of the file is DL_EINVAL naming the
+** shard and the member, a failed read DL_EIO. */
+DL_API dl_tensor *dl_tar_read(dl_tar_reader *r, int64_t offset, int64_t size, const char *member);
+DL_API void dl_tar_close(dl_tar_reader *r);
+
+/* A tar written member by member (ustar; a pax extended header carries a
+** name over 100 bytes or not ASCII, and a size of 8 GiB or more), files
+** mode 0644 owned by uid 0, modified at mtime (seconds).  Atomic
+** (dl_file_create): path holds the old file or the whole new archive. */
+typedef struct dl_tar_writer dl_tar_writer;
+DL_API dl_tar_writer *dl_tar_writer_create(const char *path, int64_t mtime);
+/* Appends a regular member of size bytes.  DL_EINVAL for an empty name,
+** DL_EIO when the write fails (the writer then only refuses: abort it). */
+DL_API int dl_tar_writer_add(dl_tar_writer *w, const char *name, const void *data, int64_t size);
+/* Bytes written so far (headers and padding included). */
+DL_API int64_t dl_tar_writer_bytes(const dl_tar_writer *w);
+/* Ends the archive (two zero blocks, padded to 10240 bytes as tar and
+** Python's tarfile do) and commits it; then, when idx_path is not NULL,
+** writes the archive's index there (dl_tar_index_save, stamped with the
+** committed tar's size and mtime).  Frees w. */
+DL_API int dl_tar_writer_finish(dl_tar_writer *w, const char *idx_path);
+/* Removes the temporary file and frees w (NULL: nothing). */
+DL_API void dl_tar_writer_abort(dl_tar_writer *w);
 
 #if !defined(DL_CDEF) && defined(__cplusplus)
 }

@@ -73,6 +73,28 @@ function RandomSampler:load_state_dict(sd)
   self.seed = seed_arg(sd.seed, op, "seed")
 end
 
+-- The share a rank takes: opts.num_replicas and opts.rank, checked, or the
+-- job's world size and rank (ddp.dist) when not given.  What every
+-- sampler that cuts an epoch over ranks shares (DistributedSampler, and
+-- ddp.data.webdataset's ShardSampler).
+local function world_opts(opts, op)
+  local w = opts.num_replicas
+  if w == nil then
+    w = dist.world_size()
+  elseif not is_integer(w) or w < 1 then
+    raise(("%s: num_replicas must be a positive integer, got %s"):format(op, show(w)))
+  end
+  local r = opts.rank
+  if r == nil then r = dist.rank() end
+  if not is_integer(r) then raise(("%s: rank must be an integer, got %s"):format(op, show(r))) end
+  if r < 0 or r >= w then
+    raise(("%s: rank %d is out of range for num_replicas = %d%s (ranks are 0..%d)")
+          :format(op, r, w, opts.num_replicas == nil and " (the world size)" or "", w - 1))
+  end
+  return w, r
+end
+M._world_opts = world_opts
+
 local DistributedSampler = checks.class("DistributedSampler")
 M.DistributedSampler = DistributedSampler
 local dist_opts = { shuffle = true, seed = true, drop_last = true, num_replicas = true, rank = true, eval = true }
@@ -106,19 +128,7 @@ function DistributedSampler:init(n, opts)
     raise(op .. ": eval = true and drop_last = true exclude each other: eval gives every sample to exactly one rank")
   end
   local seed = opts.seed == nil and 0 or seed_arg(opts.seed, op, "seed")
-  local w = opts.num_replicas
-  if w == nil then
-    w = dist.world_size()
-  elseif not is_integer(w) or w < 1 then
-    raise(("%s: num_replicas must be a positive integer, got %s"):format(op, show(w)))
-  end
-  local r = opts.rank
-  if r == nil then r = dist.rank() end
-  if not is_integer(r) then raise(("%s: rank must be an integer, got %s"):format(op, show(r))) end
-  if r < 0 or r >= w then
-    raise(("%s: rank %d is out of range for num_replicas = %d%s (ranks are 0..%d)")
-          :format(op, r, w, opts.num_replicas == nil and " (the world size)" or "", w - 1))
-  end
+  local w, r = world_opts(opts, op)
   local m  -- samples per rank
   if eval then
     m = r < n and ceil((n - r) / w) or 0
@@ -209,8 +219,10 @@ end
 
 -- A state saved mid-epoch can only continue over the same cut of the same
 -- list: the same world size, dataset, shuffle, drop_last and eval (at an
--- epoch boundary the next epoch is simply cut for this sampler).  The
--- DataLoader checks its sampler's state so too (M._check_same_cut).
+-- epoch boundary the next epoch is simply cut for this sampler); a
+-- subclass lists more settings in its _cut_keys.  The DataLoader checks
+-- its sampler's state so too (M._check_same_cut).
+local CUT_KEYS = { "shuffle", "drop_last", "eval" }
 local function check_same_cut(s, sd, op, where)
   local w = sd.num_replicas
   if w ~= nil and w ~= s.num_replicas then
@@ -222,7 +234,7 @@ local function check_same_cut(s, sd, op, where)
     raise(("%s: the state was saved %s over a dataset of %s samples, and this sampler's has %d")
           :format(op, where, show(sd.dataset_len), s._n))
   end
-  for _, k in ipairs { "shuffle", "drop_last", "eval" } do
+  for _, k in ipairs(s._cut_keys or CUT_KEYS) do
     if sd[k] ~= nil and sd[k] ~= s[k] then
       raise(("%s: the state was saved %s with %s = %s, and this sampler has %s = %s")
             :format(op, where, k, show(sd[k]), k, show(s[k])))
