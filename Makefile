@@ -44,7 +44,7 @@ KERNELS  := $(KERNEL_SRC:runtime/%.c=%)
 KFLAGS   := -O3 -ffp-contract=fast -fno-math-errno
 # -ldnnl: oneDNN, float32 convolutions with many channels (nn/conv_onednn.c);
 # -lgomp: the OpenMP runtime it runs on, whose thread count we set.
-LDLIBS   := -lopenblas -ldnnl -lgomp -lz -lm -lpthread -ldl
+LDLIBS   := -lopenblas -ldnnl -lgomp -ljpeg -lpng16 -lz -lm -lpthread -ldl
 GLOO_LIBS := -lgloo -lstdc++
 
 LIB_SRC  := $(foreach d,$(LAYERS),$(wildcard runtime/$(d)/*.c))

@@ -8,7 +8,7 @@
 # and the soname libluajit-5.1.so.2, and lua-busted stays installed.
 set -euo pipefail
 pkgs=(build-essential pkg-config luajit2 libluajit2-5.1-dev lua-busted
-      libopenblas-dev libdnnl-dev libgloo-dev libedit-dev zlib1g-dev dataset-fashion-mnist
+      libopenblas-dev libdnnl-dev libgloo-dev libedit-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev dataset-fashion-mnist
       python3 valgrind)
 pkgs+=("$@")  # extra packages a target asks for (make fuzz: clang)
 missing=()

@@ -17,7 +17,7 @@
 -- class index order.
 local ddp = require "ddp"
 local data = require "ddp.data"
-local wds = require "ddp.data.webdataset"
+local files = require "ddp.data.files"
 local core = require "ddp.core"
 local C = core.C
 
@@ -38,7 +38,7 @@ local IMG = { jpg = true, jpeg = true, png = true, ppm = true, bmp = true, pgm =
 -- each walked as sorted(os.walk(class_dir)) with its file names sorted.
 -- data.ImageFolder does the same when it is there.
 local function walk(folder)
-  local names, dirs = wds._list_dir(folder)
+  local names, dirs = files.list_dir(folder)
   if not names then error(("make_shards: %s: %s"):format(folder, dirs), 0) end
   local classes, samples = {}, {}
   for _, c in ipairs(names) do
@@ -49,7 +49,7 @@ local function walk(folder)
     local roots, stack = {}, { folder .. "/" .. c }
     while #stack > 0 do
       local dir = table.remove(stack)
-      local ns, ds = wds._list_dir(dir)
+      local ns, ds = files.list_dir(dir)
       local files = {}
       for _, n in ipairs(ns or {}) do
         if ds[n] then stack[#stack + 1] = dir .. "/" .. n

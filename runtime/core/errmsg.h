@@ -211,6 +211,18 @@ ERRDEF(NPZ_DUP, DL_EINVAL, "%s: %s: the array name \"%s\" appears twice")
 ERRDEF(NPZ_INDEX, DL_EINDEX, "%s: array index %d out of range (the file holds %d arrays)")
 ERRDEF(NPZ_NAME, DL_EINVAL, "%s: %s: array name \"%s\" %s")
 
+/* Images (io/image_*.c): "op: name: problem" */
+ERRDEF(IMG_OS, DL_EIO, "%s: %s: %s: %s")
+ERRDEF(IMG_NOT_FILE, DL_EIO, "%s: %s: not a regular file")
+ERRDEF(IMG_EMPTY, DL_EINVAL, "%s: %s is empty (0 bytes)")
+ERRDEF(IMG_FORMAT, DL_EINVAL, "%s: %s is not a JPEG or PNG image: %s")
+ERRDEF(IMG_CORRUPT, DL_EINVAL, "%s: %s: corrupt %s: %s")
+ERRDEF(IMG_TRUNC, DL_EINVAL, "%s: %s: truncated %s: %s")
+ERRDEF(IMG_LIMIT, DL_EINVAL, "%s: %s: a %lld x %lld image has more than the %lld pixels an image may have (a corrupt header, or a decompression bomb)")
+ERRDEF(IMG_BYTES, DL_EDTYPE, "%s: expected the encoded image as a 1-D uint8 CPU tensor (or a string), got %s%s on %s")
+ERRDEF(IMG_INPUT, DL_ESHAPE, "%s: expected a uint8 image of shape [C, H, W] with %s channels, got %s %s")
+ERRDEF(IMG_MODE, DL_EINVAL, "%s: unknown mode %d")
+
 /* Checkpoints (safetensors): "op: path: problem" */
 ERRDEF(ST_OS, DL_EIO, "%s: %s: %s: %s")
 ERRDEF(ST_NOT_FILE, DL_EIO, "%s: %s: not a regular file")

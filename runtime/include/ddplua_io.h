@@ -231,6 +231,60 @@ DL_API int dl_tar_writer_finish(dl_tar_writer *w, const char *idx_path);
 /* Removes the temporary file and frees w (NULL: nothing). */
 DL_API void dl_tar_writer_abort(dl_tar_writer *w);
 
+/* -- Images (JPEG, PNG) --------------------------------------------------- */
+
+/* A file's whole contents as a 1-D uint8 tensor (a regular file only: a
+** FIFO or a directory is refused, never waited on).  op starts every
+** message ("read_image: cats/1.jpg: cannot open: No such file ..."). */
+DL_API dl_tensor *dl_read_file(const char *path, const char *op);
+
+/* What decoding makes of the channels, as torchvision.io.ImageReadMode. */
+typedef enum dl_image_mode {
+  DL_IMAGE_UNCHANGED = 0,  /* as stored: 1 (gray), 2, 3 (RGB) or 4 */
+  DL_IMAGE_GRAY = 1,
+  DL_IMAGE_GRAY_ALPHA = 2,
+  DL_IMAGE_RGB = 3,
+  DL_IMAGE_RGB_ALPHA = 4
+} dl_image_mode;
+typedef enum dl_image_format { DL_IMAGE_JPEG = 1, DL_IMAGE_PNG = 2 } dl_image_format;
+/* The most pixels an image may have (16384 x 16384): a header claiming
+** more is corrupt, or a decompression bomb. */
+#define DL_IMAGE_MAX_PIXELS ((int64_t)1 << 28)
+typedef struct dl_image_header {
+  int32_t format;    /* dl_image_format */
+  int32_t channels;  /* as stored (a palette PNG: 3, or 4 with transparency) */
+  int64_t height, width;
+  int32_t bit_depth; /* 8; a PNG's may be 1, 2, 4 or 16 */
+  int32_t progressive;
+} dl_image_header;
+/* Reads the header of the encoded image in bytes (a uint8 CPU tensor) into
+** out, decoding nothing.  name names the bytes in messages (a file's path;
+** NULL: "the bytes").  DL_EINVAL for a format that is not JPEG or PNG (the
+** message names what it is when it can tell: GIF, BMP, WebP, ...), or a
+** corrupt or truncated header. */
+DL_API int dl_image_header_read(const dl_tensor *bytes, const char *name, dl_image_header *out);
+/* Decodes a JPEG or PNG image (found from its first bytes, whatever the
+** file is called) into a uint8 [C, H, W] tensor, C from mode.  PNGs of 16
+** bits are reduced to their high byte, palettes and low bit depths
+** expanded, transparency (tRNS) becomes alpha; gAMA is ignored and alpha
+** dropped, not blended, when the mode has none (as torchvision and PIL).
+** Gray from color: JPEG's luma; a PNG's by libpng with torchvision's
+** weights (0.2989, 0.587, 0.114).  CMYK JPEGs come out as RGB (also in
+** DL_IMAGE_UNCHANGED, where torchvision gives the 4 CMYK channels), and
+** palette PNGs as RGB (torchvision gives the palette indices).  min_h, min_w > 0 let a
+** JPEG be decoded smaller -- by the largest of libjpeg's factors 1/8 ..
+** 8/8 that keeps it at least min_h x min_w -- the rest decode in full
+** (0, 0: always in full).  A truncated or corrupt image is an error naming
+** name, never a partly gray picture. */
+DL_API dl_tensor *dl_image_decode(const dl_tensor *bytes, dl_image_mode mode,
+                                  int64_t min_h, int64_t min_w, const char *name);
+/* An image (uint8 [C, H, W], C = 1, 2, 3 or 4; any strides) as PNG bytes
+** (level 0-9, zlib's), or as JPEG bytes (C = 1 or 3; quality 1-100,
+** 4:2:0 as libjpeg's default, the same as torchvision's encode_jpeg): a
+** new 1-D uint8 tensor. */
+DL_API dl_tensor *dl_image_encode_png(const dl_tensor *img, int level);
+DL_API dl_tensor *dl_image_encode_jpeg(const dl_tensor *img, int quality);
+
 #if !defined(DL_CDEF) && defined(__cplusplus)
 }
 #endif

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,27 +71,96 @@ static char *dir_of(const char *target) {
   return slash ? strndup(target, slash == target ? 1 : (size_t)(slash - target)) : strdup(".");
 }
 
-/* Removes "<base>.tmp.<pid>.<n>" files in dir whose writer is no longer
-** alive (it was killed mid-write).  A pid alive, or one we may not signal,
-** is left alone; so is our own, which another thread may be writing. */
-static void remove_stale(const char *dir, const char *base) {
+/* Whether s is "<base>.tmp.<pid>.<n>" of a writer that is no longer alive
+** (it was killed mid-write); *base_len gets the length of <base>.  A pid
+** alive, or one we may not signal, is left alone; so is our own, which
+** another thread may be writing. */
+static int stale_temp(const char *s, size_t *base_len) {
+  const char *t = strstr(s, ".tmp.");
+  while (t) {  /* the last ".tmp." that parses: a base may hold one too */
+    const char *more = strstr(t + 1, ".tmp.");
+    if (!more) break;
+    t = more;
+  }
+  if (!t || t == s) return 0;
+  char *q;
+  errno = 0;
+  long pid = strtol(t + 5, &q, 10);
+  if (errno || pid <= 0 || pid > INT32_MAX || *q != '.' || q == t + 5) return 0;
+  if (!q[1] || strspn(q + 1, "0123456789") != strlen(q + 1)) return 0;
+  if (pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) return 0;
+  *base_len = (size_t)(t - s);
+  return 1;
+}
+
+/* The stale temporary files of the last few directories written into.  A
+** directory is listed again before a create when it held fewer than
+** STALE_SMALL entries, else once every entries / 64 creates: a folder of
+** 60,000 images written one by one is listed ~64 times, not 60,000 (each
+** file costs ~64 entries read), and a temporary left there by a writer
+** that died is still gone within that many creates. */
+enum { STALE_DIRS = 8, STALE_SMALL = 1024 };
+static struct {
+  pthread_mutex_t mu;
+  struct { char *dir; char **names; int n; long entries, creates; } d[STALE_DIRS];
+  int next;
+} stale = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Lists dir into slot k (a new slot when k < 0); the slot, or -1. */
+static int stale_scan(const char *dir, int k) {
+  if (k < 0) {
+    k = stale.next;
+    stale.next = (k + 1) % STALE_DIRS;
+  }
+  for (int i = 0; i < stale.d[k].n; i++) free(stale.d[k].names[i]);
+  free(stale.d[k].names);
+  free(stale.d[k].dir);
+  stale.d[k].names = NULL;
+  stale.d[k].n = 0;
+  stale.d[k].entries = stale.d[k].creates = 0;
+  stale.d[k].dir = strdup(dir);
+  if (!stale.d[k].dir) return -1;
   DIR *d = opendir(dir);
-  if (!d) return;
-  size_t bl = strlen(base);
+  if (!d) return k;
   struct dirent *de;
+  int cap = 0;
+  size_t bl;
   while ((de = readdir(d))) {
-    const char *s = de->d_name;
-    if (strncmp(s, base, bl) || strncmp(s + bl, ".tmp.", 5)) continue;
-    char *q;
-    errno = 0;
-    long pid = strtol(s + bl + 5, &q, 10);
-    if (errno || pid <= 0 || pid > INT32_MAX || *q != '.' || q == s + bl + 5)
-      continue;
-    if (!q[1] || strspn(q + 1, "0123456789") != strlen(q + 1)) continue;
-    if (pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-    unlinkat(dirfd(d), s, 0);
+    stale.d[k].entries++;
+    if (!stale_temp(de->d_name, &bl)) continue;
+    if (stale.d[k].n == cap) {
+      cap = cap ? 2 * cap : 8;
+      char **p = realloc(stale.d[k].names, (size_t)cap * sizeof *p);
+      if (!p) break;
+      stale.d[k].names = p;
+    }
+    char *name = strdup(de->d_name);
+    if (!name) break;
+    stale.d[k].names[stale.d[k].n++] = name;
   }
   closedir(d);
+  return k;
+}
+
+/* Removes the stale "<base>.tmp.<pid>.<n>" files in dir. */
+static void remove_stale(const char *dir, const char *base) {
+  pthread_mutex_lock(&stale.mu);
+  int k = -1;
+  for (int i = 0; i < STALE_DIRS && k < 0; i++)
+    if (stale.d[i].dir && !strcmp(stale.d[i].dir, dir)) k = i;
+  if (k < 0 || stale.d[k].entries < STALE_SMALL || ++stale.d[k].creates * 64 >= stale.d[k].entries)
+    k = stale_scan(dir, k);
+  size_t bl = strlen(base);
+  for (int i = 0; k >= 0 && i < stale.d[k].n; i++) {
+    char *s = stale.d[k].names[i];
+    size_t sbl;
+    if (strncmp(s, base, bl) || strncmp(s + bl, ".tmp.", 5) || !stale_temp(s, &sbl) || sbl != bl) continue;
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir, s) < (int)sizeof path) unlink(path);
+    free(s);
+    stale.d[k].names[i--] = stale.d[k].names[--stale.d[k].n];
+  }
+  pthread_mutex_unlock(&stale.mu);
 }
 
 static atomic_uint tmp_counter;

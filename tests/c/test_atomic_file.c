@@ -254,6 +254,39 @@ static void test_errors(void) {
   CHECK(temps() == 0 && access(at("n.bin"), F_OK) != 0);
 }
 
+/* -- A big directory is not listed for every file written into it -------------- */
+
+static void test_big_dir(void) {
+  /* 2,000 files: listed again once every 2000/64 creates, so a temporary of
+  ** a dead writer that appears after a listing goes within ~31 creates (and
+  ** writing the 2,000 files lists the folder ~64 times, not 2,000) */
+  CHECK(mkdir(at("big"), 0777) == 0);
+  char name[600];
+  for (int i = 0; i < 2000; i++) {
+    snprintf(name, sizeof name, "big/%05d.png", i);
+    CHECK(write_whole(at(name), "x") == 0);
+  }
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  waitpid(pid, NULL, 0);
+  char dead[600];
+  snprintf(dead, sizeof dead, "%s.tmp.%d.3", at("big/z.png"), (int)pid);
+  put(dead, "dead");
+  int gone_after = -1;
+  for (int i = 0; i < 40 && gone_after < 0; i++) {
+    CHECK(write_whole(at("big/z.png"), "z") == 0);
+    if (access(dead, F_OK) != 0) gone_after = i + 1;
+  }
+  CHECK(gone_after > 0 && gone_after <= 2000 / 64 + 1, "the dead temporary went after %d creates", gone_after);
+  unlink(dead);
+  unlink(at("big/z.png"));
+  for (int i = 0; i < 2000; i++) {
+    snprintf(name, sizeof name, "big/%05d.png", i);
+    unlink(at(name));
+  }
+  CHECK(rmdir(at("big")) == 0);
+}
+
 int main(void) {
   if (!mkdtemp(dir)) {
     printf("FAIL cannot make a temporary directory\n");
@@ -263,6 +296,7 @@ int main(void) {
   test_size_limit();
   test_mode_and_links();
   test_errors();
+  test_big_dir();
   rmdir(dir);
   return check_report("test_atomic_file");
 }

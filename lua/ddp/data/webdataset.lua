@@ -20,6 +20,7 @@ local core = require "ddp.core"
 local factory = require "ddp.tensor.factory"
 local checks = require "ddp.data.checks"
 local json = require "ddp.data.json"
+local files = require "ddp.data.files"
 local C, ffi = core.C, core.ffi
 local raise, show = core.raise, core.show
 local is_integer = core.is_integer
@@ -34,55 +35,8 @@ local M = {}
 
 -- -- Files and directories ---------------------------------------------------
 
--- The directory listing, from libc under names of our own (as
--- ddp.checkpoint's): struct dirent as glibc and musl lay it out on 64-bit
--- Linux.
-pcall(ffi.cdef, [[
-typedef struct dl_wds_dir dl_wds_dir;
-typedef struct { uint64_t d_ino; int64_t d_off; unsigned short d_reclen; unsigned char d_type; char d_name[256]; } dl_wds_dirent;
-dl_wds_dir *dl_wds_opendir(const char *path) __asm__("opendir");
-dl_wds_dirent *dl_wds_readdir(dl_wds_dir *d) __asm__("readdir");
-int dl_wds_closedir(dl_wds_dir *d) __asm__("closedir");
-char *dl_wds_strerror(int errnum) __asm__("strerror");
-]])
-
--- The names in a directory (not . and ..), sorted by their bytes, each with
--- whether it is a directory; nil and the system's reason when it cannot be
--- read.  (Also the folder walk of tools/make_shards.lua.)
-local function list_dir(path)
-  local d = C.dl_wds_opendir(path)
-  if d == nil then return nil, ffi.string(C.dl_wds_strerror(ffi.errno())) end
-  local names, dirs = {}, {}
-  while true do
-    local e = C.dl_wds_readdir(d)
-    if e == nil then break end
-    local name = ffi.string(e.d_name)
-    if name ~= "." and name ~= ".." then
-      names[#names + 1] = name
-      -- DT_DIR = 4; DT_UNKNOWN (0, some filesystems) and links (10): ask
-      local t = e.d_type
-      if t == 4 then
-        dirs[name] = true
-      elseif t == 0 or t == 10 then
-        local sd = C.dl_wds_opendir((path == "/" and "" or path) .. "/" .. name)
-        if sd ~= nil then
-          C.dl_wds_closedir(sd)
-          dirs[name] = true
-        end
-      end
-    end
-  end
-  C.dl_wds_closedir(d)
-  table.sort(names)
-  return names, dirs
-end
+local list_dir, exists = files.list_dir, files.exists
 M._list_dir = list_dir
-
-local function exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close() end
-  return f ~= nil
-end
 
 -- -- Shard lists: braces and globs --------------------------------------------
 

@@ -1,0 +1,62 @@
+-- ddp.data.files: the directory walks the datasets over files share
+-- (ImageFolder's class folders, WebDataset's shard globs, the shard and
+-- folder tools): libc's opendir/readdir through the FFI, no C of our own.
+local core = require "ddp.core"
+local C, ffi = core.C, core.ffi
+
+core.add_lib_file(debug.getinfo(1, "S").source)
+
+local M = {}
+
+-- The directory listing, from libc under names of our own (as
+-- ddp.checkpoint's): struct dirent as glibc and musl lay it out on 64-bit
+-- Linux.
+pcall(ffi.cdef, [[
+typedef struct dl_files_dir dl_files_dir;
+typedef struct { uint64_t d_ino; int64_t d_off; unsigned short d_reclen; unsigned char d_type; char d_name[256]; } dl_files_dirent;
+dl_files_dir *dl_files_opendir(const char *path) __asm__("opendir");
+dl_files_dirent *dl_files_readdir(dl_files_dir *d) __asm__("readdir");
+int dl_files_closedir(dl_files_dir *d) __asm__("closedir");
+char *dl_files_strerror(int errnum) __asm__("strerror");
+]])
+
+-- files.list_dir(path) -> names, dirs: the names in a directory (not .
+-- and ..), sorted by their bytes, and the set of those that are
+-- directories (links to directories included, as os.walk(followlinks =
+-- True) sees them); nil and the system's reason when it cannot be read.
+function M.list_dir(path)
+  local d = C.dl_files_opendir(path)
+  if d == nil then return nil, ffi.string(C.dl_files_strerror(ffi.errno())) end
+  local names, dirs = {}, {}
+  while true do
+    local e = C.dl_files_readdir(d)
+    if e == nil then break end
+    local name = ffi.string(e.d_name)
+    if name ~= "." and name ~= ".." then
+      names[#names + 1] = name
+      -- DT_DIR = 4; DT_UNKNOWN (0, some filesystems) and links (10): ask
+      local t = e.d_type
+      if t == 4 then
+        dirs[name] = true
+      elseif t == 0 or t == 10 then
+        local sd = C.dl_files_opendir((path == "/" and "" or path) .. "/" .. name)
+        if sd ~= nil then
+          C.dl_files_closedir(sd)
+          dirs[name] = true
+        end
+      end
+    end
+  end
+  C.dl_files_closedir(d)
+  table.sort(names)
+  return names, dirs
+end
+
+-- files.exists(path): whether path can be opened for reading.
+function M.exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+return M

@@ -1,0 +1,24 @@
+/*
+** io/image.h -- what the image decoder and encoder share: the check of an
+** encoded image's bytes, the format told from its first bytes, and the
+** copies between the codecs' interleaved rows and our [C, H, W] planes.
+*/
+#ifndef DL_IO_IMAGE_H
+#define DL_IO_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/internal.h"
+
+/* The bytes of an encoded image: a 1-D (or any contiguous) uint8 CPU
+** tensor.  0, or the error naming op. */
+DL_HIDDEN int image_bytes(const char *op, const dl_tensor *t, const uint8_t **data, size_t *n);
+/* DL_IMAGE_JPEG or DL_IMAGE_PNG from the first bytes, or 0 with the error
+** naming name and, when it can tell, what the bytes are instead. */
+DL_HIDDEN int image_sniff(const char *op, const char *name, const uint8_t *p, size_t n);
+/* Interleaved rows (h x w x c, row stride `stride` bytes) into a new
+** uint8 [c, h, w] tensor. */
+DL_HIDDEN dl_tensor *image_planar(const uint8_t *hwc, int64_t h, int64_t w, int c, size_t stride);
+
+#endif
