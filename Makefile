@@ -75,13 +75,13 @@ CUDA_SRC := $(wildcard runtime/cuda/kernels/*.cu)
 EMU_LIB  := $(BUILD)/libddplua_cudaemu.so
 EMU_SRC  := $(filter-out runtime/cuda/kernels/nccl.cu,$(CUDA_SRC))
 EMU_OBJ  := $(EMU_SRC:runtime/cuda/kernels/%.cu=$(BUILD)/emu/%.o) $(BUILD)/emu/emu.o \
-            $(BUILD)/emu/racecheck.o
+            $(BUILD)/emu/racecheck.o $(BUILD)/emu/streamcheck.o
 # The race checker's build of the same (DDPLUA_CUDA_EMU_RACECHECK=1 loads
 # it): the kernel files compiled with -fsanitize=thread, whose load and
 # store hooks runtime/cuda/emu/racecheck.cc defines (no TSan runtime).
 EMU_RACE_LIB := $(BUILD)/libddplua_cudaemu_race.so
 EMU_RACE_OBJ := $(EMU_SRC:runtime/cuda/kernels/%.cu=$(BUILD)/emu-race/%.o) $(BUILD)/emu/emu.o \
-            $(BUILD)/emu/racecheck.o
+            $(BUILD)/emu/racecheck.o $(BUILD)/emu/streamcheck.o
 EMU_FLAGS := -std=c++17 -O1 -fPIC -Iruntime/cuda/emu $(BASE) \
             -Wno-unused-parameter -Wno-unknown-pragmas -DDLC_EMU $(DEPFLAGS)
 EMU_RACE_FLAGS := $(EMU_FLAGS) -DDLC_EMU_RACE -fsanitize=thread \

@@ -10,7 +10,11 @@
 ** is worth keeping, and merged with its free neighbours when released.
 ** Blocks keep the stream they were allocated on: work queued on that
 ** stream is ordered, so a block released there can be handed out again at
-** once; another stream never gets it.  Memory goes back to the device
+** once; another stream never gets it.  A block also used on a second
+** stream (devalloc_record_stream: a copy stream's block that the compute
+** stream reads) waits at its release, out of every pool, until an event
+** recorded then on that stream has passed: its own stream's work alone
+** does not order a reuse after the other's.  Memory goes back to the device
 ** only in devalloc_empty (after a sync), never from a release, so a Lua
 ** finalizer can release a block at any time.
 */
@@ -33,7 +37,9 @@ typedef struct block {
   char *ptr;
   size_t size;
   uintptr_t stream;
-  int used, small;
+  uintptr_t also;             /* the other stream it is used on (has_also) */
+  void *event;                /* recorded on `also` at release, while pending */
+  int used, small, has_also;
   struct block *prev, *next;  /* neighbours within the segment, by address */
   struct block *hnext;        /* the in-use table's chain */
 } block;
@@ -51,8 +57,11 @@ struct devalloc {
   int device;
   pool small, large;
   block *inuse[1 << HBITS];
+  block *pending;  /* released, waiting for their event (chained by hnext) */
   dev_stats st;
 };
+
+static void reap_pending(devalloc *a, int all, uintptr_t stream, int wait);
 
 static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
@@ -109,6 +118,12 @@ static void inuse_put(devalloc *a, block *b) {
   a->inuse[h] = b;
 }
 
+static block *inuse_find(devalloc *a, const void *ptr) {
+  for (block *b = a->inuse[hash(ptr)]; b; b = b->hnext)
+    if (b->ptr == ptr) return b;
+  return NULL;
+}
+
 static block *inuse_take(devalloc *a, const void *ptr) {
   block **pp = &a->inuse[hash(ptr)];
   for (; *pp; pp = &(*pp)->hnext)
@@ -148,6 +163,7 @@ static void release_cached(devalloc *a, pool *p) {
 
 DLA_API void devalloc_empty(devalloc *a) {
   pthread_mutex_lock(&a->mu);
+  if (a->pending) reap_pending(a, 1, 0, 1);
   release_cached(a, &a->small);
   release_cached(a, &a->large);
   pthread_mutex_unlock(&a->mu);
@@ -191,6 +207,7 @@ DLA_API void *devalloc_alloc(devalloc *a, size_t size, uintptr_t stream) {
   size_t want = round_up(size ? size : 1, ALIGN);
   int small = want <= SMALL_MAX;
   pthread_mutex_lock(&a->mu);
+  if (a->pending) reap_pending(a, 0, stream, 0);  /* only this stream's: no queries for others */
   pool *p = small ? &a->small : &a->large;
   block *b = find_free(p, want, stream);
   if (b) {
@@ -200,6 +217,7 @@ DLA_API void *devalloc_alloc(devalloc *a, size_t size, uintptr_t stream) {
     b = new_segment(a, want, small, stream);
     if (!b) {  /* give the cache back and try once more */
       a->st.retries++;
+      if (a->pending) reap_pending(a, 1, 0, 1);
       release_cached(a, &a->small);
       release_cached(a, &a->large);
       b = new_segment(a, want, small, stream);
@@ -253,6 +271,54 @@ static void merge(pool *p, block *b, block *n) {
   free(n);
 }
 
+/* b (released, no longer waited for) back to its pool, merged with its
+** free neighbours; nonzero when the pool has no room to track it. */
+static int block_free(devalloc *a, block *b) {
+  pool *p = b->small ? &a->small : &a->large;
+  b->used = 0;
+  b->has_also = 0;
+  b->event = NULL;
+  if (b->next && !b->next->used) merge(p, b, b->next);
+  if (b->prev && !b->prev->used) {
+    block *prev = b->prev;
+    pool_remove(p, prev);
+    merge(p, prev, b);  /* b is not in the pool: pool_remove finds nothing */
+    b = prev;
+  }
+  return pool_add(p, b);
+}
+
+/* Pending blocks of stream (all streams when all) whose event has passed
+** go back to their pools (wait: waits for each). */
+static void reap_pending(devalloc *a, int all, uintptr_t stream, int wait) {
+  block **pp = &a->pending;
+  while (*pp) {
+    block *b = *pp;
+    if ((all || b->stream == stream) && a->be.done(a->be.ctx, b->event, wait)) {
+      *pp = b->hnext;
+      block_free(a, b);  /* no room: the block stays out of the pool (a leak, not a hazard) */
+    } else {
+      pp = &b->hnext;
+    }
+  }
+}
+
+DLA_API int devalloc_record_stream(devalloc *a, void *ptr, uintptr_t stream) {
+  pthread_mutex_lock(&a->mu);
+  block *b = inuse_find(a, ptr);
+  int rc = 0;
+  if (!b)
+    rc = dl_err(EM_BADVALUE, "devalloc", "record_stream of a pointer this allocator did not hand out");
+  else if (stream != b->stream && b->has_also && b->also != stream)
+    rc = dl_err(EM_BADVALUE, "devalloc", "record_stream: a block is used on at most two streams");
+  else if (stream != b->stream) {
+    b->also = stream;
+    b->has_also = 1;
+  }
+  pthread_mutex_unlock(&a->mu);
+  return rc;
+}
+
 DLA_API int devalloc_release(devalloc *a, void *ptr) {
   if (!ptr) return 0;
   pthread_mutex_lock(&a->mu);
@@ -261,17 +327,21 @@ DLA_API int devalloc_release(devalloc *a, void *ptr) {
     pthread_mutex_unlock(&a->mu);
     return dl_err(EM_BADVALUE, "devalloc", "release of a pointer this allocator did not hand out");
   }
-  pool *p = b->small ? &a->small : &a->large;
-  b->used = 0;
   a->st.allocated -= (int64_t)b->size;
-  if (b->next && !b->next->used) merge(p, b, b->next);
-  if (b->prev && !b->prev->used) {
-    block *prev = b->prev;
-    pool_remove(p, prev);
-    merge(p, prev, b);  /* b is not in the pool: pool_remove finds nothing */
-    b = prev;
+  if (b->has_also) {
+    /* work on `also` queued before now may still use the block: it waits
+    ** for an event recorded here, or (no event) for the device */
+    void *ev = a->be.record && a->be.done ? a->be.record(a->be.ctx, a->device, b->also) : NULL;
+    if (ev) {
+      b->event = ev;
+      b->hnext = a->pending;
+      a->pending = b;
+      pthread_mutex_unlock(&a->mu);
+      return 0;
+    }
+    if (a->be.sync) a->be.sync(a->be.ctx, a->device);
   }
-  int rc = pool_add(p, b);
+  int rc = block_free(a, b);
   pthread_mutex_unlock(&a->mu);
   return rc ? dl_err(EM_NOMEM, "devalloc", 0LL, 0LL) : 0;
 }

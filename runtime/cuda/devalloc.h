@@ -21,6 +21,12 @@ typedef struct dev_backend {
   ** kernel, so memory goes back to the device only after this */
   void (*sync)(void *ctx, int device);
   void *ctx;
+  /* Optional (NULL: a release waits with sync instead).  record: a new
+  ** event recorded now on stream of device, or NULL when none can be made;
+  ** done: 1 once the work before it has passed (wait: block until then),
+  ** the event then freed, 0 while it runs. */
+  void *(*record)(void *ctx, int device, uintptr_t stream);
+  int (*done)(void *ctx, void *event, int wait);
 } dev_backend;
 
 typedef struct dev_stats {
@@ -39,6 +45,12 @@ DLA_API void devalloc_free_all(devalloc *a);
 ** without waiting.  On failure, releases the cache and retries once; then
 ** NULL with a DL_ENOMEM error naming the size and the statistics. */
 DLA_API void *devalloc_alloc(devalloc *a, size_t size, uintptr_t stream);
+/* The block at ptr (in use) is also used by work on stream, as PyTorch's
+** record_stream: at its release an event is recorded on that stream, and
+** the block goes back to its own stream's pool only once the event has
+** passed (it stays out of every pool meanwhile).  One other stream per
+** block; 0, or an error for ptr not handed out or a third stream. */
+DLA_API int devalloc_record_stream(devalloc *a, void *ptr, uintptr_t stream);
 /* Back to the pool (never to the device: safe from any finalizer). */
 DLA_API int devalloc_release(devalloc *a, void *ptr);
 /* Gives the device back every segment no block of which is in use. */

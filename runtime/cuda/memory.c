@@ -17,6 +17,8 @@ typedef int (*mem_alloc_fn)(int, size_t, void **, char *, size_t);
 typedef int (*mem_free_fn)(int, void *, char *, size_t);
 typedef int (*dev_sync_fn)(int, char *, size_t);
 typedef int (*memcpy_fn)(void *, const void *, size_t, int, char *, size_t);
+typedef int (*event_record_fn)(int, uintptr_t, void **, char *, size_t);
+typedef int (*event_done_fn)(void *, int);
 
 static struct {
   pthread_mutex_t mu;
@@ -25,6 +27,8 @@ static struct {
   mem_free_fn free;
   dev_sync_fn sync;
   memcpy_fn copy;
+  event_record_fn record;
+  event_done_fn done;
 } mem = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static int be_alloc(void *ctx, int device, size_t size, void **ptr) {
@@ -45,6 +49,19 @@ static void be_sync(void *ctx, int device) {
   mem.sync(device, err, sizeof err);
 }
 
+/* NULL when no event can be made: devalloc then syncs the device instead */
+static void *be_record(void *ctx, int device, uintptr_t stream) {
+  char err[256];
+  void *ev = NULL;
+  (void)ctx;
+  return mem.record(device, stream, &ev, err, sizeof err) ? NULL : ev;
+}
+
+static int be_done(void *ctx, void *event, int wait) {
+  (void)ctx;
+  return mem.done(event, wait);
+}
+
 /* The allocator of `device`, made on first use; NULL with the error set
 ** when CUDA or that device is not there. */
 static devalloc *allocator(const char *op, int device) {
@@ -61,10 +78,12 @@ static devalloc *allocator(const char *op, int device) {
     mem.free = api->mem_free;
     mem.sync = api->device_sync;
     mem.copy = api->memcpy;
+    mem.record = api->event_record;
+    mem.done = api->event_done;
     mem.alloc = api->mem_alloc;
   }
   if (!mem.a[device]) {
-    dev_backend be = { be_alloc, be_free, be_sync, NULL };
+    dev_backend be = { be_alloc, be_free, be_sync, NULL, be_record, be_done };
     mem.a[device] = devalloc_new(&be, device);
   }
   devalloc *a = mem.a[device];
@@ -125,9 +144,10 @@ static void device_deleter(void *ctx, void *data) {
   if (data) cuda_mem_release((int)(intptr_t)ctx, data);
 }
 
-/* A tensor over n bytes of fresh memory on device, shaped like t. */
-static dl_tensor *device_tensor(const dl_tensor *t, int device, size_t n) {
-  void *p = n ? cuda_mem_alloc(device, n, 0) : NULL;
+/* A tensor over n bytes of fresh memory on device for use on stream (0:
+** the compute stream), shaped like t. */
+static dl_tensor *device_tensor(const dl_tensor *t, int device, size_t n, uintptr_t stream) {
+  void *p = n ? cuda_mem_alloc(device, n, stream) : NULL;
   if (n && !p) return NULL;
   dl_tensor *out = dl_from_blob(p, t->dtype, t->shape, NULL, t->ndim, device_deleter,
                                 (void *)(intptr_t)device);
@@ -146,7 +166,7 @@ DL_HIDDEN dl_tensor *cuda_new_tensor(int device, dl_dtype dtype, const int64_t *
   tmpl.dtype = (int8_t)dtype;
   tmpl.ndim = (int8_t)ndim;
   for (int i = 0; i < ndim; i++) tmpl.shape[i] = shape[i];
-  return device_tensor(&tmpl, device, (size_t)shape_numel(shape, ndim) * dl_dtype_sizes[dtype]);
+  return device_tensor(&tmpl, device, (size_t)shape_numel(shape, ndim) * dl_dtype_sizes[dtype], 0);
 }
 
 DL_HIDDEN int cuda_copy_bytes(const char *op, void *dst, const void *src, size_t n, int device) {
@@ -171,7 +191,7 @@ DL_HIDDEN dl_tensor *cuda_move(const dl_tensor *t, int device) {
     /* made contiguous on its own device first, by a kernel */
     if (!(src = fw_contiguous(t))) return NULL;
   }
-  out = device >= 0 ? device_tensor(t, device, n) : tensor_new(t->dtype, t->shape, t->ndim);
+  out = device >= 0 ? device_tensor(t, device, n, 0) : tensor_new(t->dtype, t->shape, t->ndim);
   if (out && mem.copy(tensor_first(out), tensor_first(src), n, dev, err, sizeof err)) {
     dl_err(EM_BADVALUE, op, err);
     dl_tensor_release(out);
@@ -186,7 +206,6 @@ DL_HIDDEN dl_tensor *cuda_move(const dl_tensor *t, int device) {
 typedef int (*host_alloc_fn)(size_t, void **, char *, size_t);
 typedef int (*host_free_fn)(void *, char *, size_t);
 typedef int (*memcpy_async_fn)(void *, const void *, size_t, int, void **, char *, size_t);
-typedef int (*event_done_fn)(void *, int);
 
 static struct {
   pthread_mutex_t mu;
@@ -267,20 +286,43 @@ static void pin_poll(void) {
   if (pin.done) pin_reap(0);
 }
 
-/* A pinned, contiguous CPU tensor is copied without waiting (the source is
-** kept alive until the copy is over); anything else as dl_to_device. */
+/* A pinned, contiguous CPU tensor is copied without waiting, on the
+** device's copy stream (kernels/memory.cu: the compute stream waits on the
+** copy's event, so every later kernel sees the copied bytes); the source
+** is kept alive until the copy is over.  Anything else as dl_to_device.
+**
+** Why the destination comes from the copy stream's pool, used on the
+** compute stream too (devalloc_record_stream), rather than from the
+** compute stream's pool: a block of that pool may have been released
+** while kernels queued on the compute stream still read or write it
+** (reuse on the same stream is ordered, so devalloc hands it out at
+** once); the copy, on another stream, would then overwrite it under them.
+** A block of the copy stream's pool is handed to a copy only when the
+** previous copy into it is over (same stream) and, once the compute
+** stream has used it, only after an event recorded on the compute stream
+** at its release has passed -- and that event is after the compute
+** stream's wait on the copy, so after the copy too. */
 DL_API dl_tensor *dl_to_device_async(const dl_tensor *t, int device) {
   const char *op = "to";
   if (check_tensor_any(op, t)) return NULL;
   if (device < 0 || t->storage->device >= 0 || !dl_tensor_is_pinned(t) || !dl_tensor_is_contiguous(t))
     return dl_to_device(t, device);
-  if (!allocator(op, device)) return NULL;
+  devalloc *a = allocator(op, device);
+  if (!a) return NULL;
+  char err[300];
+  uintptr_t cs = 0;
+  DLC_FN(copy_stream) get_cs = DLC(op, copy_stream);
+  if (!get_cs) return NULL;
+  if (get_cs(device, &cs, err, sizeof err)) return dl_errp(EM_CUDA_CALL, op, device, err);
   size_t n = (size_t)dl_tensor_numel(t) * dl_dtype_sizes[t->dtype];
-  dl_tensor *out = device_tensor(t, device, n);
+  dl_tensor *out = device_tensor(t, device, n, cs);
   if (!out || !n) return out;
+  if (devalloc_record_stream(a, tensor_first(out), 0)) {
+    dl_tensor_release(out);
+    return NULL;
+  }
   pin_reap(0);
   if (pin.n == (int)(sizeof pin.q / sizeof *pin.q)) pin_reap(1);
-  char err[300];
   void *ev = NULL;
   if (pin.copy(tensor_first(out), tensor_first(t), n, device, &ev, err, sizeof err)) {
     dl_tensor_release(out);

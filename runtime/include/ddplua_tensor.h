@@ -117,9 +117,13 @@ DL_API dl_tensor *dl_to_dtype(const dl_tensor *t, dl_dtype dtype); /* new ref */
 /* t on device (-1: the CPU): t itself (a new reference) when it is there
 ** already, else a contiguous copy there. */
 DL_API dl_tensor *dl_to_device(const dl_tensor *t, int device);
-/* t:to(device, {non_blocking = true}): from a pinned CPU tensor the copy
-** runs on the device's stream while the host goes on (ops on the result
-** are ordered after it); otherwise the same as dl_to_device. */
+/* t:to(device, {non_blocking = true}): from a pinned, contiguous CPU
+** tensor the copy runs on the device's copy stream while the host goes on
+** and the compute stream's queued kernels run; the compute stream waits
+** for it (an event, on the device) before any later op, so every op on
+** the result sees the copied values, and t is kept alive until the copy
+** is over.  Otherwise the same as dl_to_device.  NULL with the error set
+** as dl_to_device, or naming the CUDA call that failed. */
 DL_API dl_tensor *dl_to_device_async(const dl_tensor *t, int device);
 /* A copy of a CPU tensor in page-locked memory (t itself if it is one). */
 DL_API dl_tensor *dl_pin_memory(const dl_tensor *t);

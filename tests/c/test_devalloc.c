@@ -11,6 +11,10 @@
 typedef struct fake {
   size_t cap, used;
   int allocs, frees, syncs, outstanding;
+  /* events: recorded ones, on which stream, and whether each has passed */
+  int nev, waits;
+  uintptr_t ev_stream[16];
+  int ev_passed[16];
 } fake;
 
 static int fake_alloc(void *ctx, int device, size_t size, void **ptr) {
@@ -42,12 +46,30 @@ static void fake_sync(void *ctx, int device) {
   ((fake *)ctx)->syncs++;
 }
 
+/* An event is an index + 1 into the fake's table; it passes when the test
+** says so, or when waited for. */
+static void *fake_record(void *ctx, int device, uintptr_t stream) {
+  fake *f = ctx;
+  (void)device;
+  if (f->nev == 16) return NULL;
+  f->ev_stream[f->nev] = stream;
+  f->ev_passed[f->nev] = 0;
+  return (void *)(intptr_t)++f->nev;
+}
+
+static int fake_done(void *ctx, void *event, int wait) {
+  fake *f = ctx;
+  int i = (int)(intptr_t)event - 1;
+  if (wait) f->waits++, f->ev_passed[i] = 1;
+  return f->ev_passed[i];
+}
+
 #define MiB ((size_t)1 << 20)
 
 static devalloc *fresh(fake *f, size_t cap) {
   memset(f, 0, sizeof *f);
   f->cap = cap;
-  dev_backend be = { fake_alloc, fake_free, fake_sync, f };
+  dev_backend be = { fake_alloc, fake_free, fake_sync, f, NULL, NULL };
   return devalloc_new(&be, 0);
 }
 
@@ -174,6 +196,62 @@ static void stress(void) {
   devalloc_free_all(a);
 }
 
+/* A copy stream's block used on the compute stream too (memory.c's
+** dl_to_device_async): released while the compute stream may still use it,
+** it must not come back for another copy until the compute stream's event
+** recorded at its release has passed. */
+static void second_stream(void) {
+  enum { COPY = 7 };
+  fake f;
+  memset(&f, 0, sizeof f);
+  f.cap = 64 * MiB;
+  dev_backend be = { fake_alloc, fake_free, fake_sync, &f, fake_record, fake_done };
+  devalloc *a = devalloc_new(&be, 0);
+  dev_stats s;
+  char *p = devalloc_alloc(a, 4096, COPY);
+  CHECK(p && devalloc_record_stream(a, p, 0) == 0);
+  CHECK(devalloc_record_stream(a, p, COPY) == 0, "its own stream again: nothing to record");
+  char *keep = devalloc_alloc(a, 4096, COPY);  /* p's neighbour, so p cannot merge */
+  CHECK(keep == p + 4096);
+  CHECK(devalloc_release(a, p) == 0);
+  CHECK(f.nev == 1 && f.ev_stream[0] == 0, "an event recorded on the compute stream at release (%d)", f.nev);
+  CHECK(f.syncs == 0, "without waiting for the device");
+  devalloc_stats(a, &s);
+  CHECK(s.allocated == 4096, "released bytes leave `allocated` at once: %lld", (long long)s.allocated);
+  char *q = devalloc_alloc(a, 4096, COPY);
+  CHECK(q && q != p, "not handed to the next copy while the compute stream may use it");
+  char *c = devalloc_alloc(a, 4096, 0);
+  CHECK(c && c != p, "nor to the compute stream (another pool)");
+  f.ev_passed[0] = 1;
+  char *r = devalloc_alloc(a, 4096, COPY);
+  CHECK(r == p, "back for the copy stream once the event has passed");
+  CHECK(f.waits == 0, "found by a query, not a wait");
+  /* a block released with no other stream goes back at once, no event */
+  CHECK(devalloc_release(a, q) == 0 && f.nev == 1);
+  CHECK(devalloc_alloc(a, 4096, COPY) == q);
+  /* a third stream is refused, naming it; a foreign pointer too */
+  CHECK(devalloc_record_stream(a, r, 0) == 0 && devalloc_record_stream(a, r, 9) != 0 &&
+        strstr(dl_last_error(), "at most two streams"), "%s", dl_last_error());
+  char other[16];
+  CHECK(devalloc_record_stream(a, other, 0) != 0 && strstr(dl_last_error(), "did not hand out"));
+  /* empty_cache waits for pending blocks and gives their segments back */
+  CHECK(devalloc_release(a, r) == 0 && f.nev == 2);
+  CHECK(devalloc_release(a, keep) == 0 && devalloc_release(a, q) == 0 && devalloc_release(a, c) == 0);
+  devalloc_empty(a);
+  devalloc_stats(a, &s);
+  CHECK(f.waits == 1 && s.reserved == 0 && f.outstanding == 0,
+        "waited %d, reserved %lld, outstanding %d", f.waits, (long long)s.reserved, f.outstanding);
+  devalloc_free_all(a);
+  /* a backend without events: the release waits for the device instead */
+  devalloc *b = fresh(&f, 64 * MiB);
+  p = devalloc_alloc(b, 4096, COPY);
+  keep = devalloc_alloc(b, 4096, COPY);
+  CHECK(devalloc_record_stream(b, p, 0) == 0 && devalloc_release(b, p) == 0);
+  CHECK(f.syncs == 1, "one device sync at release, got %d", f.syncs);
+  CHECK(devalloc_alloc(b, 4096, COPY) == p, "then reused at once");
+  devalloc_free_all(b);
+}
+
 /* The same allocator over real device memory, where there is a GPU. */
 static void on_cuda(void) {
   int64_t st[9];
@@ -209,6 +287,7 @@ int main(void) {
   large_blocks();
   out_of_memory();
   stress();
+  second_stream();
   on_cuda();
   return check_report("test_devalloc");
 }

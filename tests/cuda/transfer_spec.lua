@@ -1,6 +1,10 @@
 -- Moving data to the GPU: pinned host memory, copies that do not wait
--- (non_blocking) with their source kept alive until done, DataLoader
--- batches in pinned memory, and a dataset living on the GPU.
+-- (non_blocking, on the device's copy stream, the compute stream ordered
+-- after each by an event) with their source kept alive until done,
+-- DataLoader batches in pinned memory, and a dataset living on the GPU.
+-- Under the emulator's race checker (scripts/run-tests.sh) a kernel that
+-- used a copy's destination unordered would fail its op
+-- (runtime/cuda/emu/streamcheck.cc; tests/emu/test_streams.cc shows it).
 local ddp = require "ddp"
 local H = require "helpers.cuda"
 
@@ -33,6 +37,58 @@ H.describe("CUDA transfers", function()
     H.same(refs[1]:double(), refs[1]:pin_memory():to("cuda", {dtype = "float64", non_blocking = true}), "with dtype")
   end)
 
+  it("a prefetched batch's copy is ordered before every op on it, on the copy stream", function()
+    -- a training loop's prefetch: batch i+1's copy is issued before batch
+    -- i's kernels, then each batch is read, written in place and reduced
+    local n = 6
+    local xs = {}
+    for i = 1, n do xs[i] = (ddp.arange(4096) % 97 + i):float():view(64, 64):pin_memory() end
+    local nxt = xs[1]:cuda({non_blocking = true})
+    for i = 1, n do
+      local cur = nxt
+      if i < n then nxt = xs[i + 1]:cuda({non_blocking = true}) end
+      local y = cur * 2 + 1
+      cur:mul_(3)
+      H.same(xs[i] * 2 + 1, y, "step " .. i .. ": read")
+      H.same(xs[i] * 3, cur, "step " .. i .. ": written in place")
+      assert.equal(xs[i]:sum():item() * 3, cur:sum():item(), "step " .. i .. ": reduced")
+    end
+  end)
+
+  it("a dropped destination's memory comes back for later copies, not for the compute stream", function()
+    local src = (ddp.arange(65536) % 13):float():pin_memory()
+    local want = src:sum():item()
+    local reserved
+    for i = 1, 30 do
+      local d = src:cuda({non_blocking = true})
+      assert.equal(want, d:sum():item(), "copy " .. i)
+      d = nil  -- luacheck: ignore
+      collectgarbage()
+      collectgarbage()
+      local s = ddp.cuda.memory_stats()
+      if i == 5 then reserved = s.reserved end
+      if i > 5 then assert.equal(reserved, s.reserved, "copy " .. i .. ": no new segment, the block is reused") end
+    end
+    -- a block the compute stream just released (its kernels may still be
+    -- queued) is not handed to a copy, which runs on another stream
+    local c = ddp.zeros(65536):cuda()
+    local cp = c:data_ptr()
+    c = nil  -- luacheck: ignore
+    collectgarbage()
+    collectgarbage()
+    local d = src:cuda({non_blocking = true})
+    assert.are_not.equal(cp, d:data_ptr())
+    assert.equal(want, d:sum():item())
+    -- nor is a copy's block, released, handed to the compute stream
+    local dp = d:data_ptr()
+    d = nil  -- luacheck: ignore
+    collectgarbage()
+    collectgarbage()
+    local z = ddp.zeros(65536, {device = "cuda"})
+    assert.are_not.equal(dp, z:data_ptr())
+    assert.equal(0, z:sum():item())
+  end)
+
   it("DataLoader pin_memory = true yields pinned batches", function()
     local ds = ddp.data.TensorDataset(ddp.randn(10, 3), ddp.arange(10))
     local seen = 0
@@ -41,6 +97,16 @@ H.describe("CUDA transfers", function()
       seen = seen + x:size(0)
     end
     assert.equal(10, seen)
+    -- and prefetched to the GPU without waiting, every value arrives
+    local X = ddp.randn(50, 3)
+    local loader = ddp.data.DataLoader(ddp.data.TensorDataset(X, ddp.arange(50)), {batch_size = 8, pin_memory = true})
+    local got = {}
+    for _, x, y in loader:iter() do
+      local gx, gy = x:cuda({non_blocking = true}), y:cuda({non_blocking = true})
+      H.same(X:index_select(0, y), gx, "batch at " .. tostring(y:get(0)))
+      got[#got + 1] = gy:cpu()
+    end
+    H.same(ddp.arange(50), ddp.cat(got, 0):cuda(), "every label once, in order")
   end)
 
   it("a TensorDataset on the GPU gives batches on the GPU, in the sampler's order", function()

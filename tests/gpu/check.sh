@@ -12,7 +12,8 @@
 #   bash tests/gpu/check.sh           runs the checks; prints a table last
 #
 # The checks: the C device tests, the CUDA op specs (tests/cuda/*_spec.lua,
-# through busted or else tests/gpu/mini_busted.lua), Fashion-MNIST on one
+# through busted or else tests/gpu/mini_busted.lua), pinned host-to-device
+# copies overlapping kernels (tests/gpu/h2d_overlap.lua), Fashion-MNIST on one
 # GPU (`ddplua --nproc 1`, NCCL with one rank), and the GPU benchmarks
 # against PyTorch (bench/gpu_*.lua and .py); the benchmark numbers go in
 # the table too.  Under 8 minutes on one GPU.
@@ -252,6 +253,27 @@ CUDA_TENSORS="$BUILD/cuda_tensors"
 printf '#!/usr/bin/env bash\nexec "%s/%s/ddplua" "%s/tests/gpu/cuda_tensors.lua"\n' "$ROOT" "$BUILD" "$ROOT" >"$CUDA_TENSORS"
 chmod +x "$CUDA_TENSORS"
 c_test cuda_tensors
+
+# Host-to-device copies from pinned memory on the copy stream
+# (tests/gpu/h2d_overlap.lua): DataLoader batches prefetched with
+# {non_blocking = true} while the previous batch's kernels run arrive
+# intact, and a copy issued after a step's kernels overlaps them; the row
+# gives the times (kernels, copy, both, and what queueing would take).
+section "h2d_overlap"
+out=$(run_limited 180 "$BUILD/ddplua" "$ROOT/tests/gpu/h2d_overlap.lua" 2>&1)
+rc=$?
+echo "$out"
+last=$(printf '%s\n' "$out" | grep '^h2d_overlap:' | tail -1)
+skip=$(printf '%s\n' "$out" | grep '^SKIP:' | head -1)
+timing=$(printf '%s\n' "$out" | grep '^h2d overlap: kernels' | tail -1)
+timing=${timing#h2d overlap: }
+if [ "$rc" -ne 0 ] || [ -z "$last" ]; then
+  row h2d_overlap FAIL "exit $rc${last:+, ${last#h2d_overlap: }}${timing:+; $timing}"
+elif [ -n "$skip" ]; then
+  row h2d_overlap SKIP "${skip#SKIP: }"
+else
+  row h2d_overlap PASS "${last#h2d_overlap: }${timing:+; $timing}"
+fi
 
 section "test_nccl"
 # One rank on cuda:0, two forked ranks when there are two GPUs; without a

@@ -7,7 +7,9 @@
 ** each block's threads are fibers on one OS thread, switched at
 ** __syncthreads and warp shuffles, so barrier, shared-memory and warp
 ** logic is exercised, not just the arithmetic.  Streams and events are
-** synchronous.  "Device" memory is host memory, filled with 0xA5 on
+** synchronous, but keep the order a GPU would (streamcheck.cc), so a use
+** on one stream of what a copy on another wrote, with no event between
+** them, fails as a hazard.  "Device" memory is host memory, filled with 0xA5 on
 ** allocation so kernels that read before writing show it.
 */
 #include <stdio.h>
@@ -26,6 +28,7 @@
 #include "cuda_fp16.h"
 #include "cublas_v2.h"
 #include "racecheck.h"
+#include "streamcheck.h"
 
 namespace dlc_emu {
 thread_local fiber_state *cur;
@@ -145,15 +148,6 @@ cudaError_t cudaMallocHost(void **p, size_t n) {
 }
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { return cudaMallocHost(p, n); }
 cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
-cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
-  if (n) memmove(d, s, n);
-  return cudaSuccess;
-}
-cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t) {
-  return cudaMemcpy(d, s, n, k);
-}
-cudaError_t cudaMemset(void *p, int v, size_t n) { memset(p, v, n); return cudaSuccess; }
-cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { return cudaMemset(p, v, n); }
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
   std::lock_guard<std::mutex> g(mem_mu);
   *total_b = mem_limit();
@@ -161,24 +155,70 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
   return cudaSuccess;
 }
 
-/* -- Streams and events: everything is done when it returns ---------------- */
+/* -- Streams and events: everything is done when it returns, in the order
+** a GPU keeps (streamcheck.cc) -------------------------------------------- */
 
-struct dlc_emu_stream { int unused; };
-struct dlc_emu_event { int unused; };
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = new dlc_emu_stream(); return cudaSuccess; }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { return cudaStreamCreate(s); }
-cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned, int) { return cudaStreamCreate(s); }
+struct dlc_emu_stream { int id; };
+struct dlc_emu_event { dlc_emu::sc::vclock c; };
+static int sid(cudaStream_t s) { return s ? s->id : 0; }
+
+/* A hazard the stream checker found fails the call, as a launch would. */
+static cudaError_t checked(const char *report) {
+  if (!report) return cudaSuccess;
+  snprintf(launch_why, sizeof launch_why, "%s", report);
+  return fail(cudaErrorLaunchFailure);
+}
+
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
+  if (n) memmove(d, s, n);
+  return checked(dlc_emu::sc::op(0, "cudaMemcpy", d, n, s, n, false, true));
+}
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t st) {
+  if (n) memmove(d, s, n);
+  return checked(dlc_emu::sc::op(sid(st), "cudaMemcpyAsync", d, n, s, n, true, false));
+}
+cudaError_t cudaMemset(void *p, int v, size_t n) {
+  memset(p, v, n);
+  return checked(dlc_emu::sc::op(0, "cudaMemset", p, n, NULL, 0, true, false));
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st) {
+  memset(p, v, n);
+  return checked(dlc_emu::sc::op(sid(st), "cudaMemsetAsync", p, n, NULL, 0, true, false));
+}
+cudaError_t cudaDeviceSynchronize(void) { dlc_emu::sc::host_wait(-1); return cudaSuccess; }
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+  int id = dlc_emu::sc::stream_new(!(flags & cudaStreamNonBlocking));
+  if (id < 0) return fail(cudaErrorMemoryAllocation);  /* the checker's clocks are full */
+  *s = new dlc_emu_stream{id};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int) {
+  return cudaStreamCreateWithFlags(s, flags);
+}
 cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { dlc_emu::sc::host_wait(sid(s)); return cudaSuccess; }
+/* a query says "done" at once, and then the host knows it is, as on a GPU */
+cudaError_t cudaStreamQuery(cudaStream_t s) { dlc_emu::sc::host_wait(sid(s)); return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  if (!e) return fail(cudaErrorInvalidValue);
+  dlc_emu::sc::wait(sid(s), e->c);
+  return cudaSuccess;
+}
 cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new dlc_emu_event(); return cudaSuccess; }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  if (!e) return fail(cudaErrorInvalidValue);
+  dlc_emu::sc::record(sid(s), &e->c);
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (!e) return fail(cudaErrorInvalidValue);
+  dlc_emu::sc::host_wait_event(e->c);
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) { *ms = 0; return cudaSuccess; }
 
 /* -- float16 ----------------------------------------------------------------- */
@@ -496,7 +536,7 @@ out:
   return rc;
 }
 
-void dlc_emu::launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const void *kernel,
+void dlc_emu::launch(dim3 grid, dim3 block, size_t smem, cudaStream_t st, const void *kernel,
                      const std::function<void()> &body) {
   long nthreads = (long)block.x * block.y * block.z;
   if (nthreads <= 0 || nthreads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
@@ -515,6 +555,7 @@ void dlc_emu::launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const voi
   grid_dim = grid;
   dyn_smem = shm.data();
   rc::launch_begin(kernel, shm.data(), smem);
+  sc::launch_begin(sid(st));
   for (unsigned z = 0; z < grid.z; z++)
     for (unsigned y = 0; y < grid.y; y++)
       for (unsigned x = 0; x < grid.x; x++) {
@@ -523,13 +564,16 @@ void dlc_emu::launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, const voi
           snprintf(launch_why, sizeof launch_why,
                    "unspecified launch failure (emulator: a kernel deadlocked in block (%u,%u,%u))",
                    x, y, z);
+          sc::launch_end(kernel);
           rc::launch_end();
           fail(cudaErrorLaunchFailure);
           goto done;
         }
       }
-  /* a hazard fails the launch once the kernel has run to its end */
-  report = rc::launch_end();
+  /* a hazard fails the launch once the kernel has run to its end: the
+  ** stream checker's, read before the race checker's lock goes */
+  report = sc::launch_end(kernel);
+  if (const char *shared = rc::launch_end()) report = shared;
   if (report) {
     snprintf(launch_why, sizeof launch_why, "%s", report);
     fail(cudaErrorLaunchFailure);

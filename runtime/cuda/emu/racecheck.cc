@@ -18,6 +18,9 @@
 ** threads, both accesses and their source lines (addr2line on the
 ** recorded return addresses), and fails the launch once it ends.
 **
+** Global loads and stores go to the stream checker (streamcheck.cc)
+** while a write of another stream is in flight.
+**
 ** What it cannot see: global memory (between blocks or threads), copies
 ** made by memcpy calls, and anything timing-dependent on real hardware.
 */
@@ -41,6 +44,7 @@
 
 #include "cuda_runtime.h"
 #include "racecheck.h"
+#include "streamcheck.h"
 
 namespace dlc_emu {
 namespace rc {
@@ -152,7 +156,11 @@ inline void touch(const void *p, size_t n, int kind, bool atomic, const void *pc
     c = &S.dyn_shadow[in_dyn];
     room = S.dyn_n - in_dyn;
   } else {
-    return;  /* global or local memory */
+    /* global or local memory: for the stream checker, in a launch that
+    ** has writes of other streams in flight */
+    if (dlc_emu::sc::n_unordered && S.active && dlc_emu::cur)
+      dlc_emu::sc::kernel_access(p, n, kind == WRITE, pc);
+    return;
   }
   if (!S.active || !dlc_emu::cur) return;
   const unsigned char *a = (const unsigned char *)p;
@@ -389,6 +397,11 @@ void dlc_emu::rc::divergent(int idx, const void *site, int other, const void *ot
 }
 
 void dlc_emu::rc::block_end(void) {}
+
+std::string dlc_emu::rc::site(const void *pc, bool ret) {
+  source s = lookup(pc, ret);
+  return s.fn.empty() ? s.loc : s.loc + " (" + s.fn + ")";
+}
 
 const char *dlc_emu::rc::launch_end(void) {
   if (!on) return NULL;

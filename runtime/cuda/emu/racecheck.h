@@ -12,6 +12,8 @@
 
 #include <stddef.h>
 
+#include <string>
+
 namespace dlc_emu {
 namespace rc {
 extern bool on;  /* set by the instrumented objects' constructors */
@@ -29,6 +31,9 @@ void divergent(int idx, const void *site, int other, const void *other_site);
 void block_end(void);
 /* The first hazard of the launch (NULL if none), valid until the next. */
 const char *launch_end(void);
+/* "file:line (function)" of a code address (ret: a return address, whose
+** call is meant), as the reports name them. */
+std::string site(const void *pc, bool ret);
 }  // namespace rc
 }  // namespace dlc_emu
 
