@@ -28,7 +28,7 @@ local LAYERS = {
   { "ddp.checkpoint", "ddp.data.checks", "ddp.data.sample_rng", "ddp.data.worker_codec", "ddp.data.collate",
     "ddp.data.worker_main", "ddp.data.workers", "ddp.data.dataset", "ddp.data.idx", "ddp.data.samplers",
     "ddp.data.loader", "ddp.data.metrics", "ddp.data.npy", "ddp.data.json", "ddp.data.files", "ddp.data.image",
-    "ddp.data.webdataset",
+    "ddp.data.image_folder", "ddp.data.webdataset",
     "ddp.data.shard_sampler", "ddp.data.shard_writer", "ddp.data.transforms_functional", "ddp.data.transforms",
     "ddp.data.tokens", "ddp.tokens", "ddp.data", "ddp.progress",
     "ddp.argparse" },

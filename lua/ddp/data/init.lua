@@ -19,6 +19,7 @@ core.add_lib_file(debug.getinfo(1, "S").source)
 -- Each part's classes and functions (core.gather).
 local data = core.gather({}, "ddp.data", { "ddp.data.idx", "ddp.data.dataset", "ddp.data.samplers",
                                            "ddp.data.loader", "ddp.data.metrics", "ddp.data.npy", "ddp.data.image",
+                                           "ddp.data.image_folder",
                                            "ddp.data.webdataset", "ddp.data.shard_sampler", "ddp.data.shard_writer" })
 
 data.tokens = require "ddp.data.tokens"

@@ -55,6 +55,7 @@ local function run(q, w, payload, addrs)
     return
   end
   handles.in_worker = true
+  handles.worker_id = w  -- datasets keep per-worker counters by it (ImageFolder's bad files)
   local ds, plan = setup.dataset, collate.plan(setup.dataset)
   M.refs = codec.ref_index()
   if setup.init_fn then
