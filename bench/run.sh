@@ -40,6 +40,7 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
   [ -n "$core" ] && export OPENBLAS_CORETYPE=$core
 fi
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(free -g | awk '/Mem:/{print $2}') GiB"
+echo "cpu flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(fma|avx2|avx512f|avx512bw|avx512_vnni|avx512_bf16|avx512_fp16|amx_tile)$' | tr '\n' ' ')"
 echo "torch $($PY -c 'import torch; print(torch.__version__)'), $(build/ddplua -v 2>&1 | head -n1), median of $ROUNDS alternating rounds, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
 
 # median of column 2 per op (column 1) over the files given
@@ -50,7 +51,7 @@ median() {
             printf "%s\t%s\t%s\n", k[i], a[int((m + 1) / 2)], u[k[i]] } }' "$@"
 }
 
-for bench in ${BENCHES:-tensor_ops train_mlp train_cnn train_gpt train_gpt_fused allreduce train_ddp train_cnn_ddp train_gpt_ddp startup}; do
+for bench in ${BENCHES:-tensor_ops train_mlp train_cnn train_gpt train_gpt_fused allreduce train_ddp train_cnn_ddp train_gpt_ddp startup data_images}; do
   # the twins' commands ($t: threads per process) and the thread counts
   case $bench in
     allreduce)
@@ -72,6 +73,11 @@ for bench in ${BENCHES:-tensor_ops train_mlp train_cnn train_gpt train_gpt_fused
     train_gpt_fused)
       threads="1 2" what=""
       lua="GPT_FUSED=1 build/ddplua bench/train_gpt.lua \$t" py="GPT_FUSED=1 $PY bench/train_gpt.py \$t" ;;
+    data_images)
+      # the JPEGs both sides decode, written once by PIL
+      $PY bench/data_images.py --make || echo "bench: data_images.py --make failed"
+      threads=1 what="1 thread, 1 and 2 loader workers"
+      lua="build/ddplua bench/data_images.lua 1" py="$PY bench/data_images.py 1" ;;
     startup)
       threads=1 what="2 ranks x 1 thread"
       lua="bash bench/startup.sh ddplua" py="bash bench/startup.sh torchrun" ;;

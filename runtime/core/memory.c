@@ -185,6 +185,16 @@ DL_HIDDEN void mem_gc_credit(size_t nbytes) {
   atomic_fetch_add(&mem_dev_since_gc, (long long)nbytes);
 }
 
+static atomic_int mem_gc_epoch;
+
+DL_API int dl_gc_epoch(void) {
+  if (dl_gc_hint()) {
+    dl_gc_done();
+    atomic_fetch_add(&mem_gc_epoch, 1);
+  }
+  return atomic_load(&mem_gc_epoch);
+}
+
 DL_API void dl_gc_done(void) {
   atomic_store(&mem_gc_base, atomic_load(&mem_live));
   atomic_store(&mem_dev_since_gc, 0);

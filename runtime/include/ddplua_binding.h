@@ -18,6 +18,13 @@ extern "C" {
 ** Lua side should run its garbage collector (it sees pointers, not bytes). */
 DL_API int dl_gc_hint(void);
 DL_API void dl_gc_done(void);
+/* For several Lua states in one process (the loop's and each loader
+** worker's): a number that changes each time the live bytes grew by that
+** much (and restarts the count).  A state that sees a new one collects
+** once, then calls dl_gc_done(): a hint taken by one state would leave the
+** others' garbage -- a worker's decoded images, the loop's used batches --
+** to pile up unseen. */
+DL_API int dl_gc_epoch(void);
 
 /* -- Memory owned by the host language ------------------------------------ */
 

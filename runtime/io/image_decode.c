@@ -69,6 +69,19 @@ DL_HIDDEN int image_sniff(const char *op, const char *name, const uint8_t *p, si
   return dl_err(EM_IMG_FORMAT, op, name, msg);
 }
 
+/* One RGB row into three planes.  O3 for this loop alone: GCC then
+** vectorises the stride-3 loads with shuffles (measured: the copy took
+** 12% of a decode + crop pipeline at -O2, 8% at -O3: unrolled, it still
+** does not vectorise). */
+__attribute__((optimize("O3"))) static void deinterleave3(const uint8_t *restrict in, uint8_t *restrict r,
+                                                           uint8_t *restrict g, uint8_t *restrict b, int64_t w) {
+  for (int64_t x = 0; x < w; x++) {
+    r[x] = in[3 * x];
+    g[x] = in[3 * x + 1];
+    b[x] = in[3 * x + 2];
+  }
+}
+
 DL_HIDDEN dl_tensor *image_planar(const uint8_t *hwc, int64_t h, int64_t w, int c, size_t stride) {
   int64_t shape[3] = {c, h, w};
   dl_tensor *t = dl_empty(shape, 3, DL_UINT8);
@@ -83,11 +96,7 @@ DL_HIDDEN dl_tensor *image_planar(const uint8_t *hwc, int64_t h, int64_t w, int 
     const uint8_t *row = hwc + (size_t)y * stride;
     uint8_t *o = out + (size_t)(y * w);
     if (c == 3) {
-      for (int64_t x = 0; x < w; x++) {
-        o[x] = row[3 * x];
-        o[plane + x] = row[3 * x + 1];
-        o[2 * plane + x] = row[3 * x + 2];
-      }
+      deinterleave3(row, o, o + plane, o + 2 * plane, w);
     } else {
       for (int64_t x = 0; x < w; x++)
         for (int k = 0; k < c; k++) o[k * plane + x] = row[c * x + k];

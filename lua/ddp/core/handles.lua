@@ -58,8 +58,11 @@ end
 local release = C.dl_tensor_release
 
 -- Takes ownership of a new reference returned by C.
+local gc_epoch = 0  -- this Lua state's: each state collects once an epoch
 local function own(p)
-  if C.dl_gc_hint() ~= 0 then
+  local e = C.dl_gc_epoch()
+  if e ~= gc_epoch then
+    gc_epoch = e
     collectgarbage()
     C.dl_gc_done()
   end

@@ -268,6 +268,9 @@ local function load(self, i)
     if info.format == "jpeg" then mh, mw = tf:decode_min_size(info.height, info.width) end
   end
   local img = C.dl_image_decode(bytes, image._mode_arg(self.mode, "ImageFolder"), mh, mw, path)
+  -- the file's bytes go now, not at the state's next collection: a worker
+  -- thread's Lua heap does not see the megabytes behind its handles
+  C.dl_tensor_free_data(bytes)
   if img == nil then return nil, (ffi.string(C.dl_last_error()):gsub("^decode_image: ", "")) end
   return handles.own(img)
 end
@@ -300,7 +303,13 @@ function ImageFolder:get(i)
     if not img then raise(("ImageFolder: none of the %d samples could be read: the last, %s"):format(self._n, err)) end
   end
   local target = target_of(self, at)
-  if self.transform then img = self.transform(img) end
+  if self.transform then
+    local out = self.transform(img)
+    -- the decoded image is garbage unless the transform handed it back
+    -- (its views, such as a crop's, keep the pixels alive themselves)
+    if not rawequal(out, img) and not self.loader then C.dl_tensor_free_data(img) end
+    img = out
+  end
   if self.target_transform then target = self.target_transform(target) end
   return img, target
 end

@@ -108,7 +108,11 @@ local function run(q, w, payload, addrs)
       else
         put_error(q, w, key, ("sample %d: %s"):format(sample, tostring(out)))
       end
-      idx, job = nil, nil
+      idx, job, out = nil, nil, nil
+      -- a batch's garbage (decoded samples, the batch's own handles) goes
+      -- now: the runtime's collection hint is one for the process, and the
+      -- loop's state taking it would leave this state's heap to grow
+      collectgarbage()
     end
   end
 end
