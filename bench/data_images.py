@@ -11,8 +11,8 @@ both sides decode the very same files).
 
 Two paths, as torchvision offers them: PIL (datasets.ImageFolder's default
 loader) and torchvision.io.decode_jpeg on the file's bytes; the faster is
-the row compared (both go to stderr).  torchvision always decodes in full,
-so its "full decode" row repeats the 2-worker number.  Each row: a warm pass first (workers
+the row compared (both go to stderr).  The "eval" row: Resize(256) +
+CenterCrop(224) instead of the augmentation (torchvision decodes in full).  Each row: a warm pass first (workers
 started and persistent), then PASSES timed passes.  Peak memory: the most
 resident memory of the main process and its workers together, sampled at
 every batch.
@@ -60,16 +60,20 @@ augment = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizo
                       v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
 
 
+evaluate = v2.Compose([v2.Resize(256, antialias=True), v2.CenterCrop(224), v2.ToImage(),
+                       v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+
+
 class DecodeJpeg(torch.utils.data.Dataset):
-    def __init__(self, files):
-        self.files = files
+    def __init__(self, files, tf=augment):
+        self.files, self.tf = files, tf
 
     def __len__(self):
         return len(self.files)
 
     def __getitem__(self, i):
         img = torchvision.io.decode_jpeg(torchvision.io.read_file(self.files[i]))
-        return augment(img), 0
+        return self.tf(img), 0
 
 
 def rss_mb():
@@ -122,6 +126,7 @@ for workers in (1, 2):
     print("images %d worker%s\t%.1f\timages/s" % (workers, "" if workers == 1 else "s", best))
     print("peak memory %d w\t%.0f\tMB (info)" % (workers, mem))
     print("  PIL path %d w: %.1f images/s, decode_jpeg path: %.1f images/s" % (workers, pil, dec), file=sys.stderr)
-    if workers == 2:
-        full = best
-print("images 2 w full decode\t%.1f\timages/s (info)" % full)
+eval_pil, _ = run(torchvision.datasets.ImageFolder(root, transform=evaluate), 2)
+eval_dec, _ = run(DecodeJpeg(files, evaluate), 2)
+print("eval images 2 workers\t%.1f\timages/s" % max(eval_pil, eval_dec))
+print("  eval PIL path: %.1f images/s, decode_jpeg path: %.1f images/s" % (eval_pil, eval_dec), file=sys.stderr)
