@@ -72,7 +72,7 @@ end
 local classes, samples
 if data.ImageFolder then
   local f = data.ImageFolder(args.folder)
-  classes, samples = f.classes, f.samples
+  classes, samples = f.classes, f:samples()
 else
   classes, samples = walk(args.folder)
 end

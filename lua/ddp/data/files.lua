@@ -1,6 +1,7 @@
 -- ddp.data.files: the directory walks the datasets over files share
 -- (ImageFolder's class folders, WebDataset's shard globs, the shard and
--- folder tools): libc's opendir/readdir through the FFI, no C of our own.
+-- folder tools) and the folders the tools make: libc's opendir/readdir and
+-- mkdir through the FFI, no C of our own.
 local core = require "ddp.core"
 local C, ffi = core.C, core.ffi
 
@@ -18,7 +19,9 @@ dl_files_dir *dl_files_opendir(const char *path) __asm__("opendir");
 dl_files_dirent *dl_files_readdir(dl_files_dir *d) __asm__("readdir");
 int dl_files_closedir(dl_files_dir *d) __asm__("closedir");
 char *dl_files_strerror(int errnum) __asm__("strerror");
+int dl_files_mkdir(const char *path, unsigned int mode) __asm__("mkdir");
 ]])
+local EEXIST = 17
 
 -- files.list_dir(path) -> names, dirs: the names in a directory (not .
 -- and ..), sorted by their bytes, and the set of those that are
@@ -57,6 +60,31 @@ function M.exists(path)
   local f = io.open(path, "rb")
   if f then f:close() end
   return f ~= nil
+end
+
+local function is_dir(path)
+  local d = C.dl_files_opendir(path)
+  if d == nil then return false end
+  C.dl_files_closedir(d)
+  return true
+end
+
+-- files.make_dirs(path) -> true, or nil and the system's reason: path and
+-- the folders above it made where missing (mkdir -p; mode 0777 less the
+-- umask); a folder already there is fine, a file in the way is not.
+function M.make_dirs(path)
+  local at = 1
+  while true do
+    local slash = path:find("/", at + 1, true)
+    local prefix = slash and path:sub(1, slash - 1) or path
+    if prefix ~= "" and prefix ~= "." and C.dl_files_mkdir(prefix, 511) ~= 0 then
+      local errno = ffi.errno()
+      if errno ~= EEXIST then return nil, prefix .. ": " .. ffi.string(C.dl_files_strerror(errno)) end
+      if not is_dir(prefix) then return nil, prefix .. ": exists and is not a folder" end
+    end
+    if not slash then return true end
+    at = slash
+  end
 end
 
 return M

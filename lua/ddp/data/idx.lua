@@ -71,18 +71,14 @@ local function find_file(dir, name)
   return nil, why
 end
 
--- data.fashion_mnist(split[, dir | {dir =, flat =}]): "train" (60000
--- images) or "test" (10000); the directory defaults to $FASHION_MNIST_DIR,
--- then to where the Debian package dataset-fashion-mnist puts the files.
-function M.fashion_mnist(split, opts)
-  local op = "fashion_mnist"
+-- The images' and labels' files of a split, for fashion_mnist and
+-- fashion_mnist_files (op names the caller in messages).
+local function split_files(op, split, dir)
   if not split_prefix[split] then
     raise(('%s: split must be "train" or "test", got %s'):format(op, show(split)))
   end
-  if type(opts) == "string" then opts = { dir = opts } end
-  opts = core.check_opts(opts, op, { dir = true, flat = true })
   local env = os.getenv("FASHION_MNIST_DIR")
-  local dir = opts.dir or (env ~= "" and env) or M.FASHION_MNIST_DIR
+  dir = dir or (env ~= "" and env) or M.FASHION_MNIST_DIR
   if type(dir) ~= "string" then raise(op .. ": dir must be a string, got " .. show(dir)) end
   local paths = {}
   for i, kind in ipairs { "images-idx3-ubyte", "labels-idx1-ubyte" } do
@@ -96,7 +92,25 @@ function M.fashion_mnist(split, opts)
     end
     paths[i] = p
   end
-  return load_images(op, paths[1], paths[2], checks.bool_opt(opts.flat, op, "flat", true))
+  return paths[1], paths[2]
+end
+
+-- data.fashion_mnist(split[, dir | {dir =, flat =}]): "train" (60000
+-- images) or "test" (10000); the directory defaults to $FASHION_MNIST_DIR,
+-- then to where the Debian package dataset-fashion-mnist puts the files.
+function M.fashion_mnist(split, opts)
+  local op = "fashion_mnist"
+  if type(opts) == "string" then opts = { dir = opts } end
+  opts = core.check_opts(opts, op, { dir = true, flat = true })
+  local images, labels = split_files(op, split, opts.dir)
+  return load_images(op, images, labels, checks.bool_opt(opts.flat, op, "flat", true))
+end
+
+-- data.fashion_mnist_files(split[, dir]) -> images_path, labels_path: the
+-- IDX files fashion_mnist reads, found the same way, for reading them raw
+-- (data.read_idx: uint8 [N, 28, 28] and [N]).
+function M.fashion_mnist_files(split, dir)
+  return split_files("fashion_mnist_files", split, dir)
 end
 
 return M
