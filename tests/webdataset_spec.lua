@@ -568,6 +568,32 @@ describe("tools/make_shards.lua", function()
   end)
 end)
 
+describe("tools/make_shards.lua and data.decode_image", function()
+  it("decode the images of a folder's shards to ImageFolder's pixels", function()
+    local root = path("imgs")
+    os.execute(("mkdir -p %s/a %s/b"):format(root, root))
+    local k = 0
+    for _, rel in ipairs { "a/0.png", "a/1.jpg", "b/2.png", "b/3.jpg", "b/4.png" } do
+      k = k + 1
+      local img = (ddp.arange(3 * 12 * 16):remainder(97) * k):remainder(256):to("uint8"):view(3, 12, 16)
+      if rel:find("jpg$") then data.write_jpeg(img, root .. "/" .. rel) else data.write_png(img, root .. "/" .. rel) end
+    end
+    local _, err, rc = jobs.run(("tools/make_shards.lua %s %s --maxcount 2 --no-shuffle")
+                                :format(jobs.q(root), jobs.q(path("imgs-out/s-%03d.tar"))))
+    assert.are.equal(0, rc, err)
+    local ds = data.WebDataset(path("imgs-out/s-*.tar"), { fields = { "jpg;png", "cls" }, decode = data.decode_image })
+    local folder = data.ImageFolder(root)
+    assert.are.equal(#folder, #ds)
+    for i = 0, #ds - 1 do
+      local img, cls = ds:get(i)
+      local want, target = folder:get(i)
+      assert.are.equal(target, cls)
+      assert.are.same(want:shape(), img:shape())
+      assert.are.equal(0, (want:to("int64") - img:to("int64")):abs():max():item())
+    end
+  end)
+end)
+
 describe("data.json", function()
   it("decodes RFC 8259 text and names the byte of a mistake", function()
     assert.are.same({ a = { 1, 2.5, "x" }, b = json.null, c = "\195\169", d = { true, false } },

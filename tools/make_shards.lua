@@ -17,7 +17,6 @@
 -- class index order.
 local ddp = require "ddp"
 local data = require "ddp.data"
-local files = require "ddp.data.files"
 local core = require "ddp.core"
 local C = core.C
 
@@ -30,54 +29,22 @@ local args = ddp.argparse({ maxcount = 10000, maxsize = 3e9, shuffle_seed = 0, s
            shuffle_seed = "the seed of the samples' order", shuffle = "shuffle the samples (--no-shuffle: class by class)" },
 })
 
--- torchvision's IMG_EXTENSIONS (ImageFolder takes only these files).
-local IMG = { jpg = true, jpeg = true, png = true, ppm = true, bmp = true, pgm = true, tif = true, tiff = true,
-              webp = true }
-
--- The folder as torchvision's ImageFolder walks it: class folders sorted,
--- each walked as sorted(os.walk(class_dir)) with its file names sorted.
--- data.ImageFolder does the same when it is there.
-local function walk(folder)
-  local names, dirs = files.list_dir(folder)
-  if not names then error(("make_shards: %s: %s"):format(folder, dirs), 0) end
-  local classes, samples = {}, {}
-  for _, c in ipairs(names) do
-    if dirs[c] then classes[#classes + 1] = c end
-  end
-  if #classes == 0 then error(("make_shards: %s has no class folders"):format(folder), 0) end
-  for ci, c in ipairs(classes) do
-    local roots, stack = {}, { folder .. "/" .. c }
-    while #stack > 0 do
-      local dir = table.remove(stack)
-      local ns, ds = files.list_dir(dir)
-      local files = {}
-      for _, n in ipairs(ns or {}) do
-        if ds[n] then stack[#stack + 1] = dir .. "/" .. n
-        elseif IMG[(n:match("%.([^.]*)$") or ""):lower()] then files[#files + 1] = n end
-      end
-      roots[#roots + 1] = { dir = dir, files = files }
-    end
-    table.sort(roots, function(a, b) return a.dir < b.dir end)
-    for _, r in ipairs(roots) do
-      for _, n in ipairs(r.files) do samples[#samples + 1] = { r.dir .. "/" .. n, ci - 1 } end
-    end
-  end
-  return classes, samples
-end
+-- torchvision's IMG_EXTENSIONS: the bytes go into the shards unchanged, so
+-- every format its ImageFolder takes is taken (data.ImageFolder's own
+-- default is what ddplua decodes: JPEG and PNG).
+local IMG = { ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp" }
 
 if args.shuffle_seed ~= math.floor(args.shuffle_seed) or args.shuffle_seed < 0 or args.shuffle_seed >= 2^53 then
   error(("make_shards: --shuffle-seed must be an integer from 0 to 2^53 - 1, got %s"):format(args.shuffle_seed), 0)
 end
 
-local classes, samples
-if data.ImageFolder then
-  local f = data.ImageFolder(args.folder)
-  classes, samples = f.classes, f:samples()
-else
-  classes, samples = walk(args.folder)
-end
+-- the folder as torchvision's ImageFolder walks it (data.ImageFolder's
+-- order: class folders sorted, each walked as sorted(os.walk(...)))
+local ok, folder = pcall(data.ImageFolder, args.folder, { extensions = IMG, allow_empty = true })
+if not ok then error(("make_shards: %s"):format(tostring(folder):gsub("^[^:]*:%d+: ", "")), 0) end
+local classes, samples = folder.classes, folder:samples()
 local n = #samples
-if n == 0 then error(("make_shards: %s holds no images (%s)"):format(args.folder, "jpg, jpeg, png, ..."), 0) end
+if n == 0 then error(("make_shards: %s holds no images (%s)"):format(args.folder, table.concat(IMG, ", ")), 0) end
 
 local order = {}
 if args.shuffle then
@@ -105,5 +72,5 @@ local shards = w:close()
 local cf = assert(io.open(dir .. "/classes.txt", "w"))
 cf:write(table.concat(classes, "\n"), "\n")
 cf:close()
-print(("%s: %d samples of %d classes in %d shards (%s ... %s)%s"):format(args.folder, n, #classes, #shards,
-  shards[1], shards[#shards], data.ImageFolder and "" or " [folder walked by make_shards itself]"))
+print(("%s: %d samples of %d classes in %d shards (%s ... %s)"):format(args.folder, n, #classes, #shards,
+  shards[1], shards[#shards]))

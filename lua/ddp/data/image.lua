@@ -126,8 +126,12 @@ local decode_opts = { mode = true, min_size = true, transform = true, name = tru
 -- 4 channels), "gray", "gray_alpha", "rgb", "rgb_alpha".  name: what
 -- messages call the bytes (a file's path).  An image that is truncated,
 -- corrupt or of another format is an error naming it and the problem.
+-- WebDataset{decode = data.decode_image} calls it as (bytes, ext).
 function M.decode_image(bytes, opts)
   local op = "decode_image"
+  -- decode(bytes, ext), as WebDataset's decode hook calls it: the format
+  -- comes from the bytes, the extension says nothing more
+  if type(opts) == "string" then opts = nil end
   opts = core.check_opts(opts, op, decode_opts)
   local mode, name = mode_arg(opts.mode, op), name_arg(opts.name, op)
   bytes = bytes_arg(bytes, op)
