@@ -131,6 +131,8 @@ describe("the fused pass", function()
     { "RandomResizedCrop, flip, ToDtype, Normalize", function()
       return { T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.ToDtype("float32", { scale = true }),
                T.Normalize(mean, std) } end },
+    { "RandomResizedCrop, flip, ToTensor, Normalize (a PyTorch script's names)", function()
+      return { T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(mean, std) } end },
     { "RandomResizedCrop without antialias, flip always", function()
       return { T.RandomResizedCrop({ 20, 28 }, { antialias = false }), T.RandomHorizontalFlip(1),
                T.ToDtype("float32", { scale = true }) } end },
@@ -299,6 +301,22 @@ describe("decode_min_size", function()
   end)
 end)
 
+describe("ToTensor", function()
+  it("is ToDtype(float32, scale = true) under the name PyTorch scripts write", function()
+    local img = ddp.arange(3 * 5 * 7):remainder(256):to("uint8"):view(3, 5, 7)
+    local a, b = T.ToTensor()(img), T.ToDtype("float32", { scale = true })(img)
+    assert.equals("float32", a:dtype())
+    assert.equals(0, (a - b):abs():max():item())
+    assert.equals(1, (img:to("float32") / 255 - a):abs():max():item() < 1e-7 and 1 or 0)
+    -- it fuses with the crop and the normalisation as ToDtype does
+    local chain = T.Compose { T.RandomResizedCrop(4), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(0.5, 0.25) }
+    assert.equals(4, chain:fused_count(img))
+    local ok, err = pcall(T.ToTensor, "float16")
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("ToTensor: takes no arguments", 1, true), err)
+  end)
+end)
+
 describe("the transforms' reprs", function()
   it("read as torchvision's", function()
     local mean, std = { 0.485, 0.456, 0.406 }, { 0.229, 0.224, 0.225 }
@@ -318,6 +336,7 @@ describe("the transforms' reprs", function()
         "ColorJitter(brightness=(0.6, 1.4), contrast=(0.6, 1.4), saturation=(0.6, 1.4), hue=(-0.1, 0.1))" },
       { T.ColorJitter(), "ColorJitter()" },
       { T.ToImage(), "ToImage()" },
+      { T.ToTensor(), "ToTensor()" },
       { T.Compose { T.RandomResizedCrop(224), T.RandomHorizontalFlip() },
         "Compose(\n      RandomResizedCrop(size=(224, 224), scale=(0.08, 1.0), ratio=(0.75, 1.3333333333333333), "
         .. "interpolation=bilinear, antialias=True)\n      RandomHorizontalFlip(p=0.5)\n)" },

@@ -391,6 +391,43 @@ describe("ShardSampler", function()
     for r = 0, 29 do assert.are.equal(1, #data.ShardSampler(ds, { num_replicas = 30, rank = r }):indices(0)) end
   end)
 
+  it("2 ranks x 2 loader workers: every sample once an epoch, none lost or repeated (a real job)", function()
+    os.execute("mkdir -p " .. path("job"))
+    local w = data.ShardWriter(path("job/s-%03d.tar"), { maxcount = 5 })
+    for i = 0, 39 do w:write({ __key__ = ("%06d"):format(i), id = i, jpg = bytes("image " .. i) }) end
+    local shards = w:close()
+    local s = jobs.script(([[
+local data = require "ddp.data"
+ddp.init()
+local ds = data.WebDataset(%q, { fields = { "id" } })
+local sampler = data.ShardSampler(ds, { seed = 3 })
+local l = data.DataLoader(ds, { batch_size = 4, sampler = sampler, num_workers = 2, persistent_workers = true })
+for epoch = 0, 2 do
+  local keys = {}
+  for _, id in l:iter() do
+    for _, v in ipairs(id:totable()) do keys[#keys + 1] = v end
+  end
+  local all = ddp.all_gather_object(keys)
+  if ddp.rank() == 0 then
+    local seen, n = {}, 0
+    for _, ks in ipairs(all) do
+      for _, key in ipairs(ks) do
+        assert(not seen[key], "epoch " .. epoch .. ": " .. key .. " twice")
+        seen[key], n = true, n + 1
+      end
+    end
+    print(("epoch %%d: %%d samples, %%d and %%d per rank"):format(epoch, n, #all[1], #all[2]))
+  end
+end
+]]):format(path("job/s-*.tar")), "wds_job")
+    assert.are.equal(8, #shards)
+    local out, err, rc = jobs.run("--nproc 2 " .. jobs.q(s), nil, 90)
+    assert.are.equal(0, rc, err)
+    for epoch = 0, 2 do
+      assert.truthy(out:find(("epoch %d: 40 samples, 20 and 20 per rank"):format(epoch), 1, true), out .. err)
+    end
+  end)
+
   it("shuffles the order of shards by seed and epoch, the same on every rank, samples in tar order", function()
     local function order(seed, epoch)
       return data.ShardSampler(ds, { num_replicas = 1, rank = 0, seed = seed }):shard_order(epoch)

@@ -400,6 +400,20 @@ function ToDtype:forward(img) return F._to_dtype("ToDtype", img, self.dtype, { s
 -- (torchvision prints only scale; the dtype is shown too)
 function ToDtype:repr() return ("ToDtype(dtype=%s, scale=%s)"):format(self.dtype, pybool(self.scale)) end
 
+-- T.ToTensor(): the name a PyTorch script still writes (torchvision's v1
+-- ToTensor; v2 keeps it, deprecated, for ToImage + ToDtype(float32,
+-- scale=True)): a uint8 [C, H, W] image as float32 in [0, 1].  A ToDtype,
+-- so it fuses with the crop before it as ToDtype does.
+local ToTensor = core.class("ToTensor", ToDtype)
+M.ToTensor = ToTensor
+
+function ToTensor:init(...)
+  if select("#", ...) > 0 then raise("ToTensor: takes no arguments (ToDtype(dtype, {scale =}) does)") end
+  ToDtype.init(self, "float32", { scale = true })
+end
+
+function ToTensor:repr() return "ToTensor()" end
+
 local Normalize = core.class("Normalize", Transform)
 M.Normalize = Normalize
 
