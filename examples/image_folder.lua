@@ -1,4 +1,4 @@
--- image_folder.lua: train a small CNN on your own images, data-parallel,
+-- image_folder.lua: train a small ResNet on your own images, data-parallel,
 -- as a PyTorch DDP user writes train.py over torchvision's ImageFolder:
 -- one subfolder of JPEG or PNG files per class (DIR/cat/001.jpg,
 -- DIR/dog/xyz.png, ...), decoded and augmented in loader worker threads
@@ -48,19 +48,35 @@ end
 
 -- -- Model ----------------------------------------------------------------------
 
--- conv 3x3 (no bias: the batch norm has one), batch norm, ReLU
-local function block(cin, cout)
-  return nn.Sequential(nn.Conv2d(cin, cout, 3, { padding = 1, bias = false }), nn.BatchNorm2d(cout), nn.ReLU())
+-- conv 3x3 (no bias: the batch norm has one) and batch norm
+local function conv_bn(cin, cout, stride)
+  return nn.Sequential(nn.Conv2d(cin, cout, 3, { padding = 1, stride = stride, bias = false }), nn.BatchNorm2d(cout))
 end
 
-local CNN = nn.Module:extend("CNN")
-function CNN:init(channels, num_classes)
-  self.features = nn.Sequential(block(channels, 32), nn.MaxPool2d(2), block(32, 64), nn.MaxPool2d(2),
-                                block(64, 128))
-  self.head = nn.Linear(128, num_classes)
+-- ResNet's basic block: two conv-bn, the input added back (through a 1x1
+-- conv where the shape changes), then ReLU
+local Block = nn.Module:extend("Block")
+function Block:init(cin, cout, stride)
+  self.conv1, self.conv2 = conv_bn(cin, cout, stride), conv_bn(cout, cout, 1)
+  if stride ~= 1 or cin ~= cout then
+    self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, { stride = stride, bias = false }), nn.BatchNorm2d(cout))
+  end
 end
--- the mean over the feature map (global average pooling): any image size
-function CNN:forward(x) return self.head(self.features(x):mean({ 2, 3 })) end
+function Block:forward(x)
+  local y = self.conv2(F.relu(self.conv1(x)))
+  return F.relu(y + (self.shortcut and self.shortcut(x) or x))
+end
+
+-- a small ResNet: a conv stem, three stages of one block (16, 32, 64
+-- channels; the last two halve the size), global average pooling (any
+-- image size), a linear head
+local ResNet = nn.Module:extend("ResNet")
+function ResNet:init(channels, num_classes)
+  self.stem = nn.Sequential(nn.Conv2d(channels, 16, 3, { padding = 1, bias = false }), nn.BatchNorm2d(16), nn.ReLU())
+  self.layers = nn.Sequential(Block(16, 16, 1), Block(16, 32, 2), Block(32, 64, 2))
+  self.head = nn.Linear(64, num_classes)
+end
+function ResNet:forward(x) return self.head(self.layers(self.stem(x)):mean({ 2, 3 })) end
 
 -- -- Data, model, optimizer ------------------------------------------------------
 
@@ -95,7 +111,7 @@ local loader = data.DataLoader(train, { batch_size = args.batch_size, sampler = 
 local val_loader = data.DataLoader(val, { batch_size = 256, sampler = data.DistributedSampler(val, { eval = true }),
                                           num_workers = args.workers })
 
-local model = ddp.DDP(CNN(channels, #train.classes):to(device))  -- rank 0's weights everywhere
+local model = ddp.DDP(ResNet(channels, #train.classes):to(device))  -- rank 0's weights everywhere
 local opt = optim.AdamW(model:parameters(), { lr = args.lr, weight_decay = args.weight_decay })
 local sched = optim.lr_scheduler.CosineWithWarmup(opt, {
   warmup_steps = math.min(100, math.floor(args.epochs * #loader / 10)), total_steps = args.epochs * #loader })

@@ -138,8 +138,11 @@ describe("examples/image_folder.lua", function()
     local state = ddp.load_checkpoint(ckpt)
     assert.equals(2, state.epoch)
     assert.same(data.ImageFolder(folder).classes, state.classes)
-    assert.same({ 10, 128 }, state.model["head.weight"]:shape())
-    assert.same({ 32, 1, 3, 3 }, state.model["features.0.0.weight"]:shape())
+    assert.same({ 10, 64 }, state.model["head.weight"]:shape())
+    assert.same({ 16, 1, 3, 3 }, state.model["stem.0.weight"]:shape())
+    -- the residual blocks: a 1x1 shortcut where the channels change
+    assert.same({ 32, 16, 1, 1 }, state.model["layers.1.shortcut.0.weight"]:shape())
+    assert.is_nil(state.model["layers.0.shortcut.0.weight"])
     assert.is_true(state.model["head.weight"]:isfinite():all())
     assert.equals(2, state.loader.epoch)  -- two passes done: the next is epoch 2
   end)
