@@ -17,6 +17,10 @@ DL_HIDDEN int image_bytes(const char *op, const dl_tensor *t, const uint8_t **da
 /* DL_IMAGE_JPEG or DL_IMAGE_PNG from the first bytes, or 0 with the error
 ** naming name and, when it can tell, what the bytes are instead. */
 DL_HIDDEN int image_sniff(const char *op, const char *name, const uint8_t *p, size_t n);
+/* Interleaved rows y0 .. y0 + rows - 1 (row stride `stride` bytes) into
+** the planes of out, a [c, h, w] uint8 buffer. */
+DL_HIDDEN void image_rows_planar(const uint8_t *hwc, size_t stride, int64_t y0, int64_t rows, uint8_t *out,
+                                 int64_t h, int64_t w, int c);
 /* Interleaved rows (h x w x c, row stride `stride` bytes) into a new
 ** uint8 [c, h, w] tensor. */
 DL_HIDDEN dl_tensor *image_planar(const uint8_t *hwc, int64_t h, int64_t w, int c, size_t stride);

@@ -81,26 +81,27 @@ __attribute__((optimize("O3"))) static void deinterleave3(const uint8_t *restric
   }
 }
 
-DL_HIDDEN dl_tensor *image_planar(const uint8_t *hwc, int64_t h, int64_t w, int c, size_t stride) {
-  int64_t shape[3] = {c, h, w};
-  dl_tensor *t = dl_empty(shape, 3, DL_UINT8);
-  if (!t) return NULL;
-  uint8_t *out = (uint8_t *)tensor_first(t);
+DL_HIDDEN void image_rows_planar(const uint8_t *hwc, size_t stride, int64_t y0, int64_t rows, uint8_t *out,
+                                 int64_t h, int64_t w, int c) {
   size_t plane = (size_t)(h * w);
-  if (c == 1) {
-    for (int64_t y = 0; y < h; y++) memcpy(out + (size_t)(y * w), hwc + (size_t)y * stride, (size_t)w);
-    return t;
-  }
-  for (int64_t y = 0; y < h; y++) {
-    const uint8_t *row = hwc + (size_t)y * stride;
+  for (int64_t y = y0; y < y0 + rows; y++) {
+    const uint8_t *row = hwc + (size_t)(y - y0) * stride;
     uint8_t *o = out + (size_t)(y * w);
-    if (c == 3) {
+    if (c == 1) {
+      memcpy(o, row, (size_t)w);
+    } else if (c == 3) {
       deinterleave3(row, o, o + plane, o + 2 * plane, w);
     } else {
       for (int64_t x = 0; x < w; x++)
         for (int k = 0; k < c; k++) o[k * plane + x] = row[c * x + k];
     }
   }
+}
+
+DL_HIDDEN dl_tensor *image_planar(const uint8_t *hwc, int64_t h, int64_t w, int c, size_t stride) {
+  int64_t shape[3] = {c, h, w};
+  dl_tensor *t = dl_empty(shape, 3, DL_UINT8);
+  if (t) image_rows_planar(hwc, stride, 0, h, (uint8_t *)tensor_first(t), h, w, c);
   return t;
 }
 
@@ -120,6 +121,10 @@ static int check_size(const char *op, const char *name, int64_t h, int64_t w) {
     return dl_err(EM_IMG_LIMIT, op, ANY_NAME(name), (long long)w, (long long)h, (long long)DL_IMAGE_MAX_PIXELS);
   return 0;
 }
+
+/* Rows libjpeg decodes before they go into the planes: 16 of a 4000-pixel
+** RGB image are 192 KB. */
+#define JPEG_ROWS 16
 
 /* -- JPEG ---------------------------------------------------------------------------- */
 
@@ -212,12 +217,14 @@ static dl_tensor *jpeg_decode(const char *op, const char *name, const uint8_t *p
   struct jpeg_decompress_struct c;
   jpeg_err e = {0};
   uint8_t *volatile buf = NULL;
+  dl_tensor *volatile t = NULL;
   c.err = jpeg_std_error(&e.pub);
   e.pub.error_exit = jpeg_fail;
   e.pub.emit_message = jpeg_warn;
   if (setjmp(e.jump)) {
     jpeg_destroy_decompress(&c);
     free(buf);
+    if (t) dl_tensor_release(t);
     return jpeg_error(op, name, &e), NULL;
   }
   jpeg_create_decompress(&c);
@@ -242,29 +249,40 @@ static dl_tensor *jpeg_decode(const char *op, const char *name, const uint8_t *p
   jpeg_start_decompress(&c);
   int64_t oh = c.output_height, ow = c.output_width;
   int got = c.output_components;  /* 4 for CMYK */
+  /* a few rows at a time into a buffer that stays in the cache, each batch
+  ** spread into the planes at once: no whole interleaved copy of the
+  ** picture to write out and read back */
   size_t stride = (size_t)ow * (size_t)(got > want ? got : want);
-  buf = malloc(stride * (size_t)oh);
-  if (!buf) {
+  int64_t shape[3] = {want, oh, ow};
+  t = dl_empty(shape, 3, DL_UINT8);
+  buf = malloc(stride * JPEG_ROWS);
+  if (!t || !buf) {
     jpeg_destroy_decompress(&c);
-    return dl_errp(EM_NOMEM, op, (long long)(stride * (size_t)oh), 0LL);
+    free(buf);
+    if (t) dl_tensor_release(t);
+    return t ? dl_errp(EM_NOMEM, op, (long long)(stride * JPEG_ROWS), 0LL) : NULL;
   }
+  uint8_t *planes = (uint8_t *)tensor_first(t);
   while (c.output_scanline < c.output_height) {
-    JSAMPROW row = buf + stride * c.output_scanline;
-    jpeg_read_scanlines(&c, &row, 1);
+    int64_t y0 = c.output_scanline, n = 0;
+    while (n < JPEG_ROWS && c.output_scanline < c.output_height) {
+      JSAMPROW row = buf + stride * (size_t)n;
+      n += jpeg_read_scanlines(&c, &row, 1);
+    }
+    for (int64_t k = 0; k < n; k++) {
+      uint8_t *row = buf + stride * (size_t)k;
+      if (cmyk) cmyk_row(row, ow, color);
+      if (want == 2 || want == 4) {  /* opaque alpha, from the right so the row can grow in place */
+        for (int64_t x = ow - 1; x >= 0; x--) {
+          row[want * x + want - 1] = 255;
+          for (int q = color - 1; q >= 0; q--) row[want * x + q] = row[color * x + q];
+        }
+      }
+    }
+    image_rows_planar(buf, stride, y0, n, planes, oh, ow, want);
   }
   jpeg_finish_decompress(&c);
   jpeg_destroy_decompress(&c);
-  for (int64_t y = 0; y < oh; y++) {
-    uint8_t *row = buf + stride * (size_t)y;
-    if (cmyk) cmyk_row(row, ow, color);
-    if (want == 2 || want == 4) {  /* opaque alpha, from the right so the row can grow in place */
-      for (int64_t x = ow - 1; x >= 0; x--) {
-        row[want * x + want - 1] = 255;
-        for (int k = color - 1; k >= 0; k--) row[want * x + k] = row[color * x + k];
-      }
-    }
-  }
-  dl_tensor *t = image_planar(buf, oh, ow, want, stride);
   free(buf);
   return t;
 }
