@@ -18,6 +18,7 @@ local core = require "ddp.core"
 local factory = require "ddp.tensor.factory"
 local serialize = require "ddp.serialize"
 local dist = require "ddp.dist"
+local files = require "ddp.data.files"
 local C, ffi = core.C, core.ffi
 local raise, check = core.raise, core.check
 local type, pairs, tostring = type, pairs, tostring
@@ -301,18 +302,6 @@ end
 
 -- -- The latest checkpoint of a directory ----------------------------------------
 
--- The directory listing, from libc under names of our own (a script's own
--- declarations of these must still work).  struct dirent as glibc and musl
--- lay it out on 64-bit Linux.
-pcall(ffi.cdef, [[
-typedef struct dl_ckpt_dir dl_ckpt_dir;
-typedef struct { uint64_t d_ino; int64_t d_off; unsigned short d_reclen; unsigned char d_type; char d_name[256]; } dl_ckpt_dirent;
-dl_ckpt_dir *dl_ckpt_opendir(const char *path) __asm__("opendir");
-dl_ckpt_dirent *dl_ckpt_readdir(dl_ckpt_dir *d) __asm__("readdir");
-int dl_ckpt_closedir(dl_ckpt_dir *d) __asm__("closedir");
-char *dl_ckpt_strerror(int errnum) __asm__("strerror");
-]])
-
 -- Natural order: names cut into runs of digits and of other bytes, runs
 -- compared in turn, digits as numbers (step_900 before step_1000) and
 -- before other text; equal values, the shorter run (fewer leading zeros)
@@ -382,26 +371,20 @@ function M.latest_checkpoint(dir, pattern)
       raise(("latest_checkpoint: bad pattern %s: %s"):format(core.show(pattern), (tostring(err):gsub("^[^:]*:%d+: ", ""))))
     end
   end
-  local d = C.dl_ckpt_opendir(dir)
-  if d == nil then
-    local errno = ffi.errno()
+  local all, reason, errno = files.list_dir(dir)
+  if not all then
     if errno == 2 then  -- ENOENT
       raise(("latest_checkpoint: %s: no such directory (make it before the first run; the checkpoints go there)")
             :format(dir))
     end
-    raise(("latest_checkpoint: %s: %s"):format(dir, ffi.string(C.dl_ckpt_strerror(errno))))
+    raise(("latest_checkpoint: %s: %s"):format(dir, reason))
   end
   local names = {}
-  while true do
-    local e = C.dl_ckpt_readdir(d)
-    if e == nil then break end
-    local name = ffi.string(e.d_name)
-    if name ~= "." and name ~= ".." and not name:find("%.tmp%.%d+%.%d+$")
-       and (pattern == nil or name:find(pattern)) then
+  for _, name in ipairs(all) do
+    if not name:find("%.tmp%.%d+%.%d+$") and (pattern == nil or name:find(pattern)) then
       names[#names + 1] = name
     end
   end
-  C.dl_ckpt_closedir(d)
   table.sort(names, natural_less)
   local base = dir:sub(-1) == "/" and dir or dir .. "/"
   for i = #names, 1, -1 do

@@ -26,10 +26,14 @@ local EEXIST = 17
 -- files.list_dir(path) -> names, dirs: the names in a directory (not .
 -- and ..), sorted by their bytes, and the set of those that are
 -- directories (links to directories included, as os.walk(followlinks =
--- True) sees them); nil and the system's reason when it cannot be read.
+-- True) sees them); nil, the system's reason and errno when it cannot be
+-- read.
 function M.list_dir(path)
   local d = C.dl_files_opendir(path)
-  if d == nil then return nil, ffi.string(C.dl_files_strerror(ffi.errno())) end
+  if d == nil then
+    local errno = ffi.errno()
+    return nil, ffi.string(C.dl_files_strerror(errno)), errno
+  end
   local names, dirs = {}, {}
   while true do
     local e = C.dl_files_readdir(d)
