@@ -196,6 +196,28 @@ describe("DataLoader workers", function()
     assert.same({ 1, 1, 1, 0 }, ds.seen:totable())
   end)
 
+  it("tell a worker its id, the worker count and its dataset copy (get_worker_info), nil in the loop", function()
+    assert.is_nil(data.get_worker_info())
+    local Info = {}
+    Info.__index = Info
+    function Info:len() return 12 end
+    function Info:get(i)
+      local w = data.get_worker_info()
+      assert(rawequal(w.dataset, self), "the worker's dataset is its own copy")
+      return ddp.tensor({ w.id, w.num_workers, i })
+    end
+    local l = data.DataLoader(setmetatable({}, Info), { batch_size = 3, num_workers = 2 })
+    local n = 0
+    for _, x in l:iter() do
+      for _, row in ipairs(x:totable()) do
+        assert.equals(2, row[2])
+        assert.truthy(row[1] == 0 or row[1] == 1, row[1])  -- which worker takes a batch is up to the queue
+        n = n + 1
+      end
+    end
+    assert.equals(12, n)
+  end)
+
   it("refuse from_blob inside a worker, naming the fix", function()
     local Blob = {}
     Blob.__index = Blob

@@ -56,6 +56,13 @@ core.add_lib_file(debug.getinfo(1, "S").source)
 
 local M = {}
 
+-- data.get_worker_info() (torch.utils.data.get_worker_info): in a loader
+-- worker thread {id = 0-based, num_workers =, dataset = this worker's copy},
+-- nil in the training loop -- for a dataset that splits work by worker.
+function M.get_worker_info()
+  return require("ddp.core.handles").worker_info
+end
+
 local DataLoader = checks.class("DataLoader")
 M.DataLoader = DataLoader
 local loader_opts = { batch_size = true, shuffle = true, drop_last = true, sampler = true, seed = true,

@@ -56,6 +56,7 @@ local function run(q, w, payload, addrs)
   end
   handles.in_worker = true
   handles.worker_id = w  -- datasets keep per-worker counters by it (ImageFolder's bad files)
+  handles.worker_info = { id = w, num_workers = setup.num_workers, dataset = setup.dataset }
   local ds, plan = setup.dataset, collate.plan(setup.dataset)
   M.refs = codec.ref_index()
   if setup.init_fn then

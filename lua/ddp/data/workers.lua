@@ -115,7 +115,8 @@ end
 function M.start(ds, opts)
   local n = opts.num_workers
   check_budget(n)
-  local payload, tensors = codec.encode({ dataset = ds, init_fn = opts.init_fn, pin = opts.pin }, "")
+  local payload, tensors = codec.encode({ dataset = ds, init_fn = opts.init_fn, pin = opts.pin,
+                                          num_workers = opts.num_workers }, "")
   if not payload then
     raise(("DataLoader: num_workers = %d needs the dataset in each worker thread, and %s"):format(n, tensors))
   end
