@@ -31,7 +31,7 @@ local LAYERS = {
     "ddp.data.image_folder", "ddp.data.webdataset",
     "ddp.data.shard_sampler", "ddp.data.shard_writer", "ddp.data.transforms_functional", "ddp.data.transforms",
     "ddp.data.tokens", "ddp.tokens", "ddp.data", "ddp.progress",
-    "ddp.argparse" },
+    "ddp.summary.tfevents", "ddp.summary.histogram", "ddp.summary", "ddp.argparse" },
   { "ddp.console.chunk", "ddp.console.format", "ddp.console.complete", "ddp.console" },
   { "ddp.testing.compare", "ddp.testing.assertions", "ddp.testing.run", "ddp.testing" },
 }

@@ -25,7 +25,8 @@
 --     .worker_codec, .collate, .worker_main, .workers (loader worker threads), .dataset,
 --     .idx, .samplers, .loader, .metrics, .npy, .transforms_functional, .transforms,
 --     .json, .webdataset, .shard_sampler, .shard_writer, .tokens (also ddp.tokens); ddp.data;
---     ddp.progress, ddp.argparse
+--     ddp.progress, ddp.summary.tfevents, .histogram; ddp.summary (ddp.SummaryWriter),
+--     ddp.argparse
 --   ddp.console.chunk, .format, .complete; ddp.console (the prompt's side in Lua)
 --   ddp (this file)
 -- so none of them requires "ddp" back, and everything here loads at once.
@@ -45,6 +46,7 @@ local data = require "ddp.data"
 local store = require "ddp.dist.store"
 local argparse = require "ddp.argparse"
 local progress = require "ddp.progress"
+local summary = require "ddp.summary"
 local console = require "ddp.console"
 local C, ffi = core.C, core.ffi
 local new, check, raise = core.new, core.check, core.raise
@@ -191,6 +193,12 @@ ddp.DataLoader, ddp.DistributedSampler, ddp.reduce_metrics =
 
 -- ddp.progress(total[, opts]) (ddp.progress): a rank-0 progress line.
 ddp.progress = progress
+-- ddp.SummaryWriter(logdir[, opts]) (ddp.summary): TensorBoard event files
+-- and metrics.jsonl, written by rank 0, as torch.utils.tensorboard's.
+ddp.SummaryWriter = summary.SummaryWriter
+-- ddp.clock(): monotonic seconds (for timing steps); ddp.time(): Unix
+-- time in seconds, a float (time.time()).
+ddp.clock, ddp.time = core.clock, core.time
 -- ddp.breakpoint([rank]): the prompt on that rank, with the caller's
 -- locals; the other ranks wait (ddp.console).
 ddp.breakpoint = console.breakpoint

@@ -2,7 +2,7 @@
 -- raising errors at the user's line (ddp.core.errors), owning C tensor
 -- handles (ddp.core.handles), checking arguments (ddp.core.args), Lua
 -- values to tensors and back (ddp.core.values), the class idiom
--- (ddp.core.class), and the monotonic clock.
+-- (ddp.core.class), the monotonic clock and the wall clock.
 local B = require "ddp.ffi"
 local ffi = B.ffi
 
@@ -40,6 +40,14 @@ int dl_core_clock_gettime(int, dl_core_ts *) __asm__("clock_gettime");
 local clock_ts = ffi.new("dl_core_ts")
 function M.clock()
   ffi.C.dl_core_clock_gettime(1, clock_ts)  -- CLOCK_MONOTONIC
+  return tonumber(clock_ts.tv_sec) + tonumber(clock_ts.tv_nsec) * 1e-9
+end
+
+-- Unix time in seconds, as a float with the clock's resolution (Python's
+-- time.time(); os.time() has whole seconds only): the wall time of
+-- ddp.SummaryWriter's points, ddp.time() for scripts.
+function M.time()
+  ffi.C.dl_core_clock_gettime(0, clock_ts)  -- CLOCK_REALTIME
   return tonumber(clock_ts.tv_sec) + tonumber(clock_ts.tv_nsec) * 1e-9
 end
 
