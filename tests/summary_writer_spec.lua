@@ -233,7 +233,7 @@ describe("ddp.SummaryWriter in one process", function()
     local dir = shell.tempdir()
     assert.error_matches(function() ddp.SummaryWriter(42) end, "SummaryWriter: logdir must be a non%-empty string, got 42")
     assert.error_matches(function() ddp.SummaryWriter(dir, { flush = 1 }) end,
-                         "SummaryWriter: unknown option \"flush\" %(known: filename_suffix, flush_secs, max_queue, purge_step%)")
+                         "SummaryWriter: unknown option \"flush\" %(expected filename_suffix, flush_secs, max_queue, purge_step%)")
     assert.error_matches(function() ddp.SummaryWriter(dir, { purge_step = -1 }) end, "purge_step must be an integer >= 0")
     assert.error_matches(function() ddp.SummaryWriter(dir, { flush_secs = 0 }) end, "flush_secs must be a number of seconds > 0")
     local w = ddp.SummaryWriter(dir)

@@ -164,20 +164,6 @@ end
 
 local REDUCE = { mean = true, sum = true, max = true, min = true }
 
-local function check_opts(op, opts, known)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" or is_tensor(opts) then raise(("%s: options must be a table, got %s"):format(op, show(opts))) end
-  for k in pairs(opts) do
-    if not known[k] then
-      local names = {}
-      for n in pairs(known) do names[#names + 1] = n end
-      table.sort(names)
-      raise(("%s: unknown option %s (known: %s)"):format(op, show(k), concat(names, ", ")))
-    end
-  end
-  return opts
-end
-
 local function check_tag(op, tag, what)
   if type(tag) ~= "string" or tag == "" then
     raise(("%s: %s must be a non-empty string, got %s"):format(op, what or "tag", show(tag)))
@@ -257,7 +243,7 @@ local WRITER_OPTS = { flush_secs = true, purge_step = true, filename_suffix = tr
 function Writer:init(logdir, opts)
   local op = "SummaryWriter"
   if type(logdir) == "table" and opts == nil then logdir, opts = nil, logdir end
-  opts = check_opts(op, opts, WRITER_OPTS)
+  opts = core.check_opts(opts, op, WRITER_OPTS)
   local host = hostname()
   if logdir == nil then logdir = "runs/" .. os.date("%b%d_%H-%M-%S") .. "_" .. host end
   if type(logdir) ~= "string" or logdir == "" then
@@ -344,7 +330,7 @@ function Writer:add_scalar(tag, value, step, opts)
   check_tag(op, tag)
   value = scalar_arg(op, value, "value")
   step = check_step(op, step)
-  opts = check_opts(op, opts, SCALAR_OPTS)
+  opts = core.check_opts(opts, op, SCALAR_OPTS)
   local how = reduce_arg(op, opts)
   local wall_time = walltime_arg(op, opts)
   if how then value = reduce_values(op, { value }, how, format("%s at step %d", show(tag), step))[1] end
@@ -377,7 +363,7 @@ function Writer:add_scalars(main_tag, values, step, opts)
   local list = {}
   for i, k in ipairs(names) do list[i] = scalar_arg(op, values[k], "value " .. show(k)) end
   step = check_step(op, step)
-  opts = check_opts(op, opts, SCALAR_OPTS)
+  opts = core.check_opts(opts, op, SCALAR_OPTS)
   local how = reduce_arg(op, opts)
   local wall_time = walltime_arg(op, opts)
   if how then
@@ -407,7 +393,7 @@ function Writer:add_histogram(tag, values, step, opts)
     raise(("%s: values must be a tensor or a list of numbers, got %s"):format(op, show(values)))
   end
   step = check_step(op, step)
-  opts = check_opts(op, opts, HIST_OPTS)
+  opts = core.check_opts(opts, op, HIST_OPTS)
   local wall_time = walltime_arg(op, opts)
   if not self.writes then return end
   local t = is_tensor(values) and values:detach() or factory.tensor(values, { dtype = "float64", device = "cpu" })
@@ -425,7 +411,7 @@ function Writer:add_text(tag, text, step, opts)
   check_tag(op, tag)
   if type(text) ~= "string" then raise(("%s: text must be a string, got %s"):format(op, show(text))) end
   step = check_step(op, step)
-  opts = check_opts(op, opts, { walltime = true })
+  opts = core.check_opts(opts, op, { walltime = true })
   local wall_time = walltime_arg(op, opts)
   if not self.writes then return end
   queue(self, self._st.runs[""], step, wall_time, tfevents.text_value(tag .. "/text_summary", text))
