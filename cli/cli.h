@@ -42,6 +42,15 @@ typedef struct repl_hooks {
 } repl_hooks;
 
 void repl_term_open(const repl_hooks *hooks);
+/* 1 when stdin is a terminal of which this process is not in the
+** foreground (under `timeout` without --foreground, started with &):
+** reading it would stop the process (SIGTTIN), so no prompt can work. */
+int repl_term_background(void);
+/* The words a prompt that cannot open says after "ddplua: " and its
+** subject: why, and the fix. */
+#define REPL_BACKGROUND_WHY \
+  "ddplua is not the terminal's foreground process (run under `timeout` without --foreground, or " \
+  "started with &), so no prompt can read the keys; `timeout --foreground` or `fg` keeps the terminal"
 void repl_term_close(void);
 int repl_term_read(const char *prompt, char **out);
 void repl_term_redisplay(void);

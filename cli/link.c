@@ -245,6 +245,11 @@ static int link_prompt(lua_State *L) {
   if (!link_active()) {
     const char *me = getenv("RANK");
     if (me && *me && atoi(me) != rank) return 0;
+    if (repl_term_background()) {
+      fprintf(stderr, "%s: breakpoint at %s passed: %s\n", CLI_NAME, where, REPL_BACKGROUND_WHY);
+      fflush(stderr);
+      return 0;
+    }
     fprintf(stderr, "%s: breakpoint at %s: Ctrl-D continues\n", CLI_NAME, where);
     fflush(stderr);
     repl_run_session(L, 1);

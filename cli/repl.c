@@ -280,6 +280,12 @@ static char **repl_attempt(const char *text, int start, int end) {
 
 /* -- The terminal -------------------------------------------------------- */
 
+int repl_term_background(void) {
+  if (!isatty(STDIN_FILENO)) return 0;
+  pid_t fg = tcgetpgrp(STDIN_FILENO);
+  return fg > 0 && fg != getpgrp();
+}
+
 void repl_term_open(const repl_hooks *hooks) {
   struct sigaction act;
   memset(&term, 0, sizeof term);
@@ -440,6 +446,11 @@ int repl_run_session(lua_State *L, int session) {
   lua_State *saved_L = repl_L;
   int saved_session = repl_session;
   int was_open = term.open;
+  if (!was_open && repl_term_background()) {
+    fprintf(stderr, "%s: the prompt does not open: %s\n", CLI_NAME, REPL_BACKGROUND_WHY);
+    fflush(stderr);
+    return 0;
+  }
   repl_L = L;
   repl_session = session > 0 ? session : lua_gettop(L) + session + 1;
   if (!was_open)

@@ -303,6 +303,14 @@ static void run_chunk(session *s, const char *text) {
 /* -- The session ------------------------------------------------------------------- */
 
 void dist_session(job *j, int target) {
+  if (repl_term_background()) {
+    if (target >= 0)
+      job_say("rank %d stopped at ddp.breakpoint() in %s, but %s; the ranks go on", j->w[target].rank,
+              j->bp_where, REPL_BACKGROUND_WHY);
+    else
+      job_say("the prompt over ranks does not open: %s", REPL_BACKGROUND_WHY);
+    return;
+  }
   session s = {j, target, calloc((size_t)j->nproc, 1)};
   lua_State *P = luaL_newstate(); /* the parser alone: is a chunk whole? */
   if (!s.mask || !P) {

@@ -182,6 +182,35 @@ ddp.barrier()
     assert.truthy(out:match("EXIT 0%s*$"), out)
   end)
 
+  -- `timeout` without --foreground puts ddplua in a process group of its
+  -- own: reading the terminal from there stops the process (SIGTTIN), so a
+  -- prompt used to hang with keys ignored
+  local function backgrounded(args)
+    local bin = shell.ddplua:sub(1, 1) == "/" and shell.ddplua or shell.root .. "/" .. shell.ddplua
+    return prompt.run({ "@sleep 1" }, "-c " .. q("timeout 60 " .. q(bin) .. " " .. args
+                                             .. "; echo rc $?"), { program = "bash" })
+  end
+
+  it("says so and goes on when the launcher is not the terminal's foreground process", function()
+    local s = jobs.script(BODY, "bp_bg")
+    local out = backgrounded("--nproc 2 " .. q(s))
+    has(out, "rank 1 stopped at ddp.breakpoint() in ")
+    has(out, "but ddplua is not the terminal's foreground process (run under `timeout` without --foreground")
+    has(out, "`timeout --foreground` or `fg` keeps the terminal; the ranks go on")
+    has(out, "[1] rank 1: step 7 inner 14")
+    has(out, "[0] rank 0: step 7 inner 14")
+    has(out, "rc 0")
+    local one = jobs.script("local ddp = require 'ddp'\nddp.breakpoint()\nprint('went on')\n", "bp_bg1")
+    out = backgrounded(q(one))
+    has(out, "breakpoint at " .. one .. ":")
+    has(out, " passed: ddplua is not the terminal's foreground process")
+    has(out, "went on")
+    has(out, "rc 0")
+    out = backgrounded("--nproc 2")
+    has(out, "the prompt over ranks does not open: ddplua is not the terminal's foreground process")
+    has(out, "rc 0")
+  end)
+
   it("refuses a rank outside the job", function()
     local out, err, rc = jobs.run("-e 'require(\"ddp\").breakpoint(3)'")
     assert.equals(1, rc, out)
