@@ -616,3 +616,39 @@ describe("data", function()
     end)
   end)
 end)
+
+describe("a dataset of the script's own (the protocol: #ds or ds:len(), ds:get(i))", function()
+  local function dataset(get, n)
+    local D = {}
+    D.__index = D
+    function D:len() return n or 10 end
+    D.get = get
+    return setmetatable({}, D)
+  end
+  local function batches(ds, opts)
+    local out = {}
+    for _, x, y in data.DataLoader(ds, opts):iter() do out[#out + 1] = { x:totable(), y and y:totable() } end
+    return out
+  end
+
+  it("takes a sample's fields as values (return x, y) or as one list {x, y}, PyTorch's tuple", function()
+    local values = dataset(function(_, i) return ddp.full({ 2 }, i), i end)
+    local tuple = dataset(function(_, i) return { ddp.full({ 2 }, i), i } end)
+    local want = batches(values, { batch_size = 4 })
+    assert.same({ { { 0, 0 }, { 1, 1 }, { 2, 2 }, { 3, 3 } }, { 0, 1, 2, 3 } }, want[1])
+    assert.same(want, batches(tuple, { batch_size = 4 }))
+    assert.same(want, batches(tuple, { batch_size = 4, num_workers = 2 }))
+    -- a list of numbers alone is one field, a 1-D tensor per sample
+    local numbers = dataset(function(_, i) return { i, 2 * i } end, 4)
+    assert.same({ { { 0, 0 }, { 1, 2 } } }, { batches(numbers, { batch_size = 2 })[1][1] })
+  end)
+
+  it("names a dict sample and samples of unequal fields", function()
+    local dict = dataset(function(_, i) return { x = ddp.zeros(2), y = i } end)
+    fails(function() batches(dict, { batch_size = 2 }) end,
+          "DataLoader: field 1 of a sample is a table of named values (a dict); return the fields as values (return x, y) or as a list {x, y}")
+    local odd = dataset(function(_, i) if i == 2 then return ddp.zeros(2) end return ddp.zeros(2), i end)
+    fails(function() batches(odd, { batch_size = 4 }) end,
+          "DataLoader: sample 2 has 1 field, sample 0 had 2: every sample gives the same fields")
+  end)
+end)

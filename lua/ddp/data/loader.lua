@@ -74,7 +74,8 @@ local loader_opts = { batch_size = true, shuffle = true, drop_last = true, sampl
 -- persistent_workers = false, timeout = 0, worker_init_fn = nil,
 -- pin_memory = false}).  dataset: a TensorDataset (batches
 -- gathered in C), or any object with get(i) returning the fields of sample
--- i and a len() (batches stacked sample by sample: slower, unless it has
+-- i (as values, or as one list {x, y}: PyTorch's tuple) and a len()
+-- (batches stacked sample by sample: slower, unless it has
 -- getitems(idx), PyTorch's __getitems__: the fields of the samples of a
 -- 1-D int64 tensor of indices at once, as TokenDataset gathers them).  shuffle uses a
 -- RandomSampler seeded with seed (default: drawn from the global generator
