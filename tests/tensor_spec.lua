@@ -109,6 +109,46 @@ describe("views", function()
   end)
 end)
 
+describe("flip, fliplr, flipud and roll (torch's, as copies)", function()
+  local x = ddp.arange(6):view(2, 3)
+  it("reverse and rotate as torch.flip and torch.roll do", function()
+    -- the values torch 2.15 gives for torch.arange(6).view(2, 3)
+    assert.same({ { 2, 1, 0 }, { 5, 4, 3 } }, x:flip(1):totable())
+    assert.same({ { 5, 4, 3 }, { 2, 1, 0 } }, x:flip({ 0, 1 }):totable())
+    assert.same({ { 5, 4, 3 }, { 2, 1, 0 } }, x:flip({ -1, -2 }):totable())
+    assert.same({ { 2, 1, 0 }, { 5, 4, 3 } }, x:fliplr():totable())
+    assert.same({ { 3, 4, 5 }, { 0, 1, 2 } }, x:flipud():totable())
+    assert.same({ { 2, 0, 1 }, { 5, 3, 4 } }, x:roll(1, 1):totable())
+    assert.same({ { 1, 2, 0 }, { 4, 5, 3 } }, x:roll(-1, 1):totable())
+    assert.same({ { 1, 2, 3 }, { 4, 5, 0 } }, x:roll(-1):totable())          -- flattened without dims
+    assert.same({ { 5, 3, 4 }, { 2, 0, 1 } }, x:roll({ 1, 1 }, { 0, 1 }):totable())
+    assert.same({ { 0, 1, 2 }, { 3, 4, 5 } }, x:roll(3, 1):totable())        -- a whole turn
+    assert.is_false(x:flip(0):is_shared(x))                               -- copies, as torch's
+    assert.is_false(x:roll(0, 1):is_shared(x))
+    assert.same({ 7 }, ddp.tensor({ 7 }):flip(0):totable())
+  end)
+
+  it("pass gradients back reversed and rotated", function()
+    local a = ddp.randn(2, 3):requires_grad_()
+    local w = ddp.randn(2, 3)
+    ;(a:flip({ 0, 1 }) * w):sum():backward()
+    assert.equal(0, (a.grad - w:flip({ 0, 1 })):abs():max():item())
+    local b = ddp.randn(2, 3):requires_grad_()
+    ;(b:roll(1, 1) * w):sum():backward()
+    assert.equal(0, (b.grad - w:roll(-1, 1)):abs():max():item())
+  end)
+
+  it("name bad dims", function()
+    local function err(f) local ok, e = pcall(f) assert.is_false(ok) return tostring(e) end
+    assert.truthy(err(function() x:flip({ 0, 0 }) end):find("flip: dim 0 appears more than once in dims", 1, true))
+    assert.truthy(err(function() x:flip(2) end):find("flip: dim 2 out of range for a 2-dim tensor", 1, true))
+    assert.truthy(err(function() x:flip({}) end):find("flip: dims must be a dim or a list of dims", 1, true))
+    assert.truthy(err(function() ddp.arange(3):fliplr() end):find("fliplr: the tensor must have at least 2 dims, got 1", 1, true))
+    assert.truthy(err(function() x:roll({ 1, 2 }, 0) end):find("roll: shifts and dims must have the same length", 1, true))
+    assert.truthy(err(function() x:roll({ 1, 2 }) end):find("roll: without dims, shifts must be one number", 1, true))
+  end)
+end)
+
 describe("in-place writes into views", function()
   local msg = "unsupported operation: more than one element of the written%-to tensor refers to a single memory location"
   local function refused(f, op)

@@ -12,7 +12,7 @@ local live = core.live
 local dim_arg, shape_args = core.dim_arg, core.shape_args
 local shape_buf = core.shape_buf
 local norm_dim = info.norm_dim
-local type = type
+local type, ipairs, rawequal = type, ipairs, rawequal
 
 core.add_lib_file(debug.getinfo(1, "S").source)
 
@@ -165,6 +165,89 @@ function m.unbind(t, dim)
   local r = {}
   for i = 0, T.size(t, dim) - 1 do r[i + 1] = T.select(t, dim, i) end
   return r
+end
+
+-- -- Reversing and rotating (copies, as torch's) ----------------------------------
+
+-- The dims of a flip or roll, each normalised, none twice.
+local function dim_list(t, dims, op)
+  if type(dims) == "number" then dims = { dims } end
+  if type(dims) ~= "table" or #dims == 0 then
+    raise(("%s: dims must be a dim or a list of dims, got %s"):format(op, core.show(dims)))
+  end
+  local out, seen = {}, {}
+  for k, d in ipairs(dims) do
+    d = norm_dim(t, d, op)
+    if seen[d] then raise(("%s: dim %d appears more than once in dims"):format(op, d)) end
+    seen[d], out[k] = true, d
+  end
+  return out
+end
+
+-- [n - 1, ..., 0] where t is, as int64
+local function reversed(t, n)
+  local idx = {}
+  for i = 1, n do idx[i] = n - i end
+  local r = core.tensor_from(idx, { dtype = "int64" })
+  local dev = C.dl_tensor_device(t)
+  if dev >= 0 then r = T.to(r, "cuda:" .. dev) end
+  return r
+end
+
+-- t:flip(dims) (torch.flip): a copy with each dim of dims in reverse order;
+-- dims a dim or a list of them.  Gradients flow back through it.
+function m.flip(t, dims)
+  live(t, "flip")
+  local out = t
+  for _, d in ipairs(dim_list(t, dims, "flip")) do
+    local n = T.size(t, d)
+    if n > 1 then out = T.index_select(out, d, reversed(t, n)) end
+  end
+  if rawequal(out, t) then out = T.clone(t) end
+  return out
+end
+
+-- t:fliplr() / t:flipud(): flip(1) of a tensor of 2 or more dims / flip(0)
+-- of one of 1 or more, as torch's.
+function m.fliplr(t)
+  if C.dl_tensor_dim(t) < 2 then raise("fliplr: the tensor must have at least 2 dims, got " .. C.dl_tensor_dim(t)) end
+  return m.flip(t, 1)
+end
+function m.flipud(t)
+  if C.dl_tensor_dim(t) < 1 then raise("flipud: the tensor must have at least 1 dim, got 0") end
+  return m.flip(t, 0)
+end
+
+-- t:roll(shifts[, dims]) (torch.roll): elements shifted along dims (the
+-- flattened tensor without dims), those past the end coming round at the
+-- start; shifts and dims numbers or lists of one length.
+function m.roll(t, shifts, dims)
+  live(t, "roll")
+  if dims == nil then
+    if type(shifts) ~= "number" and not (type(shifts) == "table" and #shifts == 1) then
+      raise("roll: without dims, shifts must be one number (the flattened tensor rolls)")
+    end
+    local shape = T.shape(t)
+    return T.reshape(m.roll(T.reshape(t, -1), shifts, 0), shape)
+  end
+  local sh = type(shifts) == "number" and { shifts } or shifts
+  local ds = dim_list(t, dims, "roll")
+  if type(sh) ~= "table" or #sh ~= #ds then
+    raise(("roll: shifts and dims must have the same length, got %s and %s"):format(core.show(shifts), core.show(dims)))
+  end
+  local out = t
+  for k, d in ipairs(ds) do
+    if not is_integer(sh[k]) then raise("roll: shifts must be integers, got " .. core.show(sh[k])) end
+    local n = T.size(t, d)
+    local s = n > 0 and sh[k] % n or 0
+    if s ~= 0 then
+      local tail, head = T.narrow(out, d, n - s, s), T.narrow(out, d, 0, n - s)
+      out = new(C.dl_cat, ffi.new("dl_tensor *[2]", tail, head), 2, d)
+      local _ = tail and head  -- the handles (and their views) live until the cat is made
+    end
+  end
+  if rawequal(out, t) then out = T.clone(t) end
+  return out
 end
 
 -- methods(all) -> this file's methods; all is the table they end up in.
