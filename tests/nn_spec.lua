@@ -183,6 +183,18 @@ describe("modules", function()
   it("prints like PyTorch", function()
     local s = tostring(nn.Sequential(nn.Linear(2, 3), nn.ReLU()))
     assert.equal("Sequential(\n  (0): Linear(in_features=2, out_features=3, bias=True)\n  (1): ReLU()\n)", s)
+    -- with their arguments, as torch 2.15 prints them
+    for _, c in ipairs {
+      { nn.LayerNorm(8), "LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)" },
+      { nn.LayerNorm({ 4, 8 }, { elementwise_affine = false, eps = 1e-6 }),
+        "LayerNorm((4, 8), eps=1e-06, elementwise_affine=False, bias=False)" },
+      { nn.Embedding(10, 4), "Embedding(10, 4)" },
+      { nn.Embedding(10, 4, { padding_idx = 0 }), "Embedding(10, 4, padding_idx=0)" },
+      { nn.GELU(), "GELU(approximate='none')" },
+      { nn.GELU({ approximate = "tanh" }), "GELU(approximate='tanh')" },
+    } do
+      assert.equal(c[2], tostring(c[1]))
+    end
   end)
 
   it("clip_grad_norm scales gradients to the norm", function()

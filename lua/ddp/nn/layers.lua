@@ -95,6 +95,7 @@ nn.Identity = activation("Identity", function(_, x) return x end)
 nn.GELU = Module:extend("GELU")
 function nn.GELU:init(opts) self.approximate = opts and opts.approximate or "none" end
 function nn.GELU:forward(x) return x:gelu(self.approximate) end
+function nn.GELU:extra_repr() return ("approximate='%s'"):format(self.approximate) end
 
 nn.Dropout = Module:extend("Dropout")
 function nn.Dropout:init(p)
@@ -116,6 +117,14 @@ function nn.LayerNorm:init(shape, opts)
   end
 end
 function nn.LayerNorm:forward(x) return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps) end
+-- as torch prints it: the shape as a Python tuple
+function nn.LayerNorm:extra_repr()
+  local dims = {}
+  for i, d in ipairs(self.normalized_shape) do dims[i] = tostring(d) end
+  local shape = #dims == 1 and "(" .. dims[1] .. ",)" or "(" .. table.concat(dims, ", ") .. ")"
+  return ("%s, eps=%g, elementwise_affine=%s, bias=%s"):format(shape, self.eps, self.weight and "True" or "False",
+                                                              self.bias and "True" or "False")
+end
 
 -- A batch norm's options, parameters and buffers on self (BatchNorm1d/2d
 -- and SyncBatchNorm alike, so their state_dict names agree).
@@ -168,5 +177,10 @@ function nn.Embedding:init(num, dim, opts)
   end
 end
 function nn.Embedding:forward(idx) return F.embedding(idx, self.weight, { padding_idx = self.padding_idx }) end
+function nn.Embedding:extra_repr()
+  local s = ("%d, %d"):format(self.num_embeddings, self.embedding_dim)
+  if self.padding_idx then s = s .. ", padding_idx=" .. self.padding_idx end
+  return s
+end
 
 return nn
