@@ -38,6 +38,17 @@ describe("errors", function()
     a4 = ddp.ones(4)
   end)
 
+  describe("unknown options", function()
+    it("a misspelt factory option is an error naming it, not a float32 tensor", function()
+      fails(function() local _ = ddp.zeros({ 2 }, { dtyp = "float64" }) end, 'zeros: unknown option "dtyp" (expected device, dtype)')
+      fails(function() local _ = ddp.randn(2, 3, { dvice = "cpu" }) end, 'randn: unknown option "dvice"')
+      fails(function() local _ = ddp.tensor({ 1, 2 }, { dtpye = "float32" }) end, 'tensor: unknown option "dtpye"')
+      fails(function() local _ = ddp.ones(2, { requires_grad = true }) end,
+            "ones: unknown option requires_grad: make the tensor, then t:requires_grad_()")
+      assert.equal("float64", ddp.zeros({ 2 }, { dtype = "float64" }):dtype())
+    end)
+  end)
+
   -- -- Shape mismatch in every binary op family -------------------------------
 
   describe("broadcasting", function()

@@ -210,10 +210,24 @@ function M.check_opts(opts, op, known)
 end
 
 -- The dtype that opts ({dtype=, device=}) asks for, dflt (or the default
--- dtype) without one; checks that the device named is there.
-function M.dtype_opt(opts, op, dflt)
+-- dtype) without one; checks that the device named is there, and that opts
+-- holds no other key than those (or than the set `known`).
+local FACTORY_OPTS = { dtype = true, device = true }
+function M.dtype_opt(opts, op, dflt, known)
   if type(opts) ~= "table" or is_tensor(opts) then
     raise(("%s: options must be a table such as {dtype = \"float64\"}, got %s"):format(op, show(opts)))
+  end
+  -- a misspelt option ({dtyp = "float64"}) must not pass unseen
+  for k in pairs(opts) do
+    if not (known or FACTORY_OPTS)[k] then
+      if k == "requires_grad" then
+        raise(("%s: unknown option requires_grad: make the tensor, then t:requires_grad_()"):format(op))
+      end
+      local names = {}
+      for name in pairs(known or FACTORY_OPTS) do names[#names + 1] = name end
+      table.sort(names)
+      raise(("%s: unknown option %s (expected %s)"):format(op, show(k), table.concat(names, ", ")))
+    end
   end
   M.device_arg(opts.device, op)
   return M.dtype_arg(opts.dtype, op, dflt or default_dtype)

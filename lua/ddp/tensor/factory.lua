@@ -157,7 +157,7 @@ function M.from_blob(ptr, shape, opts)
   local n = shape_args("from_blob", false, shape)
   local dims = {}
   for i = 1, n do dims[i] = tonumber(shape_buf[i - 1]) end
-  local dtype = dtype_opt(opts, "from_blob")
+  local dtype = dtype_opt(opts, "from_blob", nil, { dtype = true, device = true, strides = true, owner = true })
   local strides
   if opts.strides ~= nil then
     if type(opts.strides) ~= "table" or #opts.strides ~= n then
