@@ -1,5 +1,6 @@
 /* main.c -- the ddplua program: options, module paths and scripts, after lua.c. */
 #include <cblas.h>
+#include <dlfcn.h>
 #include <dnnl.h>
 #include <errno.h>
 #include <limits.h>
@@ -464,8 +465,16 @@ static void print_choice(const char *what, const char *var, const char *off,
   printf("%s: oneDNN %d.%d.%d %s\n", what, dv->major, dv->minor, dv->patch, on_text);
 }
 
+/* Debian's luajit and OpenResty's luajit2 both call themselves "LuaJIT
+** 2.1.0-beta3", and share the soname: what runs is told by a function only
+** OpenResty's has (docs/luajit.md says why it matters). */
+static const char *luajit_branch(void) {
+  return dlsym(RTLD_DEFAULT, "lua_getexdata") ? "OpenResty's luajit2"
+                                               : "not OpenResty's luajit2: see docs/luajit.md";
+}
+
 static void cli_version(void) {
-  printf("%s %s (%s)\n", CLI_NAME, dl_version(), LUAJIT_VERSION);
+  printf("%s %s (%s, %s)\n", CLI_NAME, dl_version(), LUAJIT_VERSION, luajit_branch());
   printf("BLAS: %s; kernels: %s\n", openblas_get_config(), openblas_get_corename());
   print_choice("conv", "DDPLUA_CONV", "im2col", "im2col + BLAS",
                "for float32 with 16+ input channels, else im2col + BLAS");
