@@ -47,6 +47,14 @@ describe("errors", function()
             "ones: unknown option requires_grad: make the tensor, then t:requires_grad_()")
       assert.equal("float64", ddp.zeros({ 2 }, { dtype = "float64" }):dtype())
     end)
+    it("an activation given no tensor, or an unknown option, names itself", function()
+      local F = ddp.nn.functional
+      fails(function() local _ = F.relu(3) end, "relu: input must be a tensor, got number")
+      fails(function() local _ = F.tanh("x") end, "tanh: input must be a tensor, got string")
+      fails(function() local _ = F.sigmoid(nil) end, "sigmoid: input must be a tensor, got nil")
+      fails(function() local _ = F.softmax(3, 1) end, "softmax: input must be a tensor, got number")
+      fails(function() local _ = F.gelu(ddp.ones(2), { approx = "tanh" }) end, 'gelu: unknown option "approx" (expected approximate)')
+    end)
   end)
 
   -- -- Shape mismatch in every binary op family -------------------------------

@@ -17,14 +17,25 @@ local F = {}
 
 -- -- Activations and linear ----------------------------------------------------------
 
-function F.relu(x) return x:relu() end
+-- The input of an activation: a tensor, or an error at the user's line
+-- naming the function (not Lua's "attempt to index a number value").
+local function input(x, op)
+  if not core.is_tensor(x) then raise(("%s: input must be a tensor, got %s"):format(op, core.describe(x))) end
+  return x
+end
+
+function F.relu(x) return input(x, "relu"):relu() end
 -- gelu(x, {approximate = "tanh"}), or gelu(x, "tanh")
-function F.gelu(x, opts) return x:gelu(type(opts) == "table" and opts.approximate or opts) end
-function F.silu(x) return x:silu() end
-function F.tanh(x) return x:tanh() end
-function F.sigmoid(x) return x:sigmoid() end
-function F.softmax(x, dim) return x:softmax(dim) end
-function F.log_softmax(x, dim) return x:log_softmax(dim) end
+function F.gelu(x, opts)
+  input(x, "gelu")
+  if opts ~= nil and type(opts) ~= "string" then opts = core.check_opts(opts, "gelu", { approximate = true }).approximate end
+  return x:gelu(opts)
+end
+function F.silu(x) return input(x, "silu"):silu() end
+function F.tanh(x) return input(x, "tanh"):tanh() end
+function F.sigmoid(x) return input(x, "sigmoid"):sigmoid() end
+function F.softmax(x, dim) return input(x, "softmax"):softmax(dim) end
+function F.log_softmax(x, dim) return input(x, "log_softmax"):log_softmax(dim) end
 
 -- y = x @ w^T + b, w [out, in], as torch.nn.functional.linear (the
 -- shapes checked by C, dl_f_linear)
