@@ -47,6 +47,13 @@ describe("errors", function()
             "ones: unknown option requires_grad: make the tensor, then t:requires_grad_()")
       assert.equal("float64", ddp.zeros({ 2 }, { dtype = "float64" }):dtype())
     end)
+    it("an int64 tensor where floats are needed says why Lua made it int64", function()
+      local x = ddp.tensor({ 1.0, 2.0 })  -- int64: Lua has no 1.0 apart from 1
+      fails(function() local _ = x:mean() end, "mean: expected a floating point tensor, got int64",
+            "Lua cannot tell 1.0 from 1; give {dtype = \"float32\"} or call t:float()")
+      fails(function() x:requires_grad_() end, "only floating point tensors can require gradients, got int64",
+            "Lua cannot tell 1.0 from 1")
+    end)
     it("an activation given no tensor, or an unknown option, names itself", function()
       local F = ddp.nn.functional
       fails(function() local _ = F.relu(3) end, "relu: input must be a tensor, got number")

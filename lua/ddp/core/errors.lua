@@ -61,8 +61,17 @@ end
 
 -- Raises the runtime's message for the call that just failed: C checks an
 -- op's arguments once, in its own words, and Lua passes them on.
+-- Where an int64 tensor reaches an op that needs floats, the likely cause
+-- is Lua's: ddp.tensor({1.0, 2.0}) holds integers (Lua has no 1.0 apart
+-- from 1), where torch.tensor([1.0, 2.0]) is float32.
+local INT_HINT = " (ddp.tensor({1, 2}) and ddp.tensor({1.0, 2.0}) are int64 alike: Lua cannot tell 1.0 from 1; "
+  .. "give {dtype = \"float32\"} or call t:float())"
 function M.raise_c()
-  raise(ffi.string(C.dl_last_error()))
+  local msg = ffi.string(C.dl_last_error())
+  if msg:find("floating point tensor, got int64$") or msg:find("floating point tensors can require gradients, got int64$") then
+    msg = msg .. INT_HINT
+  end
+  raise(msg)
 end
 
 return M
