@@ -582,6 +582,11 @@ int main(int argc, char **argv) {
   signal(SIGXFSZ, SIG_IGN);
   tame_thread_pools(argv);
   link_open(); /* a launched worker: the launcher's control channel */
+  /* A rank's stdout is a pipe (to the launcher, srun, mpirun): block
+  ** buffered, the lines a rank printed last -- those a user needs when
+  ** another rank failed -- would die with it when the launcher stops it.
+  ** Line buffered, each line is out when printed. */
+  if (link_active() || (getenv("RANK") && *getenv("RANK"))) setvbuf(stdout, NULL, _IOLBF, 0);
   cli_args a;
   memset(&a, 0, sizeof(a));
   a.argc = argc;

@@ -53,6 +53,24 @@ describe("ddplua --nproc", function()
   after_each(jobs.no_strays)  -- no launcher or worker of this test's scripts may remain
   teardown(shell.cleanup)
 
+  it("delivers the lines a rank printed before the launcher stopped it (another rank failed)", function()
+    -- stdout into a pipe is block buffered: these lines used to die with rank 0
+    local s = script([[
+if rank == 0 then
+  print("rank 0 was here")
+  io.write("and here\n")
+  sleep(30)
+else
+  sleep(1)
+  error("rank 1 fails")
+end
+]])
+    local out, err, rc = run("--nproc 2 " .. q(s))
+    assert.equals(1, rc, out .. err)
+    assert.truthy(out:find("[0] rank 0 was here\n[0] and here\n", 1, true), out .. err)
+    assert.truthy(err:find("stopped the other 1 worker", 1, true), err)
+  end)
+
   it("gives each worker torchrun's environment and prefixes its lines", function()
     local s = script([[
 print(("ENV %s %s %s %s %s %s %s %s %s %d %s %s"):format(os.getenv("RANK"), os.getenv("LOCAL_RANK"),
