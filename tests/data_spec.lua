@@ -557,7 +557,7 @@ describe("data", function()
         local e1 = loaders.pass(ref)
         ref:set_epoch(5)
         local e5 = loaders.pass(ref)
-        local sd = { epoch = 1, batches = 2, batch_size = 4, dataset_len = 12, sampler_len = 12,
+        local sd = { epoch = 1, batches = 2, batch_size = 4, drop_last = false, dataset_len = 12, sampler_len = 12,
                      sampler = { seed = 3 } }
         local l = make()
         l:load_state_dict(sd)
@@ -587,13 +587,23 @@ describe("data", function()
         assert.are.equal(3, other:epoch())
         assert.are.equal(9, other.sampler.seed)
         fails(function() l:load_state_dict(nil) end, "DataLoader:load_state_dict: expected a table from state_dict(), got nil")
-        fails(function() l:load_state_dict({ epoch = 1 }) end, "the state's batches must be a non-negative integer, got nil")
-        fails(function() l:load_state_dict({ epoch = -1, batches = 0 }) end, "the state's epoch must be a non-negative integer, got -1")
+        fails(function() l:load_state_dict({ epoch = 1 }) end, "the state's batches must be an integer from 0 to 2^53 - 1, got nil")
+        fails(function() l:load_state_dict({ epoch = -1, batches = 0 }) end, "the state's epoch must be an integer from 0 to 2^53 - 1, got -1")
         fails(function() l:load_state_dict({ epoch = 2^21, batches = 0 }) end, "epoch must be an integer from 0 to")
-        fails(function() l:load_state_dict({ epoch = 0, batches = 6, batch_size = 4 }) end,
+        fails(function() l:load_state_dict({ epoch = 0, batches = 6, batch_size = 4, drop_last = false, dataset_len = 20,
+                                             sampler_len = 20 }) end,
               "the state was saved 6 batches into epoch 0, but this loader has 5 batches per epoch")
+        -- mid-epoch, the fields that show the cut are required: a tampered state is refused, naming the one missing
+        for _, k in ipairs { "batch_size", "drop_last", "dataset_len", "sampler_len" } do
+          local sd = l:state_dict()
+          sd.batches, sd[k] = 1, nil
+          fails(function() make(20, 4):load_state_dict(sd) end,
+                "the state was saved 1 batch into epoch 0 but holds no " .. k .. ", so it cannot show the batches are cut as they were")
+        end
+        fails(function() l:load_state_dict({ epoch = 0, batches = 2^63 }) end,
+              "the state's batches must be an integer from 0 to 2^53 - 1, got 9.2233720368548e+18")
         fails(function() l:load_state_dict({ epoch = 0, batches = 0, sampler = { seed = -2 } }) end,
-              "RandomSampler:load_state_dict: the state's seed must be a non-negative integer, got -2")
+              "RandomSampler:load_state_dict: the state's seed must be an integer from 0 to 2^53 - 1, got -2")
       end)
     end)
 

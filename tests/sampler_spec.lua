@@ -321,7 +321,21 @@ describe("DistributedSampler", function()
       fails(function() data.DistributedSampler(40, { num_replicas = 2, rank = 0, shuffle = false }):load_state_dict(s:state_dict()) end,
             "with shuffle = true, and this sampler has shuffle = false")
       fails(function() s:load_state_dict({ epoch = 0, samples = 0 }) end,
-            "DistributedSampler:load_state_dict: the state's seed must be a non-negative integer, got nil")
+            "DistributedSampler:load_state_dict: the state's seed must be an integer from 0 to 2^53 - 1, got nil")
+      -- mid-epoch, a state that cannot show its cut (fields dropped) is refused, naming the field
+      for _, k in ipairs { "num_replicas", "dataset_len" } do
+        local sd = s:state_dict()
+        sd[k] = nil
+        fails(function() data.DistributedSampler(40, { num_replicas = 2, rank = 0 }):load_state_dict(sd) end,
+              "the state was saved 1 index into epoch 0 but holds no " .. k)
+        local lsd = l:state_dict()
+        lsd.sampler[k] = nil
+        fails(function() loader(2, 0):load_state_dict(lsd) end, "but holds no " .. k)
+      end
+      local lsd = l:state_dict()
+      lsd.sampler = nil
+      fails(function() loader(2, 0):load_state_dict(lsd) end,
+            "the state was saved 1 batch into epoch 1 but holds no sampler state, and this loader's DistributedSampler needs it")
     end)
   end)
 

@@ -468,6 +468,24 @@ describe("random numbers", function()
     assert.is_true(a:equal(ddp.rand(5)))
   end)
 
+  it("refuse a generator state C would take wrong (a negative or inexact seed, offset)", function()
+    local function err(v) local ok, e = pcall(ddp.set_rng_state, v) assert.is_false(ok) return tostring(e) end
+    assert.truthy(err({ seed = -5, offset = 0 }):find("set_rng_state: seed must be an integer from 0 to 2^53 - 1 (as get_rng_state gives it), got -5", 1, true))
+    assert.truthy(err({ seed = 1, offset = -1 }):find("offset must be an integer from 0 to 2^53 - 1", 1, true))
+    assert.truthy(err({ seed = 1, offset = 2^64 }):find("offset must be an integer", 1, true))
+    assert.truthy(err({ seed = 1.5, offset = 0 }):find("seed must be an integer", 1, true))
+    assert.truthy(err("x"):find('set_rng_state: expected a table {seed=, offset=} from get_rng_state, got "x"', 1, true))
+    -- a checkpoint whose rng was tampered with is refused, naming the file
+    local path = os.tmpname() .. ".safetensors"
+    for _, rng in ipairs { "x", { seed = -5, offset = 0 }, { seed = 1, offset = 2^64 } } do
+      ddp.save_checkpoint(path, { step = 1, rng = rng })
+      local ok, e = pcall(ddp.load_checkpoint, path, { rng = nil })
+      assert.is_false(ok)
+      assert.truthy(tostring(e):find("load_checkpoint: " .. path .. ": its rng", 1, true), tostring(e))
+    end
+    os.remove(path)
+  end)
+
   it("give the same numbers whatever the thread count", function()
     local n = ddp.get_num_threads()
     ddp.set_num_threads(1)

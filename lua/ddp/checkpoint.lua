@@ -294,8 +294,15 @@ function M.load_checkpoint(path, targets)
     return tostring(a) < tostring(b)
   end)
   for _, k in ipairs(names) do targets[k]:load_state_dict(state[k]) end
-  if targets.rng ~= false and type(state.rng) == "table" then
-    factory.set_rng_state(rank_rng(state.rng))
+  if targets.rng ~= false and state.rng ~= nil then
+    if type(state.rng) ~= "table" then
+      raise(("load_checkpoint: %s: its rng must be a table {seed =, offset =}, got %s (a corrupt or "
+             .. "tampered checkpoint; targets.rng = false leaves the RNG alone)"):format(path, core.show(state.rng)))
+    end
+    local ok, err = pcall(factory.set_rng_state, rank_rng(state.rng))
+    if not ok then
+      raise(("load_checkpoint: %s: its rng: %s"):format(path, tostring(err):gsub("^[^:]*:%d+: ", "")))
+    end
   end
   return state
 end

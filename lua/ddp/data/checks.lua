@@ -67,15 +67,16 @@ function M.seed_arg(v, op, what)
 end
 
 -- A state dict given to load_state_dict: a table whose listed fields are
--- non-negative integers (a checkpoint's numbers, checked before use).
+-- exact non-negative integers (a checkpoint's numbers, checked before use;
+-- 2^63 would print as a negative number and count nothing right).
 function M.state_arg(sd, op, ints)
   if type(sd) ~= "table" or is_tensor(sd) then
     raise(("%s: expected a table from state_dict(), got %s"):format(op, show(sd)))
   end
   for _, k in ipairs(ints) do
     local v = sd[k]
-    if not is_integer(v) or v < 0 then
-      raise(("%s: the state's %s must be a non-negative integer, got %s"):format(op, k, show(v)))
+    if not is_integer(v) or v < 0 or v >= 2^53 then
+      raise(("%s: the state's %s must be an integer from 0 to 2^53 - 1, got %s"):format(op, k, show(v)))
     end
   end
   return sd
@@ -83,7 +84,7 @@ end
 
 -- "1 batch", "2 batches".
 function M.count(n, one, many)
-  return ("%d %s"):format(n, n == 1 and one or many)
+  return ("%.0f %s"):format(n, n == 1 and one or many)
 end
 
 -- A seed from the global generator: so ddp.manual_seed(n) before building

@@ -433,13 +433,21 @@ function DataLoader:load_state_dict(sd)
   local s = self.sampler
   if sd.batches > 0 then
     local where = ("%s into epoch %d"):format(count(sd.batches, "batch", "batches"), sd.epoch)
-    if core.is_instance(s, samplers.DistributedSampler) and type(sd.sampler) == "table" then
+    if core.is_instance(s, samplers.DistributedSampler) then
+      if type(sd.sampler) ~= "table" then
+        raise(("%s: the state was saved %s but holds no sampler state, and this loader's DistributedSampler "
+               .. "needs it to go on where it was"):format(op, where))
+      end
       samplers._check_same_cut(s, sd.sampler, op, where)
     end
     local mine = { batch_size = self.batch_size, drop_last = self.drop_last, dataset_len = self._n,
                    sampler_len = length(s, op, "sampler") }
     for _, k in ipairs { "batch_size", "drop_last", "dataset_len", "sampler_len" } do
-      if sd[k] ~= nil and sd[k] ~= mine[k] then
+      if sd[k] == nil then
+        raise(("%s: the state was saved %s but holds no %s, so it cannot show the batches are cut as they were "
+               .. "(a state from state_dict() holds it)"):format(op, where, k))
+      end
+      if sd[k] ~= mine[k] then
         raise(("%s: the state was saved %s with %s = %s, and this loader has %s: a position within an epoch "
                .. "needs the batches cut as they were (any change is fine at an epoch boundary)")
               :format(op, where, k, show(sd[k]), show(mine[k])))

@@ -224,13 +224,21 @@ end
 -- its sampler's state so too (M._check_same_cut).
 local CUT_KEYS = { "shuffle", "drop_last", "eval" }
 local function check_same_cut(s, sd, op, where)
+  -- a position within an epoch is only right for the cut it was taken in:
+  -- a state without these fields (tampered, or hand-made) cannot show it
+  for _, k in ipairs { "num_replicas", "dataset_len" } do
+    if sd[k] == nil then
+      raise(("%s: the state was saved %s but holds no %s, so it cannot show the epoch is cut as it was "
+             .. "(a state from state_dict() holds it)"):format(op, where, k))
+    end
+  end
   local w = sd.num_replicas
-  if w ~= nil and w ~= s.num_replicas then
+  if w ~= s.num_replicas then
     raise(("%s: the state was saved %s by a world of %s ranks, and this sampler has num_replicas = %d: "
            .. "a different world size can resume only from a checkpoint saved at an epoch boundary")
           :format(op, where, show(w), s.num_replicas))
   end
-  if sd.dataset_len ~= nil and sd.dataset_len ~= s._n then
+  if sd.dataset_len ~= s._n then
     raise(("%s: the state was saved %s over a dataset of %s samples, and this sampler's has %d")
           :format(op, where, show(sd.dataset_len), s._n))
   end

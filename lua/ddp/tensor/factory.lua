@@ -234,8 +234,16 @@ function M.get_rng_state()
   return { seed = tonumber(C.dl_rng_seed()), offset = tonumber(C.dl_rng_offset()) }
 end
 function M.set_rng_state(s)
-  if type(s) ~= "table" or not is_integer(s.seed) or not is_integer(s.offset) then
-    raise("set_rng_state: expected a table {seed=, offset=} from get_rng_state")
+  if type(s) ~= "table" then
+    raise("set_rng_state: expected a table {seed=, offset=} from get_rng_state, got " .. core.show(s))
+  end
+  -- exact integers for C's uint64s: -5 would become 2^64 - 5, 2^64 wrap
+  for _, k in ipairs { "seed", "offset" } do
+    local v = s[k]
+    if not is_integer(v) or v < 0 or v >= 2^53 then
+      raise(("set_rng_state: %s must be an integer from 0 to 2^53 - 1 (as get_rng_state gives it), got %s")
+            :format(k, core.show(v)))
+    end
   end
   C.dl_rng_set_state(s.seed, s.offset)
 end
