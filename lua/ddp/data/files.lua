@@ -4,6 +4,7 @@
 -- mkdir through the FFI, no C of our own.
 local core = require "ddp.core"
 local C, ffi = core.C, core.ffi
+local ipairs = ipairs
 
 core.add_lib_file(debug.getinfo(1, "S").source)
 
@@ -57,6 +58,27 @@ function M.list_dir(path)
   C.dl_files_closedir(d)
   table.sort(names)
   return names, dirs
+end
+
+-- files.write_atomic(path, chunks, op): the byte runs of chunks ({data, n}
+-- each: a string or a pointer, and its length) as path's contents, through
+-- the runtime's atomic writer (dl_file_*): fsynced, the old file's mode
+-- kept, written through symbolic links; a failed write (a full disk,
+-- ulimit -f) raises naming op and path and leaves the old file and no
+-- temporary.
+function M.write_atomic(path, chunks, op)
+  local total = 0
+  for _, c in ipairs(chunks) do total = total + c[2] end
+  local f = C.dl_file_create(path, total, op)
+  if f == nil then core.raise_c() end
+  f = ffi.gc(f, C.dl_file_abort)  -- removes the temporary if an error escapes
+  for _, c in ipairs(chunks) do
+    if c[2] > 0 and C.dl_file_write(f, c[1], c[2]) ~= 0 then
+      C.dl_file_abort(ffi.gc(f, nil))  -- now, not at the next collection
+      core.raise_c()
+    end
+  end
+  core.check(C.dl_file_commit(ffi.gc(f, nil)))
 end
 
 -- files.exists(path): whether path can be opened for reading.

@@ -14,6 +14,7 @@
 -- Resize, a RandomResizedCrop or a Compose starting with one:
 -- T:decode_min_size) what it needs.
 local core = require "ddp.core"
+local files = require "ddp.data.files"
 local C, ffi = core.C, core.ffi
 local raise, show, is_tensor, is_integer = core.raise, core.show, core.is_tensor, core.is_integer
 local new, own = core.new, core.own
@@ -154,26 +155,49 @@ function M.read_image(path, opts)
   if type(path) ~= "string" then raise(op .. ": path must be a string, got " .. show(path)) end
   opts = core.check_opts(opts, op, decode_opts)
   local mode = mode_arg(opts.mode, op)
-  local bytes = new(C.dl_read_file, path, op)
-  local mh, mw = min_size(bytes, opts, path, op)
-  local t = C.dl_image_decode(bytes, mode, mh, mw, path)
-  if t == nil then raise((ffi.string(C.dl_last_error()):gsub("^decode_image", op))) end
-  return own(t)
+  local mh, mw = 0, 0
+  if opts.min_size ~= nil then mh, mw = min_size(nil, opts, path, op) end
+  local t, err = M._read(path, mode, mh, mw, opts.transform)
+  if not t then raise(op .. ": " .. err) end
+  return t
+end
+
+-- The runtime's last message without its op ("PATH: truncated JPEG: ..."),
+-- for a caller's own prefix.
+local function unprefixed() return (ffi.string(C.dl_last_error()):gsub("^[%w_]+: ", "", 1)) end
+
+-- image._read(path, mode, min_h, min_w, tf): the file decoded (mode: its
+-- code), at least min_h x min_w -- or, with 0, 0, at the size tf's
+-- decode_min_size asks for where tf has one -- or nil and the message as
+-- "PATH: problem".  The file's bytes go at once, not at the state's next
+-- collection: a loader worker's Lua heap does not see the megabytes
+-- behind its handles.  (read_image's path, and ImageFolder's.)
+function M._read(path, mode, mh, mw, tf)
+  local bytes = C.dl_read_file(path, "read")
+  if bytes == nil then return nil, unprefixed() end
+  bytes = own(bytes)
+  if mh == 0 and mw == 0 and type(tf) == "table" and type(tf.decode_min_size) == "function" then
+    local h = header()
+    if C.dl_image_header_read(bytes, path, h) ~= 0 then
+      C.dl_tensor_free_data(bytes)
+      return nil, unprefixed()
+    end
+    if h[0].format == C.DL_IMAGE_JPEG then mh, mw = tf:decode_min_size(tonumber(h[0].height), tonumber(h[0].width)) end
+  end
+  local img = C.dl_image_decode(bytes, mode, mh, mw, path)
+  C.dl_tensor_free_data(bytes)
+  if img == nil then return nil, unprefixed() end
+  return own(img)
 end
 
 -- Writes bytes (a uint8 tensor or a string) to path atomically: the old
 -- file or the new one, never a mix.
 local function write_bytes(path, b, op)
-  local p, n = b, #b
-  if is_tensor(b) then p, n = C.dl_tensor_data(b), b:numel() end
-  local f = C.dl_file_create(path, n, op)
-  if f == nil then core.raise_c() end
-  f = ffi.gc(f, C.dl_file_abort)
-  if n > 0 and C.dl_file_write(f, p, n) ~= 0 then
-    C.dl_file_abort(ffi.gc(f, nil))
-    core.raise_c()
+  if is_tensor(b) then
+    files.write_atomic(path, { { C.dl_tensor_data(b), b:numel() } }, op)
+  else
+    files.write_atomic(path, { { b, #b } }, op)
   end
-  core.check(C.dl_file_commit(ffi.gc(f, nil)))
 end
 
 -- data.write_file(path, data): data (a uint8 tensor or a string) as the

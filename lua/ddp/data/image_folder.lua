@@ -257,22 +257,7 @@ local function load(self, i)
     if not ok then return nil, ("loader(%q) failed: %s"):format(path, tostring(img)) end
     return img
   end
-  local bytes = C.dl_read_file(path, "ImageFolder")
-  if bytes == nil then return nil, (ffi.string(C.dl_last_error()):gsub("^ImageFolder: ", "")) end
-  bytes = handles.own(bytes)
-  local mh, mw = 0, 0
-  local tf = self.transform
-  if self.decode_scaled and type(tf) == "table" and type(tf.decode_min_size) == "function" then
-    local info, err = image._read_header(bytes, path, "ImageFolder")
-    if not info then return nil, (err:gsub("^ImageFolder: ", "")) end
-    if info.format == "jpeg" then mh, mw = tf:decode_min_size(info.height, info.width) end
-  end
-  local img = C.dl_image_decode(bytes, image._mode_arg(self.mode, "ImageFolder"), mh, mw, path)
-  -- the file's bytes go now, not at the state's next collection: a worker
-  -- thread's Lua heap does not see the megabytes behind its handles
-  C.dl_tensor_free_data(bytes)
-  if img == nil then return nil, (ffi.string(C.dl_last_error()):gsub("^decode_image: ", "")) end
-  return handles.own(img)
+  return image._read(path, image._mode_arg(self.mode, "ImageFolder"), 0, 0, self.decode_scaled and self.transform)
 end
 
 local warned = {}  -- per Lua state: a file is named once

@@ -24,6 +24,7 @@
 local core = require "ddp.core"
 local factory = require "ddp.tensor.factory"
 local C, ffi = core.C, core.ffi
+local files = require "ddp.data.files"
 local new, raise, show = core.new, core.raise, core.show
 local is_tensor, is_integer = core.is_tensor, core.is_integer
 local floor = math.floor
@@ -222,14 +223,7 @@ function tokens.write(path, ids, opts)
     h, nh = ffi.new("int32_t[256]"), 1024
     h[0], h[1], h[2] = MAGIC[dtype], 1, n
   end
-  local f = C.dl_file_create(path, nh + n * ITEMSIZE[dtype], op)
-  if f == nil then core.raise_c() end
-  f = ffi.gc(f, C.dl_file_abort)  -- removes the temporary if an error escapes
-  if (nh > 0 and C.dl_file_write(f, h, nh) ~= 0) or C.dl_file_write(f, buf, n * ITEMSIZE[dtype]) ~= 0 then
-    C.dl_file_abort(ffi.gc(f, nil))  -- now, not at the next collection
-    core.raise_c()
-  end
-  core.check(C.dl_file_commit(ffi.gc(f, nil)))
+  files.write_atomic(path, { { h, nh }, { buf, n * ITEMSIZE[dtype] } }, op)
   return n
 end
 

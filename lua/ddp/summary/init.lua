@@ -123,8 +123,8 @@ local function jsonl_kept(text, purge_step)
   return changed and concat(keep) or nil
 end
 
--- Rewrites path atomically (the runtime's dl_file_create: the old file or
--- the new one, never a mix) when its points need dropping.
+-- Rewrites path atomically (files.write_atomic: the old file or the new
+-- one, never a mix) when its points need dropping.
 local function open_jsonl(path, purge_step)
   local f = io.open(path, "rb")
   if not f then return end
@@ -132,14 +132,7 @@ local function open_jsonl(path, purge_step)
   f:close()
   local kept = jsonl_kept(text, purge_step)
   if not kept then return end
-  local h = C.dl_file_create(path, #kept, "SummaryWriter")
-  if h == nil then core.raise_c() end
-  h = ffi.gc(h, C.dl_file_abort)
-  if #kept > 0 and C.dl_file_write(h, kept, #kept) ~= 0 then
-    C.dl_file_abort(ffi.gc(h, nil))
-    core.raise_c()
-  end
-  core.check(C.dl_file_commit(ffi.gc(h, nil)))
+  files.write_atomic(path, { { kept, #kept } }, "SummaryWriter")
 end
 
 -- Writes every pending record (st: the writer's state, shared with its
