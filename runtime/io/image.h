@@ -9,7 +9,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <png.h>
+
 #include "core/internal.h"
+
+/* libpng's callbacks for the decoder's and the encoder's states, each of
+** which starts with char msg[IMAGE_MSG]: an error is kept there and jumps
+** back to the png_jmpbuf of the calling function; warnings (e.g. "iCCP:
+** known incorrect sRGB profile") pass, as PIL lets them. */
+#define IMAGE_MSG 200
+DL_HIDDEN void image_png_fail(png_structp png, png_const_charp msg);
+DL_HIDDEN void image_png_warn(png_structp png, png_const_charp msg);
 
 /* The bytes of an encoded image: a 1-D (or any contiguous) uint8 CPU
 ** tensor.  0, or the error naming op. */

@@ -20,7 +20,6 @@
 
 #include <jerror.h>
 #include <jpeglib.h>
-#include <png.h>
 
 #include "io/image.h"
 
@@ -290,21 +289,21 @@ static dl_tensor *jpeg_decode(const char *op, const char *name, const uint8_t *p
 /* -- PNG ------------------------------------------------------------------------------- */
 
 typedef struct {
+  char msg[IMAGE_MSG];  /* first: image_png_fail writes it */
   const uint8_t *p;
   size_t n, at;
   int truncated;
-  char msg[200];
 } png_src;
 
-static void png_fail(png_structp png, png_const_charp msg) {
-  png_src *s = png_get_error_ptr(png);
-  snprintf(s->msg, sizeof s->msg, "%s", msg);
+DL_HIDDEN void image_png_fail(png_structp png, png_const_charp msg) {
+  char *buf = png_get_error_ptr(png);
+  snprintf(buf, IMAGE_MSG, "%s", msg);
   png_longjmp(png, 1);
 }
 
-static void png_warn(png_structp png, png_const_charp msg) {
+DL_HIDDEN void image_png_warn(png_structp png, png_const_charp msg) {
   (void)png;
-  (void)msg;  /* e.g. "iCCP: known incorrect sRGB profile": PIL passes them too */
+  (void)msg;
 }
 
 static void png_read_mem(png_structp png, png_bytep out, size_t len) {
@@ -344,7 +343,7 @@ static int png_header(const char *op, const char *name, const uint8_t *p, size_t
 
 static dl_tensor *png_decode(const char *op, const char *name, const uint8_t *p, size_t n, int mode) {
   png_src s = {.p = p, .n = n};
-  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &s, png_fail, png_warn);
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &s, image_png_fail, image_png_warn);
   png_infop info = png ? png_create_info_struct(png) : NULL;
   uint8_t *volatile buf = NULL;
   png_bytep *volatile rows = NULL;

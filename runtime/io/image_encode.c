@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include <jpeglib.h>
-#include <png.h>
 
 #include "io/image.h"
 
@@ -50,22 +49,10 @@ static dl_tensor *bytes_tensor(const void *p, size_t n) {
 /* -- PNG ------------------------------------------------------------------------------ */
 
 typedef struct {
+  char msg[IMAGE_MSG];  /* first: image_png_fail writes it */
   uint8_t *p;
   size_t n, cap;
-  int oom;
-  char msg[200];
 } png_sink;
-
-static void sink_fail(png_structp png, png_const_charp msg) {
-  png_sink *s = png_get_error_ptr(png);
-  snprintf(s->msg, sizeof s->msg, "%s", msg);
-  png_longjmp(png, 1);
-}
-
-static void sink_warn(png_structp png, png_const_charp msg) {
-  (void)png;
-  (void)msg;
-}
 
 static void sink_write(png_structp png, png_bytep data, size_t len) {
   png_sink *s = png_get_io_ptr(png);
@@ -73,10 +60,7 @@ static void sink_write(png_structp png, png_bytep data, size_t len) {
     size_t cap = s->cap ? s->cap : 4096;
     while (cap < s->n + len) cap *= 2;
     uint8_t *p = realloc(s->p, cap);
-    if (!p) {
-      s->oom = 1;
-      png_error(png, "out of memory for the encoded image");
-    }
+    if (!p) png_error(png, "out of memory for the encoded image");
     s->p = p;
     s->cap = cap;
   }
@@ -95,7 +79,7 @@ DL_API dl_tensor *dl_image_encode_png(const dl_tensor *img, int level) {
   if (!px) return NULL;
   png_sink s = {0};
   png_bytep *volatile rows = NULL;
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &s, sink_fail, sink_warn);
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &s, image_png_fail, image_png_warn);
   png_infop info = png ? png_create_info_struct(png) : NULL;
   if (!info) {
     png_destroy_write_struct(png ? &png : NULL, NULL);
