@@ -4,14 +4,8 @@
 -- the ops that have no CUDA kernel yet.  Last line: "cuda_tensors: N
 -- passed, M failed"; a "SKIP:" line where there is no GPU.
 local ddp = require "ddp"
-local passed, failed = 0, 0
-local function check(cond, what)
-  if cond then passed = passed + 1 else failed = failed + 1 print("FAIL " .. what) end
-end
-local function try(what, fn)
-  local ok, err = pcall(fn)
-  if not ok then failed = failed + 1 print("FAIL " .. what .. ": " .. tostring(err)) end
-end
+local tally = dofile((arg[0]:match("^(.*)/") or ".") .. "/tally.lua")("cuda_tensors")
+local check, try = tally.check, tally.try
 
 if not ddp.cuda.is_available() then
   print("SKIP: CUDA tensors: " .. ddp.cuda.status())
@@ -71,5 +65,4 @@ else
     check(m.weight:device() == "cpu", "and back")
   end)
 end
-print(("cuda_tensors: %d passed, %d failed"):format(passed, failed))
-os.exit(failed == 0 and 0 or 1)
+os.exit(tally.report() == 0 and 0 or 1)

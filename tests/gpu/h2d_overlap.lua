@@ -8,14 +8,8 @@
 -- Runs on the emulator too (DDPLUA_CUDA_EMU=1: values only, no timing).
 local ddp = require "ddp"
 local now = dofile((arg[0]:match("^(.*)/tests/gpu/") or ".") .. "/bench/clock.lua")
-local passed, failed = 0, 0
-local function check(cond, what)
-  if cond then passed = passed + 1 else failed = failed + 1 print("FAIL " .. what) end
-end
-local function try(what, fn)
-  local ok, err = pcall(fn)
-  if not ok then failed = failed + 1 print("FAIL " .. what .. ": " .. tostring(err)) end
-end
+local tally = dofile((arg[0]:match("^(.*)/") or ".") .. "/tally.lua")("h2d_overlap")
+local check, try = tally.check, tally.try
 local emulated = (os.getenv("DDPLUA_CUDA_EMU") or "0") ~= "0"
 
 if not ddp.cuda.is_available() then
@@ -88,5 +82,4 @@ else
     end)
   end
 end
-print(string.format("h2d_overlap: %d passed, %d failed", passed, failed))
-os.exit(failed == 0 and 0 or 1)
+os.exit(tally.report() == 0 and 0 or 1)
