@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "cuda/cuda.h"
+#include "dist/flight.h"
 #include "dist/pg.h"
 
 struct dl_work {
@@ -28,6 +29,7 @@ struct dl_work {
   dl_tensor *t, *orig;   /* orig: the caller's tensor when t is a staged copy, or NULL */
   int op, rc;
   double timeout;
+  int64_t fr;    /* its flight recorder entry */
   _Atomic int done, refs;
   char err[1024];
 };
@@ -53,7 +55,30 @@ DL_HIDDEN dl_pg *pg_wrap(const pg_ops *ops, void *impl, int rank, int world, dou
   pg->world = world;
   pg->timeout = timeout > 0 ? timeout : 600;
   pg->device = -1;
+  static _Atomic int groups;
+  pg->fr_group = atomic_fetch_add(&groups, 1);
+  pg->fr_bucket = -1;
   return pg;
+}
+
+DL_HIDDEN void pg_flight_note(dl_pg *pg, int bucket, const char *note) {
+  pg->fr_bucket = bucket;
+  pg->fr_note = note;
+}
+
+/* The flight recorder's entry for the call about to run on pg. */
+static int64_t record(dl_pg *pg, int kind, int arg, const dl_tensor *t, int queued) {
+  int64_t k = fr_begin(pg->fr_group, ++pg->fr_calls, kind, arg, t ? t->dtype : -1, t ? dl_tensor_numel(t) : 0,
+                       pg->fr_bucket, pg->fr_note, queued);
+  pg->fr_bucket = -1;
+  pg->fr_note = NULL;
+  return k;
+}
+
+/* rc, once the blocking call of entry k returned it. */
+static int recorded(int64_t k, int rc) {
+  fr_end(k, rc, 1);
+  return rc;
 }
 
 DL_API dl_pg *dl_pg_shm_new(dl_store *store, int rank, int world,
@@ -142,6 +167,7 @@ enum { PG_BATCH = 64 };  /* queued all-reduces a grouping backend takes at once 
 
 static void finish_work(dl_work *w, int rc) {
   if (rc == 0 && w->orig) rc = dl_copy_(w->orig, w->t);
+  fr_end(w->fr, rc, 0);
   w->rc = rc;
   if (rc) snprintf(w->err, sizeof w->err, "%s", dl_last_error());
 }
@@ -153,7 +179,7 @@ static void run_works(dl_work **ws, int n) {
   if (n > 1 && pg->ops->all_reduce_many) {
     dl_tensor *ts[PG_BATCH];
     int ops[PG_BATCH];
-    for (int i = 0; i < n; i++) ts[i] = ws[i]->t, ops[i] = ws[i]->op;
+    for (int i = 0; i < n; i++) ts[i] = ws[i]->t, ops[i] = ws[i]->op, fr_start(ws[i]->fr);
     pg->ops->set_timeout(pg->impl, ws[0]->timeout);
     int rc = pg->ops->all_reduce_many(pg->impl, ts, ops, n);
     for (int i = 0; i < n; i++) finish_work(ws[i], rc);
@@ -161,6 +187,7 @@ static void run_works(dl_work **ws, int n) {
   }
   for (int i = 0; i < n; i++) {
     pg->ops->set_timeout(pg->impl, ws[i]->timeout);
+    fr_start(ws[i]->fr);
     finish_work(ws[i], pg->ops->all_reduce(pg->impl, ws[i]->t, ws[i]->op));
   }
 }
@@ -286,7 +313,8 @@ static int inplace(dl_pg *pg, dl_tensor *t, int arg, int (*fn)(void *, dl_tensor
 
 DL_API int dl_pg_all_reduce(dl_pg *pg, dl_tensor *t, dl_pg_op op) {
   if (check_tensor_any("all_reduce", t) || check_op("all_reduce", t, op)) return -1;
-  return inplace(pg, t, op, pg->ops->all_reduce);
+  int64_t k = record(pg, DL_FK_ALL_REDUCE, op, t, 0);
+  return recorded(k, inplace(pg, t, op, pg->ops->all_reduce));
 }
 
 DL_API dl_work *dl_pg_all_reduce_async(dl_pg *pg, dl_tensor *t, dl_pg_op op) {
@@ -304,6 +332,7 @@ DL_API dl_work *dl_pg_all_reduce_async(dl_pg *pg, dl_tensor *t, dl_pg_op op) {
   w->pg = pg;
   w->op = op;
   w->timeout = pg->timeout;
+  w->fr = record(pg, DL_FK_ALL_REDUCE, op, t, 1);
   atomic_init(&w->refs, 2);  /* the caller's handle and the queue */
   pthread_mutex_lock(&q->mu);
   if (q->tail) q->tail->next = w;
@@ -319,9 +348,13 @@ DL_API int dl_work_done(const dl_work *w) { return atomic_load(&w->done); }
 DL_API int dl_work_wait(dl_work *w) {
   if (!atomic_load(&w->done)) {
     pg_queue *q = w->pg->q;
+    double t0 = now_s();
+    fr_wait(w->fr, 1);
     pthread_mutex_lock(&q->mu);
     while (!atomic_load(&w->done)) pthread_cond_wait(&q->idle, &q->mu);
     pthread_mutex_unlock(&q->mu);
+    fr_wait(w->fr, 0);
+    fr_add_comm(now_s() - t0);
   }
   if (w->rc) return dl_err(EM_PG_PASS, w->err);
   return 0;
@@ -332,26 +365,38 @@ DL_API void dl_work_free(dl_work *w) { work_release(w); }
 DL_API int dl_pg_broadcast(dl_pg *pg, dl_tensor *t, int src) {
   if (check_tensor_any("broadcast", t)) return -1;
   if (src < 0 || src >= pg->world) return dl_err(EM_PG_SRC, "broadcast", pg->world - 1, src);
-  return inplace(pg, t, src, pg->ops->broadcast);
+  int64_t k = record(pg, DL_FK_BROADCAST, src, t, 0);
+  return recorded(k, inplace(pg, t, src, pg->ops->broadcast));
 }
 
 DL_API int dl_pg_send(dl_pg *pg, const dl_tensor *t, int dst) {
   if (check_tensor_any("send", t) || check_peer(pg, "send", "dst", dst)) return -1;
+  int64_t k = record(pg, DL_FK_SEND, dst, t, 0);
   settle(pg);
   dl_tensor *c = backend_copy(pg, t);
-  if (!c) return -1;
+  if (!c) return recorded(k, -1);
   int rc = pg->ops->send(pg->impl, c, dst);
   dl_tensor_release(c);
-  return rc;
+  return recorded(k, rc);
 }
 
 DL_API int dl_pg_recv(dl_pg *pg, dl_tensor *t, int src) {
   if (check_tensor_any("recv", t) || check_peer(pg, "recv", "src", src)) return -1;
-  return inplace(pg, t, src, pg->ops->recv);
+  int64_t k = record(pg, DL_FK_RECV, src, t, 0);
+  return recorded(k, inplace(pg, t, src, pg->ops->recv));
 }
+
+static dl_tensor *gather(dl_pg *pg, const dl_tensor *t);
 
 DL_API dl_tensor *dl_pg_all_gather(dl_pg *pg, const dl_tensor *t) {
   if (check_tensor_any("all_gather", t)) return NULL;
+  int64_t k = record(pg, DL_FK_ALL_GATHER, -1, t, 0);
+  dl_tensor *r = gather(pg, t);
+  recorded(k, r ? 0 : -1);
+  return r;
+}
+
+static dl_tensor *gather(dl_pg *pg, const dl_tensor *t) {
   settle(pg);
   int64_t shape[DL_MAX_DIMS];
   int nd = t->ndim ? t->ndim : 1;
@@ -370,11 +415,20 @@ DL_API dl_tensor *dl_pg_all_gather(dl_pg *pg, const dl_tensor *t) {
   return to_caller(out, t);
 }
 
+static dl_tensor *scatter(dl_pg *pg, const dl_tensor *t, dl_pg_op op);
+
 DL_API dl_tensor *dl_pg_reduce_scatter(dl_pg *pg, const dl_tensor *t, dl_pg_op op) {
   if (check_tensor_any("reduce_scatter", t) || check_op("reduce_scatter", t, op)) return NULL;
   if (t->ndim == 0) return dl_errp(EM_PG_SCALAR, "reduce_scatter");
   if (t->shape[0] % pg->world)
     return dl_errp(EM_PG_DIVIDE, "reduce_scatter", fmt_tshape(t), pg->world);
+  int64_t k = record(pg, DL_FK_REDUCE_SCATTER, op, t, 0);
+  dl_tensor *r = scatter(pg, t, op);
+  recorded(k, r ? 0 : -1);
+  return r;
+}
+
+static dl_tensor *scatter(dl_pg *pg, const dl_tensor *t, dl_pg_op op) {
   settle(pg);
   int64_t shape[DL_MAX_DIMS];
   memcpy(shape, t->shape, sizeof(int64_t) * t->ndim);
@@ -401,6 +455,7 @@ DL_API dl_tensor *dl_pg_shared_zeros(dl_pg *pg, int64_t numel, dl_dtype dtype) {
 }
 
 DL_API int dl_pg_barrier(dl_pg *pg) {
+  int64_t k = record(pg, DL_FK_BARRIER, -1, NULL, 0);
   settle(pg);
-  return pg->ops->barrier(pg->impl);
+  return recorded(k, pg->ops->barrier(pg->impl));
 }

@@ -40,7 +40,17 @@ struct dl_pg {
   double timeout;
   int device;    /* where the backend's tensors live: -1 host, k cuda:k (pg.c stages others) */
   pg_queue *q;   /* the asynchronous calls' thread, started on first use */
+  /* the flight recorder's (dist/flight.c): this group's number (creation
+  ** order: 0 is the world) and calls so far; the note and DDP bucket the
+  ** next call records (set by the reducer, taken by that call) */
+  int fr_group;
+  int64_t fr_calls;
+  int fr_bucket;
+  const char *fr_note;
 };
+
+/* The reducer's label for its next asynchronous call on pg. */
+DL_HIDDEN void pg_flight_note(dl_pg *pg, int bucket, const char *note);
 
 DL_HIDDEN dl_pg *pg_wrap(const pg_ops *ops, void *impl, int rank, int world, double timeout);
 

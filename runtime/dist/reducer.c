@@ -43,6 +43,7 @@ typedef struct rbucket {
   dl_tensor *comp;   /* the compressed copy in flight, or NULL */
   int dtype, pending, nparams;
   dl_work *work;
+  char note[DL_FLIGHT_NOTE];  /* what the flight recorder says of it */
 } rbucket;
 
 struct dl_reducer {
@@ -64,6 +65,7 @@ struct dl_reducer {
   dl_work *used_work;
   int err_code;
   char err[512];
+  char **names;         /* the parameters' (dl_reducer_set_names), or NULL */
   int64_t stats[DL_REDUCER_NSTATS];
   double t_first, t_end;
 };
@@ -80,6 +82,12 @@ static int same_tensor(dl_tensor *a, const dl_tensor *b) { return a == b; }
 
 /* -- Buckets ---------------------------------------------------------------- */
 
+static void free_names(dl_reducer *r) {
+  for (int i = 0; r->names && i < r->n; i++) free(r->names[i]);
+  free(r->names);
+  r->names = NULL;
+}
+
 static void free_buckets(dl_reducer *r) {
   for (int b = 0; b < r->nb; b++) {
     if (r->bs[b].work) {
@@ -92,6 +100,48 @@ static void free_buckets(dl_reducer *r) {
   free(r->bs);
   r->bs = NULL;
   r->nb = 0;
+}
+
+/* "bucket 2 of 5: fc2.weight .. fc1.bias (4)" (its parameters in the
+** order given), for the flight recorder's entries. */
+static void note_buckets(dl_reducer *r, rbucket *bs, int nb, const int *order) {
+  for (int b = 0; b < nb; b++) {
+    const char *first = NULL, *last = NULL;
+    for (int k = 0; r->names && k < r->n; k++)
+      if (r->ps[order[k]].bucket == b) {
+        if (!first) first = r->names[order[k]];
+        last = r->names[order[k]];
+      }
+    rbucket *bk = &bs[b];
+    char t[256];
+    if (!first) snprintf(t, sizeof t, "DDP bucket %d of %d (%d params)", b + 1, nb, bk->nparams);
+    else if (bk->nparams == 1) snprintf(t, sizeof t, "DDP bucket %d of %d: %s", b + 1, nb, first);
+    else snprintf(t, sizeof t, "DDP bucket %d of %d: %.40s .. %.40s (%d)", b + 1, nb, first, last, bk->nparams);
+    size_t n = strlen(t) < sizeof bk->note - 1 ? strlen(t) : sizeof bk->note - 1;
+    memcpy(bk->note, t, n);
+    bk->note[n] = '\0';
+  }
+}
+
+DL_API int dl_reducer_set_names(dl_reducer *r, const char *const *names, int n) {
+  if (n != r->n) return dl_err(EM_BADVALUE, "ddp.DDP", "one name per parameter");
+  char **copy = calloc((size_t)n, sizeof *copy);
+  if (!copy) return dl_err(EM_NOMEM, "ddp.DDP", 0LL, 0LL);
+  for (int i = 0; i < n; i++)
+    if (!(copy[i] = strdup(names[i] ? names[i] : "?"))) {
+      for (int k = 0; k < i; k++) free(copy[k]);
+      free(copy);
+      return dl_err(EM_NOMEM, "ddp.DDP", 0LL, 0LL);
+    }
+  free_names(r);
+  r->names = copy;
+  int *order = malloc(sizeof(int) * (size_t)n);
+  if (!order) return 0;
+  int k = 0;  /* registration order within each bucket until it is rebuilt */
+  for (int i = 0; i < n; i++) order[k++] = i;
+  note_buckets(r, r->bs, r->nb, r->rebuilt ? r->order : order);
+  free(order);
+  return 0;
 }
 
 /* Lays the parameters out in buckets in the given order (a bucket holds
@@ -173,6 +223,7 @@ static int build_buckets(dl_reducer *r, const int *order) {
     r->bs = bs;
     r->nb = nb;
     r->stats[DL_RS_BUCKETS] = nb;
+    note_buckets(r, bs, nb, order);
   }
   free(views), free(tot), free(bucket_of), free(off);
   return rc;
@@ -189,6 +240,7 @@ static int launch_one(dl_reducer *r, rbucket *b) {
   }
   if (r->comm == DL_COMM_CUSTOM) return 0;  /* the Lua hook reduces it after backward */
   int fl = !is_int_dtype(t->dtype) && t->dtype != DL_BOOL;
+  pg_flight_note(r->pg, (int)(b - r->bs), b->note);
   b->work = dl_pg_all_reduce_async(r->pg, t, fl ? DL_PG_AVG : DL_PG_SUM);
   return b->work ? 0 : -1;
 }
@@ -258,6 +310,7 @@ static int finish(dl_reducer *r) {
   launch_ready(r);
   uint8_t *used = dl_tensor_data(r->used);
   for (int i = 0; i < r->n; i++) used[i] = (uint8_t)r->ps[i].touched;
+  pg_flight_note(r->pg, -1, "DDP: which parameters got a gradient");
   if (!r->err_code && !(r->used_work = dl_pg_all_reduce_async(r->pg, r->used, DL_PG_MAX)))
     keep_error(r);
   for (int b = 0; b < r->nb; b++) {
@@ -297,6 +350,7 @@ static int finish(dl_reducer *r) {
     dl_tensor *ot = dl_empty(&n, 1, DL_INT64);
     int64_t *o = ot ? dl_tensor_data(ot) : NULL;
     for (int i = 0; o && i < r->n; i++) o[i] = r->order[i];
+    pg_flight_note(r->pg, -1, "DDP: rank 0's gradient order, to rebuild the buckets");
     if (!ot || dl_pg_broadcast(r->pg, ot, 0)) keep_error(r);
     for (int i = 0; o && !r->err_code && i < r->n; i++) {
       if (o[i] < 0 || o[i] >= r->n) { dl_err(EM_DDP_ORDER, "ddp.DDP"); keep_error(r); break; }
@@ -400,6 +454,7 @@ DL_API void dl_reducer_free(dl_reducer *r) {
     dl_tensor_release(r->ps[i].view);
   }
   dl_tensor_release(r->used);
+  free_names(r);
   free(r->ps);
   free(r->order);
   free(r);

@@ -8,6 +8,7 @@
 **                      image transforms
 **   ddplua_io.h        safetensors checkpoints, IDX data files
 **   ddplua_dist.h      store, process groups and collectives, DDP reducer
+**   ddplua_flight.h    the flight recorder: each rank's last collectives
 **   ddplua_cuda.h      CUDA devices and their memory
 **
 ** ddplua_binding.h is for language bindings with a garbage collector and is
@@ -29,6 +30,7 @@
 #include "ddplua_nn.h"
 #include "ddplua_io.h"
 #include "ddplua_dist.h"
+#include "ddplua_flight.h"
 #include "ddplua_cuda.h"
 
 #endif /* DDPLUA_H */

@@ -219,6 +219,9 @@ DL_API int dl_reducer_stats(const dl_reducer *r, int64_t *out, int n);
 DL_API int dl_reducer_num_buckets(const dl_reducer *r);
 DL_API dl_tensor *dl_reducer_bucket(const dl_reducer *r, int b);
 DL_API int dl_reducer_bucket_of(const dl_reducer *r, int i);
+/* The parameters' names (n of them, registration order), which the flight
+** recorder's entries for the buckets show. */
+DL_API int dl_reducer_set_names(dl_reducer *r, const char *const *names, int n);
 
 /* -- Pre-emption requests --------------------------------------------------- */
 

@@ -49,6 +49,21 @@ local function user_level()
   end
 end
 
+-- "train.lua:88": the user's line that called into the library (the first
+-- frame outside it), for the flight recorder's entries; "" when none is left.
+local getinfo = debug.getinfo
+function M.user_site()
+  local level = 3
+  while true do
+    local info = getinfo(level, "Sl")
+    if not info then return "" end
+    if info.what ~= "C" and not is_lib(info.source) then
+      return info.short_src .. ":" .. info.currentline
+    end
+    level = level + 1
+  end
+end
+
 -- Raises msg at the user's line.
 function M.raise(msg)
   error(msg, user_level())

@@ -9,6 +9,7 @@ local core = require "ddp.core"
 local group_mod = require "ddp.dist.group"
 local raise, show = core.raise, core.show
 local need_init, group, timed = group_mod._need_init, group_mod._group, group_mod._timed
+local flight_dump = group_mod._flight_dump
 local type = type
 
 core.add_lib_file(debug.getinfo(1, "S").source)
@@ -29,8 +30,9 @@ function M.barrier(name, opts)
   name = check_name("ddp.barrier", name)
   local st = need_init("ddp.barrier")
   if not st.store then return end
+  site()
   if timed(st.pg, "ddp.barrier", opts, C.dl_pg_barrier, st.pg) ~= 0 then
-    raise(("ddp.barrier(%q): %s"):format(name, core.last_error()))
+    raise(("ddp.barrier(%q): %s"):format(name, core.last_error()) .. flight_dump())
   end
 end
 
@@ -52,15 +54,21 @@ local function tensor_in(op, t)
 end
 
 
+-- The flight recorder's entries name the user's line of each call.
+local user_site = core.user_site
+local function site() C.dl_flight_site(user_site()) end
+
 -- A C call returning 0 or an error, under opts' timeout.
 local function call(pg, op, opts, f, ...)
-  if timed(pg, op, opts, f, ...) ~= 0 then raise("ddp." .. core.last_error()) end
+  site()
+  if timed(pg, op, opts, f, ...) ~= 0 then raise("ddp." .. core.last_error() .. flight_dump()) end
 end
 
 -- As call, for C calls returning a new tensor.
 local function call_new(pg, op, opts, f, ...)
+  site()
   local p = timed(pg, op, opts, f, ...)
-  if p == nil then raise("ddp." .. core.last_error()) end
+  if p == nil then raise("ddp." .. core.last_error() .. flight_dump()) end
   return core.own(p)
 end
 
@@ -162,7 +170,7 @@ end
 -- h:wait(): blocks until the all-reduce finished; returns its tensor, or
 -- raises its error.
 function Work:wait()
-  if C.dl_work_wait(self.w) ~= 0 then raise("ddp." .. core.last_error()) end
+  if C.dl_work_wait(self.w) ~= 0 then raise("ddp." .. core.last_error() .. flight_dump()) end
   return self.t
 end
 
@@ -184,6 +192,7 @@ function M.all_reduce_async(t, op, opts)
   if type(op) == "table" and opts == nil then op, opts = nil, op end
   local o = red_arg(name, op)
   local pg = group(name)
+  site()
   local w = timed(pg, name, opts, C.dl_pg_all_reduce_async, pg, t, o)
   if w == nil then raise("ddp." .. core.last_error()) end
   return Work(w, t)

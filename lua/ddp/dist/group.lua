@@ -351,6 +351,19 @@ function M.init(opts)
   if state then return end
   local timeout = timeout_arg("ddp.init", opts.timeout)
   local e = env()
+  -- the flight recorder: the launcher reads the ring of a rank from the
+  -- file it named, hung or dead (cli/flight.c); elsewhere a private ring
+  local fr = os.getenv("DDP_FLIGHT_FILE") or ""
+  local entries = os.getenv("DDP_FLIGHT_ENTRIES") or ""
+  local cap = tonumber(entries) or 0
+  if entries ~= "" and not (cap % 1 == 0 and cap >= 16 and cap <= 1048576) then
+    error(("ddp.init: DDP_FLIGHT_ENTRIES=%q is not a whole number from 16 to 1048576 (the flight recorder's "
+      .. "ring length; default 2048)"):format(entries), 2)
+  end
+  if C.dl_flight_open(fr, e.rank, e.world_size, e.local_rank, e.job_id, cap) ~= 0 then
+    io.stderr:write("ddplua: warning: " .. core.last_error() .. "; the flight recorder keeps its ring in memory\n")
+    C.dl_flight_open("", e.rank, e.world_size, e.local_rank, e.job_id, cap)
+  end
   local st = { store = nil, timeout = timeout, backend = backend or "auto" }
   if e.world_size > 1 then
     if e.problem ~= "" then raise("ddp.init: " .. e.problem) end
@@ -493,10 +506,23 @@ local function timed(pg, op, opts, f, ...)
   return r
 end
 
+-- After a collective failed: a rank the launcher does not watch (started by
+-- srun or mpirun itself) writes its own flight recorder ring, and the
+-- message says where; under the launcher, it reads every ring itself.
+local function flight_dump()
+  if C.dl_last_error_code() ~= C.DL_ESTATE then return "" end  -- a bad argument: nothing to compare
+  local e = env()
+  if (os.getenv("DDP_FLIGHT_FILE") or "") ~= "" or e.world_size <= 1 then return "" end
+  local dir = ("ddplua-logs/%s/flight"):format(e.job_id ~= "" and e.job_id or "job")
+  local path = ("%s/rank%d.bin"):format(dir, e.rank)
+  if C.dl_flight_dump(path) ~= 0 then return "" end
+  return ("; this rank's flight recorder ring is in %s (ddplua analyze %s, with every rank's)"):format(path, dir)
+end
+
 -- Internal to ddp.dist (and ddp.nn.parallel, whose reducers use the
 -- group): the names ddp.dist itself does not give out start with _.
 M._need_init, M._group, M._timed, M._timeout_arg = need_init, group, timed, timeout_arg
-M._wait_keys, M._wait_all = wait_keys, wait_all
+M._wait_keys, M._wait_all, M._flight_dump = wait_keys, wait_all, flight_dump
 -- The number of the next call through the store (every rank counts alike).
 function M._next_seq()
   seq = seq + 1

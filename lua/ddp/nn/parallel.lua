@@ -108,6 +108,10 @@ local function new_reducer(self, hook)
   local r = C.dl_reducer_new(pg, arr, #ps, self._cap, self._first_cap, mode)
   if r == nil then raise(core.last_error()) end
   rawset(self, "_r", ffi.gc(r, C.dl_reducer_free))
+  -- the flight recorder names each bucket by its parameters
+  local names = ffi.new("const char *[?]", #ps)
+  for i, p in ipairs(self._names) do names[i - 1] = p[1] end
+  core.check(C.dl_reducer_set_names(r, names, #ps))
   rawset(self, "_hook", type(hook) == "function" and hook or nil)
   live[self] = self._hook and true or nil
 end

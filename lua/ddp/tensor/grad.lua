@@ -30,6 +30,7 @@ function m.backward(t, grad, opts)
   if core.is_opts(grad) then grad, opts = nil, grad end
   opts = opts or {}
   if grad ~= nil then grad = core.operand(grad, "backward", 1) end
+  C.dl_flight_site(core.user_site())  -- DDP's bucket all-reduces come from this line
   check(C.dl_backward(t, grad, opts.retain_graph and 1 or 0))
   for i = 1, #post_backward do post_backward[i]() end
 end
