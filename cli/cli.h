@@ -96,6 +96,7 @@ typedef struct launch_opts {
   const char *signals;      /* which signals mean "save and stop" */
   const char *save_grace;   /* seconds the workers get to save */
   int no_prefix, quiet_ranks, bind_cores;
+  int dump_on_exit; /* --dump-on-exit */
   int interactive;  /* the prompt over all ranks (no script, or -i) */
   int stdin_script; /* the script is the launcher's stdin ("-", or a pipe) */
 } launch_opts;
@@ -107,5 +108,7 @@ int launcher_run(const launch_opts *o, char **argv);
 /* `ddplua doctor [launcher options]`: prints what such a launch would get
 ** and what is wrong (cli/preflight.c); returns the exit status. */
 int launcher_doctor(const launch_opts *o);
+/* `ddplua analyze DIR [--entries N]` (cli/flight.c): argv after "analyze". */
+int flight_analyze(int argc, char **argv);
 
 #endif

@@ -50,7 +50,7 @@ void job_remove_shm(const char *prefix) {
       struct dirent64 *e = (struct dirent64 *)(buf + off);
       off += e->d_reclen;
       const char *k = e->d_name + n;
-      if (strncmp(e->d_name, prefix, n) != 0 || !*k || strspn(k, "0123456789px") != strlen(k))
+      if (strncmp(e->d_name, prefix, n) != 0 || !*k || strspn(k, "0123456789pxf") != strlen(k))
         continue;
       unlinkat(d, e->d_name, 0);
     }

@@ -64,6 +64,10 @@ typedef struct job {
   int max_restarts, restart;
   int prefix, quiet_ranks, bind_cores;
   const char *log_dir;
+  int dump_on_exit;      /* --dump-on-exit: the flight recorder's rings at the end too */
+  int dumped;            /* this group's rings were collected after a failure */
+  long dumps_handled;    /* SIGUSR2s to the launcher served */
+  char *flight_report;   /* what the rings said when the group failed, or NULL */
   char exe[PATH_MAX];
   char **argv;
   cpu_set_t cpus;
@@ -159,6 +163,17 @@ void job_remove_shm(const char *prefix);
 void preflight_cpus(job *j);
 int preflight_launch(const job *j);
 int preflight_doctor(const job *j);
+
+/* flight.c: the flight recorder's rings.  flight_path: the file rank's ring
+** lives in (its DDP_FLIGHT_FILE); flight_collect asks the live ranks for
+** their Lua stacks, writes every ring to the log directory and says which
+** collective diverged (why: what asked, for the message; keep: into
+** j->flight_report instead of saying it now); flight_analyze
+** is `ddplua analyze DIR [--entries N]`. */
+void flight_path(const job *j, int rank, char *out, size_t cap);
+int flight_collect(job *j, const char *why, int keep);
+/* The report kept (keep: 1) goes out after the failure's summary. */
+void flight_say(const char *text);
 
 /* repl_dist.c: the prompt over ranks; target -1 for every rank, or the
 ** index of the worker at a breakpoint. */

@@ -303,6 +303,7 @@ static int setup_options(job *j, const launch_opts *o, char **argv) {
   j->quiet_ranks = o->quiet_ranks;
   j->bind_cores = o->bind_cores;
   j->log_dir = o->log_dir;
+  j->dump_on_exit = o->dump_on_exit;
   j->interactive = o->interactive;
   j->grace = 5;
   if (o->grace) {
@@ -431,6 +432,7 @@ static int run_once(job *j, int *ix) {
   *ix = -1;
   int r = job_run_group(j, ix);
   if (r == RUN_OK) data_wait_report(j);
+  if (j->dump_on_exit) flight_collect(j, "--dump-on-exit", 0);
   /* a rank that died between making a file and every rank mapping it
   ** left it; with every worker gone, nothing can use it any more */
   job_remove_shm(j->shm_prefix);
@@ -444,6 +446,7 @@ static int run_once(job *j, int *ix) {
 /* The exit status of a group that failed for good, after its summary. */
 static int give_up(job *j, int ix) {
   summary(j, ix);
+  if (j->flight_report) flight_say(j->flight_report);
   /* a blamed rank we stopped has no code of its own: the first one's */
   return job_exit_code(j->w[ix != j->first_failed && j->first_failed >= 0 ? j->first_failed : ix].status);
 }
@@ -459,6 +462,9 @@ static int run_with_restarts(job *j) {
     if (r == RUN_SIGNALED) return 128 + job_signal();
     if (r == RUN_PREEMPTED) return preempt_status(j);  /* never restarted: the job is ending */
     if (j->restart >= j->max_restarts) return give_up(j, ix);
+    if (j->flight_report) flight_say(j->flight_report);
+    free(j->flight_report);
+    j->flight_report = NULL;
     j->restart++;
     job_say("rank %d failed with %s; restarting all workers (restart %d of %d)", j->w[ix].rank,
             job_describe(j->w[ix].status), j->restart, j->max_restarts);
@@ -467,6 +473,7 @@ static int run_with_restarts(job *j) {
 
 /* Closes the log files and frees what the workers' records hold. */
 static void free_job(job *j) {
+  free(j->flight_report);
   for (int i = 0; i < j->nproc; i++) {
     if (j->w[i].log >= 0) close(j->w[i].log);
     free(j->w[i].out.buf);

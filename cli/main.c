@@ -44,7 +44,8 @@ enum {
   OPT_MAX_RESTARTS,
   OPT_BIND_CORES,
   OPT_SIGNALS,
-  OPT_SAVE_GRACE
+  OPT_SAVE_GRACE,
+  OPT_DUMP_ON_EXIT
 };
 
 typedef struct cli_option {
@@ -68,6 +69,7 @@ static const cli_option cli_options[] = {
   {"--master-addr", "HOST", OPT_MASTER_ADDR, "host of node 0, serving the store"},
   {"--master-port", "P", OPT_MASTER_PORT, "the store's port (default: a free one)"},
   {"--log-dir", "DIR", OPT_LOG_DIR, "also write each rank's output to DIR/rank<r>.log"},
+  {"--dump-on-exit", NULL, OPT_DUMP_ON_EXIT, "write the flight recorder's rings at the end too"},
   {"--no-prefix", NULL, OPT_NO_PREFIX, "do not prefix output lines with [rank]"},
   {"--quiet-ranks", NULL, OPT_QUIET_RANKS, "show only rank 0's output"},
   {"--grace", "S", OPT_GRACE, "seconds from SIGTERM to SIGKILL (default 5)"},
@@ -112,7 +114,8 @@ void cli_message(const char *msg) {
 static void cli_usage(FILE *out) {
   fprintf(out, "usage: %s [options] [script [args]]\n"
                "       %s doctor [launcher options]   check what a launch would get\n"
-               "Available options are:\n", CLI_NAME, CLI_NAME);
+               "       %s analyze DIR [--entries N]  read the flight recorder's dumps\n"
+               "Available options are:\n", CLI_NAME, CLI_NAME, CLI_NAME);
   for (size_t i = 0; i < CLI_NOPTIONS; i++) {
     const cli_option *o = &cli_options[i];
     char left[32];
@@ -207,6 +210,7 @@ static int cli_parse(cli_args *a) {
     case OPT_BIND_CORES: a->lo.bind_cores = 1; break;
     case OPT_SIGNALS: a->lo.signals = value; break;
     case OPT_SAVE_GRACE: a->lo.save_grace = value; break;
+    case OPT_DUMP_ON_EXIT: a->lo.dump_on_exit = 1; break;
     }
   }
   a->script = i < a->argc ? i : 0;
@@ -220,26 +224,50 @@ static int cli_parse(cli_args *a) {
 
 /* -- Running chunks ------------------------------------------------------ */
 
-/* The state the SIGINT handler arms; only lua_sethook touches it there. */
+/* The state the signal handlers arm; only lua_sethook touches it there. */
 static lua_State *volatile cli_signal_L;
+static volatile sig_atomic_t cli_want_stop;
 
-/* Runs as a debug hook, so at a point where raising an error is safe: the
-** signal handler itself must not call into Lua. */
-static void cli_stop(lua_State *L, lua_Debug *ar) {
+/* Runs as a debug hook, so at a point where calling into Lua is safe: the
+** signal handlers themselves must not.  It serves both: the flight
+** recorder's request for this rank's Lua stack (SIGUSR2 from the launcher),
+** and Ctrl-C, which raises "interrupted!".  The hook goes first, so a signal
+** that comes while it runs arms it again. */
+static void cli_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   lua_sethook(L, NULL, 0, 0);
+  if (dl_flight_stack_wanted()) {
+    luaL_traceback(L, L, NULL, 0);
+    dl_flight_set_stack(lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  if (!cli_want_stop) return;
+  cli_want_stop = 0;
   /* Not luaL_error: a C hook adds no frame, so level 0 is the Lua code. */
   luaL_where(L, 0);
   lua_pushfstring(L, "%sinterrupted!", lua_tostring(L, -1));
   lua_error(L);
 }
 
+static void cli_arm(void) {
+  lua_sethook(cli_signal_L, cli_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
 static void cli_on_sigint(int sig) {
   /* A second Ctrl-C before the hook runs (a long C call, a JIT-compiled
   ** loop, which never checks hooks) kills the process the default way. */
   signal(sig, SIG_DFL);
-  lua_sethook(cli_signal_L, cli_stop,
-              LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+  cli_want_stop = 1;
+  cli_arm();
+}
+
+/* SIGUSR2: the launcher asks for the Lua stack (cli/flight.c), which the
+** hook leaves in the flight recorder's ring.  Kept for the process's life
+** once set: a late request must not kill a rank on its way out. */
+static void cli_on_sigusr2(int sig) {
+  (void)sig;
+  dl_flight_want_stack();
+  if (cli_signal_L) cli_arm();
 }
 
 /* Turns any error value into "message\nstack traceback:...".  A nil one
@@ -274,11 +302,18 @@ int cli_docall(lua_State *L, int narg, int nres) {
   sigaction(SIGINT, NULL, &old);
   if (old.sa_handler != SIG_IGN)
     sigaction(SIGINT, &act, NULL);
+  struct sigaction usr2;
+  memset(&usr2, 0, sizeof usr2);
+  usr2.sa_handler = cli_on_sigusr2;
+  usr2.sa_flags = SA_RESTART;
+  sigemptyset(&usr2.sa_mask);
+  sigaction(SIGUSR2, &usr2, NULL);
   int status = lua_pcall(L, narg, nres, base);
   sigaction(SIGINT, &old, NULL); /* the REPL's own handler, or SIG_DFL */
   /* A Ctrl-C that came too late for the hook must not stop the next chunk. */
-  if (lua_gethook(L) == cli_stop)
+  if (lua_gethook(L) == cli_hook)
     lua_sethook(L, NULL, 0, 0);
+  cli_want_stop = 0;
   lua_remove(L, base);
   return status;
 }
@@ -598,6 +633,12 @@ int main(int argc, char **argv) {
     return 1;
   }
   a.wargv[a.nwargv++] = argv[0];
+  /* `ddplua analyze DIR`: the flight recorder's dumps (cli/flight.c) */
+  if (argc > 1 && strcmp(argv[1], "analyze") == 0) {
+    free(a.actions);
+    free(a.wargv);
+    return flight_analyze(argc - 2, argv + 2);
+  }
   /* `ddplua doctor ...` (a script named doctor: `ddplua ./doctor`) */
   int doctor = argc > 1 && strcmp(argv[1], "doctor") == 0;
   if (doctor) {
@@ -626,7 +667,7 @@ int main(int argc, char **argv) {
   if (!a.launch && (a.lo.node_rank || a.lo.master_addr || a.lo.master_port ||
                     a.lo.log_dir || a.lo.no_prefix || a.lo.quiet_ranks ||
                     a.lo.grace || a.lo.max_restarts || a.lo.bind_cores ||
-                    a.lo.signals || a.lo.save_grace)) {
+                    a.lo.signals || a.lo.save_grace || a.lo.dump_on_exit)) {
     cli_message("launcher options need --nproc N (or --nnodes M)");
     free(a.actions);
     free(a.wargv);

@@ -83,10 +83,13 @@ static volatile sig_atomic_t nsignals;   /* how many came */
 static unsigned long long preempt_set;   /* bit s: signal s means "save and stop" */
 static volatile sig_atomic_t got_preempt; /* the last of those */
 static volatile sig_atomic_t npreempts;
+static volatile sig_atomic_t ndumps;     /* SIGUSR2: dump the flight recorder's rings */
 
 static void on_signal(int sig) {
   int saved = errno;
-  if (sig < 64 && (preempt_set >> sig & 1)) {
+  if (sig == SIGUSR2) {
+    ndumps++;
+  } else if (sig < 64 && (preempt_set >> sig & 1)) {
     got_preempt = sig;
     npreempts++;
   } else if (sig != SIGCHLD) {
@@ -113,6 +116,7 @@ int job_install_signals(const job *j) {
   catch_signal(SIGINT, NULL);
   catch_signal(SIGTERM, NULL);
   catch_signal(SIGCHLD, NULL);
+  catch_signal(SIGUSR2, NULL);
   for (int i = 0; i < j->npre; i++) catch_signal(j->pre_sigs[i], NULL);
   signal(SIGPIPE, SIG_IGN); /* a closed terminal: write fails instead */
   return 0;
@@ -326,7 +330,7 @@ static char **worker_env(const job *j, const worker *w, int ctl_r, int ctl_w) {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
     "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "DDP_JOB_ID",
     "DDP_STORE_TOKEN", "DDP_RESTART_COUNT", "DDP_MAX_RESTARTS", "DDP_TTY",
-    "DDPLUA_CTRL", "DDP_LAUNCH_ID", "DDP_PREEMPT_SIGNALS",
+    "DDPLUA_CTRL", "DDP_LAUNCH_ID", "DDP_PREEMPT_SIGNALS", "DDP_FLIGHT_FILE",
   };
   enum { NOURS = sizeof ours / sizeof ours[0] };
   char vals[NOURS][300];
@@ -350,6 +354,8 @@ static char **worker_env(const job *j, const worker *w, int ctl_r, int ctl_w) {
   snprintf(vals[14], 300, "%s", j->launch_id);
   /* ddp.should_stop arms the worker for the same signals (dist/preempt.c) */
   snprintf(vals[15], 300, "%s", j->pre_list);
+  /* the flight recorder's ring, a file the launcher reads too (cli/flight.c) */
+  flight_path(j, w->rank, vals[16], 300);
 
   size_t n = 0;
   while (environ[n]) n++;
@@ -560,6 +566,23 @@ int job_fds(job *j, struct pollfd *fds, int max) {
   return n;
 }
 
+/* Whether w's end concerns the ranks' collectives, so the flight recorder
+** has something to say: it died of a signal (a rank killed, crashed), or
+** its last lines are a collective's timeout, mismatch or lost peer.  A rank
+** that stopped on an error of its own script is told plainly already. */
+static int collective_trouble(job *j, worker *w) {
+  static const char *const says[] = {"timed out after", "mismatched collectives", "has exited; gave up",
+                                      "process group is unusable", "lost its connection",
+                                      "Connection closed by peer", "Connection reset by peer"};
+  if (WIFSIGNALED(w->status)) return 1;
+  job_drain_worker(j, w);
+  int n = w->ntail < TAIL_LINES ? w->ntail : TAIL_LINES;
+  for (int k = w->ntail - n; k < w->ntail; k++)
+    for (size_t s = 0; s < sizeof says / sizeof says[0]; s++)
+      if (w->tail[k % TAIL_LINES] && strstr(w->tail[k % TAIL_LINES], says[s])) return 1;
+  return 0;
+}
+
 int job_turn(job *j, int timeout_ms) {
   reap(j, &j->first_failed);
   if (nsignals > j->handled) {
@@ -584,8 +607,20 @@ int job_turn(job *j, int timeout_ms) {
     preempt_request(j, (int)got_preempt);
     j->pre_handled = npreempts;
   }
+  if (ndumps > j->dumps_handled) {
+    j->dumps_handled = ndumps;
+    flight_collect(j, "SIGUSR2; the job goes on", 0);
+  }
   /* at a prompt a rank's death is told there, and the others go on */
   if (j->first_failed >= 0 && !j->stopping && !j->session) {
+    /* before the others are stopped: the live ones can still say where
+    ** they are (a rank that fails alone, world 1, has nobody to compare) */
+    if (j->world > 1 && !j->dumped && collective_trouble(j, &j->w[j->first_failed])) {
+      char why[64];
+      snprintf(why, sizeof why, "rank %d failed", j->w[j->first_failed].rank);
+      flight_collect(j, why, 1);
+      j->dumped = 1;
+    }
     j->stopping = 1;
     j->deadline = job_now() + j->grace;
     signal_all(j, SIGTERM);
@@ -699,6 +734,8 @@ static void quit_workers(job *j) {
 int job_run_group(job *j, int *failed_ix) {
   j->first_failed = -1;
   j->stopping = j->killed = j->forwarded = 0;
+  j->dumped = 0;
+  j->dumps_handled = ndumps;
   j->handled = nsignals;
   j->preempted = j->pre_logged = 0;
   j->pre_handled = npreempts;

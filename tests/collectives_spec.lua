@@ -404,13 +404,7 @@ end
   end)
 end)
 
--- A port free right now (a store server on port 0, closed again).
-local function free_port()
-  local srv = require("ddp.store").server {}
-  local p = srv.port
-  srv:close()
-  return p
-end
+local free_port = jobs.free_port
 
 -- Runs the launchers of a 2-node job at once, node 1's command prefixed
 -- by wrap1 (say, `ip netns exec ...`); returns both outputs and codes.

@@ -12,30 +12,7 @@ local EQ = jobs.root .. "/tests/scripts/ddp_equal.lua"
 -- every launcher's variables unset, so the specs see only their own
 local CLEAN = jobs.CLEAN
 
--- A free TCP port (bound and released by the kernel's choice).
-local function free_port()
-  return tonumber(sh([[python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])']]))
-end
-
--- Starts each rank's command in the background with its env, waits for all
--- (bounded); returns {out=, err=, rc=} per rank and the seconds taken.
-local function ranks(envs, script, secs)
-  local res, cmds = {}, {}
-  for i, env in ipairs(envs) do
-    local o, e, c = tempname(), tempname(), tempname()
-    res[i] = { o = o, e = e, c = c }
-    local this = script
-    if type(env) == "table" then env, this = env[1], env[2] end  -- {env, script of its own}
-    cmds[#cmds + 1] = "( " .. CLEAN .. env .. " timeout " .. (secs or 60) .. " " .. q(ddplua) .. " " .. q(this)
-      .. " </dev/null >" .. q(o) .. " 2>" .. q(e) .. "; echo $? >" .. q(c) .. " ) &"
-  end
-  local t0 = os.time()
-  sh(table.concat(cmds, " ") .. " wait")
-  for _, r in ipairs(res) do
-    r.out, r.err, r.rc = slurp(r.o) or "", slurp(r.e) or "", tonumber((slurp(r.c) or ""):match("%d+"))
-  end
-  return res, os.time() - t0
-end
+local free_port, ranks = jobs.free_port, jobs.ranks
 
 local function check_eq(r, world, kind)
   assert.equals(0, r.rc, r.err .. r.out)

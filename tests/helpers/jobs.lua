@@ -81,6 +81,32 @@ function M.no_strays()
   scripts = {}
 end
 
+-- A free TCP port (bound and released by the kernel's choice).
+function M.free_port()
+  return tonumber(M.sh([[python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])']]))
+end
+
+-- Starts each rank's command in the background with its env (a launch
+-- without ddplua's launcher), in folder dir if given, and waits for all
+-- (bounded); returns {out=, err=, rc=} per rank and the seconds taken.
+function M.ranks(envs, script, secs, dir)
+  local res, cmds = {}, {}
+  for i, env in ipairs(envs) do
+    local o, e, c = M.tempname(), M.tempname(), M.tempname()
+    res[i] = { o = o, e = e, c = c }
+    local this = script
+    if type(env) == "table" then env, this = env[1], env[2] end  -- {env, script of its own}
+    cmds[#cmds + 1] = "( " .. (dir and "cd " .. q(dir) .. " && " or "") .. M.CLEAN .. env .. " timeout " .. (secs or 60) .. " " .. q(M.ddplua) .. " " .. q(this)
+      .. " </dev/null >" .. q(o) .. " 2>" .. q(e) .. "; echo $? >" .. q(c) .. " ) &"
+  end
+  local t0 = os.time()
+  M.sh(table.concat(cmds, " ") .. " wait")
+  for _, r in ipairs(res) do
+    r.out, r.err, r.rc = M.slurp(r.o) or "", M.slurp(r.e) or "", tonumber((M.slurp(r.c) or ""):match("%d+"))
+  end
+  return res, os.time() - t0
+end
+
 -- For teardown: removes every temporary file made.
 M.cleanup = shell.cleanup
 
