@@ -381,6 +381,11 @@ void flight_say(const char *text) {
 
 int flight_collect(job *j, const char *why, int keep) {
   int n = j->nproc;
+  const char *entries = getenv("DDP_FLIGHT_ENTRIES");
+  if (entries && strtol(entries, NULL, 10) == 0 && *entries == '0') {
+    if (!keep) job_say("flight recorder (%s): it is off in this job (DDP_FLIGHT_ENTRIES=0)", why);
+    return 0;
+  }
   ring *rs = calloc((size_t)n, sizeof *rs);
   int64_t *asked = calloc((size_t)n, sizeof *asked);
   if (!rs || !asked) { free(rs); free(asked); return -1; }

@@ -189,9 +189,15 @@ for _ = 1, 100 do ddp.all_reduce(x) end
     has(out, "every rank finished all_reduce(sum) #100 float32 x3")
     has(out, "100 collectives recorded, the last 16:")
     assert.truthy(out:find("#85 ", 1, true) and out:find("#100 ", 1, true) and not out:find("#84 ", 1, true), out)
+    -- 0: off (for measuring what it costs), and the launcher says so
+    local off = shell.tempdir()
+    _, err, rc = jobs.run("--nproc 2 --dump-on-exit --log-dir " .. q(off) .. " " .. q(s), "DDP_FLIGHT_ENTRIES=0", 60)
+    assert.equals(0, rc, err)
+    has(err, "flight recorder (--dump-on-exit): it is off in this job (DDP_FLIGHT_ENTRIES=0)")
+    assert.falsy(shell.exists(off .. "/flight/rank0.bin"))
     _, err, rc = jobs.run("--nproc 2 " .. q(s), "DDP_FLIGHT_ENTRIES=lots", 60)
     assert.equals(1, rc, err)
-    has(err, 'ddp.init: DDP_FLIGHT_ENTRIES="lots" is not a whole number from 16 to 1048576')
+    has(err, 'ddp.init: DDP_FLIGHT_ENTRIES="lots" is not a whole number from 16 to 1048576, or 0 for off')
   end)
 
   it("lets ranks started without the launcher dump their own rings, which analyze puts together", function()

@@ -41,6 +41,8 @@ static double wall_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static int off;  /* dl_flight_open(..., -1): the recorder is off */
+
 static int default_capacity(void) {
   const char *e = getenv("DDP_FLIGHT_ENTRIES");
   long n = e && *e ? strtol(e, NULL, 10) : 0;
@@ -69,6 +71,7 @@ static size_t bytes_for(int capacity) {
 
 /* A private ring, for a process that records before (or without) ddp.init. */
 static int ensure_ring(void) {
+  if (__atomic_load_n(&off, __ATOMIC_RELAXED)) return -1;
   if (ring) return 0;
   int cap = default_capacity();
   dl_flight_header *h = calloc(1, bytes_for(cap));
@@ -81,7 +84,12 @@ static int ensure_ring(void) {
 
 DL_API int dl_flight_open(const char *path, int rank, int world, int local_rank, const char *job_id,
                           int capacity) {
-  if (capacity <= 0) capacity = default_capacity();
+  if (capacity < 0) {  /* off: nothing recorded from here on */
+    __atomic_store_n(&off, 1, __ATOMIC_RELAXED);
+    return 0;
+  }
+  __atomic_store_n(&off, 0, __ATOMIC_RELAXED);
+  if (capacity == 0) capacity = default_capacity();
   if (capacity < 16 || capacity > (1 << 20))
     return dl_err(EM_BADVALUE, "flight recorder", "capacity must be 16..1048576 entries");
   size_t bytes = bytes_for(capacity);

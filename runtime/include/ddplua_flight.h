@@ -88,7 +88,8 @@ typedef struct dl_flight_header {
 
 /* Maps the ring onto path (made or reused, sized for capacity entries;
 ** NULL or "": private memory) for rank of world; entries recorded before
-** are kept.  capacity <= 0: DDP_FLIGHT_ENTRIES, else 2048.  Called by
+** are kept.  capacity 0: DDP_FLIGHT_ENTRIES, else 2048; -1: off (nothing
+** recorded, for measuring what it costs).  Called by
 ** ddp.init; a process that never calls it records into a private ring. */
 DL_API int dl_flight_open(const char *path, int rank, int world, int local_rank,
                           const char *job_id, int capacity);

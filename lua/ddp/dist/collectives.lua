@@ -24,13 +24,19 @@ local function check_name(op, name)
   return name or "barrier"
 end
 
+-- the user's line the next call is recorded with (the flight recorder);
+-- level: the first frame that may be the user's, counted from user_site
+-- (1), site (2), its caller (3), ...
+local user_site = core.user_site
+local function site(level) C.dl_flight_site(user_site(level)) end
+
 -- ddp.barrier([name][, {timeout=}]): returns once every rank called it.
 function M.barrier(name, opts)
   if type(name) == "table" and opts == nil then name, opts = nil, name end
   name = check_name("ddp.barrier", name)
   local st = need_init("ddp.barrier")
   if not st.store then return end
-  site()
+  site(4)
   if timed(st.pg, "ddp.barrier", opts, C.dl_pg_barrier, st.pg) ~= 0 then
     raise(("ddp.barrier(%q): %s"):format(name, core.last_error()) .. flight_dump())
   end
@@ -53,20 +59,15 @@ local function tensor_in(op, t)
   return t
 end
 
-
--- The flight recorder's entries name the user's line of each call.
-local user_site = core.user_site
-local function site() C.dl_flight_site(user_site()) end
-
 -- A C call returning 0 or an error, under opts' timeout.
 local function call(pg, op, opts, f, ...)
-  site()
+  site(4)
   if timed(pg, op, opts, f, ...) ~= 0 then raise("ddp." .. core.last_error() .. flight_dump()) end
 end
 
 -- As call, for C calls returning a new tensor.
 local function call_new(pg, op, opts, f, ...)
-  site()
+  site(4)
   local p = timed(pg, op, opts, f, ...)
   if p == nil then raise("ddp." .. core.last_error() .. flight_dump()) end
   return core.own(p)
@@ -192,7 +193,7 @@ function M.all_reduce_async(t, op, opts)
   if type(op) == "table" and opts == nil then op, opts = nil, op end
   local o = red_arg(name, op)
   local pg = group(name)
-  site()
+  site(4)
   local w = timed(pg, name, opts, C.dl_pg_all_reduce_async, pg, t, o)
   if w == nil then raise("ddp." .. core.last_error()) end
   return Work(w, t)

@@ -355,11 +355,12 @@ function M.init(opts)
   -- file it named, hung or dead (cli/flight.c); elsewhere a private ring
   local fr = os.getenv("DDP_FLIGHT_FILE") or ""
   local entries = os.getenv("DDP_FLIGHT_ENTRIES") or ""
-  local cap = tonumber(entries) or 0
-  if entries ~= "" and not (cap % 1 == 0 and cap >= 16 and cap <= 1048576) then
-    error(("ddp.init: DDP_FLIGHT_ENTRIES=%q is not a whole number from 16 to 1048576 (the flight recorder's "
-      .. "ring length; default 2048)"):format(entries), 2)
+  local cap = tonumber(entries)
+  if entries ~= "" and not (cap and cap % 1 == 0 and (cap == 0 or cap >= 16) and cap <= 1048576) then
+    error(("ddp.init: DDP_FLIGHT_ENTRIES=%q is not a whole number from 16 to 1048576, or 0 for off (the flight "
+      .. "recorder's ring length; default 2048)"):format(entries), 2)
   end
+  cap = cap == 0 and -1 or cap or 0  -- 0: off (-1 to dl_flight_open); unset: its default
   if C.dl_flight_open(fr, e.rank, e.world_size, e.local_rank, e.job_id, cap) ~= 0 then
     io.stderr:write("ddplua: warning: " .. core.last_error() .. "; the flight recorder keeps its ring in memory\n")
     C.dl_flight_open("", e.rank, e.world_size, e.local_rank, e.job_id, cap)
