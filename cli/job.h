@@ -107,6 +107,14 @@ typedef struct job {
   struct worker **pfw;
 } job;
 
+/* steps.c: the ranks' step breakdowns (lua/ddp/core/steps.lua leaves them
+** in the store): a straggler named during the job (steps_watch_turn, from
+** the watch loop), the table of phases at its end (steps_report);
+** steps_forget before the next group. */
+void steps_watch_turn(job *j);
+void steps_report(job *j);
+void steps_forget(void);
+
 /* workers.c */
 enum { RUN_OK, RUN_FAILED, RUN_SIGNALED, RUN_PREEMPTED };
 /* Starts the group and waits for it: all exited 0 (RUN_OK), one failed and

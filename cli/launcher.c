@@ -431,7 +431,11 @@ static int run_once(job *j, int *ix) {
   if (open_store(j) != 0) return -1;
   *ix = -1;
   int r = job_run_group(j, ix);
-  if (r == RUN_OK) data_wait_report(j);
+  if (r == RUN_OK) {
+    steps_report(j);
+    data_wait_report(j);
+  }
+  steps_forget();
   if (j->dump_on_exit) flight_collect(j, "--dump-on-exit", 0);
   /* a rank that died between making a file and every rank mapping it
   ** left it; with every worker gone, nothing can use it any more */

@@ -772,6 +772,7 @@ int job_run_group(job *j, int *failed_ix) {
   int prompted = 0;
   while (!job_turn(j, 1000)) {
     if (j->stopping) continue;
+    steps_watch_turn(j);
     if (j->interactive && !prompted) {
       int live = 0, ready = 0;
       for (int i = 0; i < j->nproc; i++) {

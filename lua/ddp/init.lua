@@ -199,6 +199,10 @@ ddp.SummaryWriter = summary.SummaryWriter
 -- ddp.clock(): monotonic seconds (for timing steps); ddp.time(): Unix
 -- time in seconds, a float (time.time()).
 ddp.clock, ddp.time = core.clock, core.time
+-- ddp.step_stats(): this rank's last optimizer step by phase (data,
+-- forward, backward, comm, optimizer, other, total: seconds) and the
+-- medians of its last steps, or nil before the first (ddp.core.steps).
+ddp.step_stats = require("ddp.core.steps").stats
 -- ddp.breakpoint([rank]): the prompt on that rank, with the caller's
 -- locals; the other ranks wait (ddp.console).
 ddp.breakpoint = console.breakpoint

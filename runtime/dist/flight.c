@@ -182,8 +182,7 @@ DL_HIDDEN void fr_end(int64_t k, int rc, int blocking) {
   double t = wall_s();
   e->t_end = t;
   __atomic_store_n(&e->state, rc ? DL_FS_FAILED : DL_FS_DONE, __ATOMIC_RELEASE);
-  if (blocking) {
-    if (e->t_start > 0) fr_add_comm(t - e->t_start);
+  if (blocking) {  /* its time went to the communication count already (pg.c) */
     ring->t_idle = t;
     __atomic_store_n(&ring->in_call, 0, __ATOMIC_RELEASE);
   }

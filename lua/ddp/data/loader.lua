@@ -43,6 +43,7 @@ local samplers = require "ddp.data.samplers"
 local collate = require "ddp.data.collate"
 local dist = require "ddp.dist"
 local workers = require "ddp.data.workers"
+local steps_data = require("ddp.core.steps").data
 local C, ffi = core.C, core.ffi
 local new, raise, show = core.new, core.raise, core.show
 local is_tensor, is_integer = core.is_tensor, core.is_integer
@@ -360,6 +361,7 @@ function DataLoader:iter()
     end
     local t_out = clock()
     local dw, dt = t_out - t_in, t_out - (last_out or t_in)
+    steps_data(dw)
     stats.batches, stats.wait, stats.total = stats.batches + 1, stats.wait + dw, stats.total + dt
     waited.batches, waited.wait, waited.total = waited.batches + 1, waited.wait + dw, waited.total + dt
     last_out = t_out

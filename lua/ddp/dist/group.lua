@@ -11,6 +11,7 @@
 local core = require "ddp.core"
 local store = require "ddp.dist.store"
 local env_mod = require "ddp.dist.env"
+local steps = require "ddp.core.steps"
 local raise, show = core.raise, core.show
 local env, int_env = env_mod._env, env_mod._int_env
 local type, tostring, tonumber, pairs, pcall = type, tostring, tonumber, pairs, pcall
@@ -398,10 +399,16 @@ function M.init(opts)
       raise("ddp.init: cannot set up the process group (backend " .. st.backend .. "): " .. msg)
     end
     st.pg = ffi.gc(pg, C.dl_pg_free)
+    -- the step breakdown, for the launcher's straggler lines and its
+    -- end-of-job table (cli/steps.c)
+    local key = "ddp/steps/" .. e.rank
+    steps.publish = function(line) if line and st.store then st.store:set(key, line) end end
     if not sentinel then
       sentinel = newproxy(true)
       getmetatable(sentinel).__gc = function()
         if state and state.store then
+          steps.flush()
+          steps.publish = nil
           leave_store(state, e)
           state.store:close()
         end
@@ -454,6 +461,8 @@ function M.shutdown()
     C.dl_pg_free(pg)
   end
   if s then
+    steps.flush()
+    steps.publish = nil
     leave_store(st, env())
     s:close()
   end

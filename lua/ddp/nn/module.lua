@@ -11,6 +11,7 @@
 --   local model = Net(128)
 local core = require "ddp.core"
 local autograd = require "ddp.autograd"
+local steps = require "ddp.core.steps"
 local raise = core.raise
 
 core.add_lib_file(debug.getinfo(1, "S").source)
@@ -97,9 +98,15 @@ local function on_error(e)
   return ok and r or e
 end
 
-local function finish(ok, ...)
+-- the outermost call's time is the step's forward (ddp.core.steps)
+local steps_forward, steps_mark = steps.forward, steps.mark
+
+local function finish(t0, c0, ok, ...)
   root = nil
-  if ok then return ... end
+  if ok then
+    steps_forward(t0, c0)
+    return ...
+  end
   error((...), 0)
 end
 
@@ -108,7 +115,8 @@ local function pass(...) return ... end
 function module_call(self, ...)
   if root ~= nil then return pass(self:forward(...)) end
   root = self
-  return finish(xpcall(self.forward, on_error, self, ...))
+  local t0, c0 = steps_mark()
+  return finish(t0, c0, xpcall(self.forward, on_error, self, ...))
 end
 Module.__call = module_call
 

@@ -5,6 +5,7 @@
 local core = require "ddp.core"
 local factory = require "ddp.tensor.factory"
 local autograd = require "ddp.autograd"
+local steps = require "ddp.core.steps"
 local C = core.C
 local check, raise = core.check, core.raise
 
@@ -94,6 +95,7 @@ end
 
 function Optimizer:step(closure)
   local loss = closure and autograd.enable_grad(closure) or nil
+  local t0, c0 = steps.mark()  -- a closure's forward and backward are theirs, not the optimizer's
   autograd.no_grad(function()
     for idx, p, g in self:each() do
       local grad = p.grad
@@ -103,6 +105,7 @@ function Optimizer:step(closure)
       end
     end
   end)
+  steps.optimizer(self, t0, c0)  -- the first optimizer to step ends each step
   return loss
 end
 

@@ -6,6 +6,7 @@
 local core = require "ddp.core"
 local C, ffi = core.C, core.ffi
 local new, check, raise = core.new, core.check, core.raise
+local steps = require "ddp.core.steps"
 
 core.add_lib_file(debug.getinfo(1, "S").source)
 
@@ -31,8 +32,10 @@ function m.backward(t, grad, opts)
   opts = opts or {}
   if grad ~= nil then grad = core.operand(grad, "backward", 1) end
   C.dl_flight_site(core.user_site())  -- DDP's bucket all-reduces come from this line
+  local t0, c0 = steps.mark()
   check(C.dl_backward(t, grad, opts.retain_graph and 1 or 0))
   for i = 1, #post_backward do post_backward[i]() end
+  steps.backward(t0, c0)  -- less the wait for the last buckets: that is communication
 end
 
 function m.zero_grad_(t)
