@@ -14,7 +14,8 @@ end
 -- console and ddp.testing.
 local LAYERS = {
   { "ddp.cdef", "ddp.ffi" },
-  { "ddp.core.errors", "ddp.core.handles", "ddp.core.args", "ddp.core.values", "ddp.core.class", "ddp.core" },
+  { "ddp.core.errors", "ddp.core.handles", "ddp.core.args", "ddp.core.values", "ddp.core.class", "ddp.core",
+    "ddp.core.steps" },
   { "ddp.serialize", "ddp.autocast" },
   { "ddp.tensor.info", "ddp.tensor.views", "ddp.tensor.math", "ddp.tensor.grad", "ddp.tensor.sampling",
     "ddp.tensor.print", "ddp.tensor" },

@@ -45,6 +45,8 @@ local model = nn.Sequential(nn.Linear(16, 8), Slow10(), nn.Linear(8, 4))
 local opt = ddp.optim.SGD(model:parameters(), {lr = 0.1})
 local opt2 = ddp.optim.SGD(nn.Linear(2, 2):parameters(), {lr = 0.1})  -- a second optimizer: not a step
 local loader = data.DataLoader(dataset(48), {batch_size = 4})       -- 4 samples: 8 ms a batch
+local bar = ddp.progress(12, {steps = true, every = 1e9})
+assert(not pcall(ddp.progress, 12, {steps = "yes"}))
 local n = 0
 for _, x, y in loader:iter() do
   opt:zero_grad()
@@ -54,7 +56,9 @@ for _, x, y in loader:iter() do
   opt2:step()
   sleep(0.015)   -- the loop's own work: other
   n = n + 1
+  bar:update(1)
 end
+bar:close()
 local st = ddp.step_stats()
 assert(st.step == n, "steps " .. st.step .. " of " .. n)
 local sum = st.data + st.forward + st.backward + st.comm + st.optimizer + st.other
@@ -79,6 +83,8 @@ print(("data %.6f forward %.6f backward %.6f comm %.6f optimizer %.6f other %.6f
     assert.equals(0, c)
     assert.is_true(total >= d + f + other, "total " .. total)
     assert.equals("12", window)
+    -- the progress line's share of each phase, from the same medians
+    assert.truthy(out:find("step [%d.]+ ms: data %d+%% fwd %d+%% bwd %d+%% comm 0%% opt %d+%%"), out)
   end)
 
   it("names a rank whose loader sleeps as a data straggler, and prints the table of phases at the end", function()
