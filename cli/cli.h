@@ -97,6 +97,8 @@ typedef struct launch_opts {
   const char *save_grace;   /* seconds the workers get to save */
   int no_prefix, quiet_ranks, bind_cores;
   int dump_on_exit; /* --dump-on-exit */
+  const char *trace_dir; /* --trace DIR */
+  int trace_ops;         /* --trace-ops */
   int interactive;  /* the prompt over all ranks (no script, or -i) */
   int stdin_script; /* the script is the launcher's stdin ("-", or a pipe) */
 } launch_opts;
@@ -110,5 +112,7 @@ int launcher_run(const launch_opts *o, char **argv);
 int launcher_doctor(const launch_opts *o);
 /* `ddplua analyze DIR [--entries N]` (cli/flight.c): argv after "analyze". */
 int flight_analyze(int argc, char **argv);
+/* `ddplua trace DIR [--world N]` (cli/trace.c): argv after "trace". */
+int trace_command(int argc, char **argv);
 
 #endif

@@ -68,6 +68,8 @@ typedef struct job {
   int dumped;            /* this group's rings were collected after a failure */
   long dumps_handled;    /* SIGUSR2s to the launcher served */
   char *flight_report;   /* what the rings said when the group failed, or NULL */
+  char trace_dir[PATH_MAX]; /* --trace DIR (or DDP_TRACE), absolute; "" when none */
+  int trace_ops;         /* --trace-ops (or DDP_TRACE_OPS=1) */
   char exe[PATH_MAX];
   char **argv;
   cpu_set_t cpus;
@@ -114,6 +116,10 @@ typedef struct job {
 void steps_watch_turn(job *j);
 void steps_report(job *j);
 void steps_forget(void);
+
+/* trace.c: merges the ranks' trace files at the end of a job (--trace's
+** folder and those the ranks' ddp.trace.start named) into trace.json. */
+void trace_finish(job *j);
 
 /* workers.c */
 enum { RUN_OK, RUN_FAILED, RUN_SIGNALED, RUN_PREEMPTED };

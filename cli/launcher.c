@@ -294,6 +294,38 @@ static void raise_nofile(void) {
   }
 }
 
+/* --trace DIR (or DDP_TRACE from the environment): made, and named by its
+** absolute path for the workers (DDP_TRACE), which start the trace at
+** ddp.init; --trace-ops (or DDP_TRACE_OPS=1).  -1 after saying what failed. */
+static int setup_trace(job *j, const launch_opts *o) {
+  const char *dir = o->trace_dir ? o->trace_dir : getenv("DDP_TRACE");
+  const char *ops = getenv("DDP_TRACE_OPS");
+  j->trace_ops = o->trace_ops || (ops && strcmp(ops, "1") == 0);
+  j->trace_dir[0] = '\0';
+  if (!dir || !*dir) {
+    if (o->trace_ops) {
+      job_say("--trace-ops adds to a trace: give --trace DIR too");
+      return -1;
+    }
+    return 0;
+  }
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+    job_say("cannot create the --trace folder %s: %s", dir, strerror(errno));
+    return -1;
+  }
+  char abs[PATH_MAX];
+  if (!realpath(dir, abs)) {
+    job_say("--trace %s: %s", dir, strerror(errno));
+    return -1;
+  }
+  if (strlen(abs) > 280) {
+    job_say("--trace %s: the folder's path is too long (%zu bytes; at most 280)", dir, strlen(abs));
+    return -1;
+  }
+  snprintf(j->trace_dir, sizeof j->trace_dir, "%s", abs);
+  return 0;
+}
+
 /* The job's own options (--grace, --signals, --save-grace, --max-restarts,
 ** --nproc) and its nodes;
 ** -1 after saying which is wrong. */
@@ -304,6 +336,7 @@ static int setup_options(job *j, const launch_opts *o, char **argv) {
   j->bind_cores = o->bind_cores;
   j->log_dir = o->log_dir;
   j->dump_on_exit = o->dump_on_exit;
+  if (setup_trace(j, o) != 0) return -1;
   j->interactive = o->interactive;
   j->grace = 5;
   if (o->grace) {
@@ -437,6 +470,7 @@ static int run_once(job *j, int *ix) {
   }
   steps_forget();
   if (j->dump_on_exit) flight_collect(j, "--dump-on-exit", 0);
+  trace_finish(j);
   /* a rank that died between making a file and every rank mapping it
   ** left it; with every worker gone, nothing can use it any more */
   job_remove_shm(j->shm_prefix);

@@ -45,7 +45,9 @@ enum {
   OPT_BIND_CORES,
   OPT_SIGNALS,
   OPT_SAVE_GRACE,
-  OPT_DUMP_ON_EXIT
+  OPT_DUMP_ON_EXIT,
+  OPT_TRACE,
+  OPT_TRACE_OPS
 };
 
 typedef struct cli_option {
@@ -70,6 +72,8 @@ static const cli_option cli_options[] = {
   {"--master-port", "P", OPT_MASTER_PORT, "the store's port (default: a free one)"},
   {"--log-dir", "DIR", OPT_LOG_DIR, "also write each rank's output to DIR/rank<r>.log"},
   {"--dump-on-exit", NULL, OPT_DUMP_ON_EXIT, "write the flight recorder's rings at the end too"},
+  {"--trace", "DIR", OPT_TRACE, "record every rank's timeline; DIR/trace.json at the end"},
+  {"--trace-ops", NULL, OPT_TRACE_OPS, "with --trace: each C op and autograd node too"},
   {"--no-prefix", NULL, OPT_NO_PREFIX, "do not prefix output lines with [rank]"},
   {"--quiet-ranks", NULL, OPT_QUIET_RANKS, "show only rank 0's output"},
   {"--grace", "S", OPT_GRACE, "seconds from SIGTERM to SIGKILL (default 5)"},
@@ -115,7 +119,8 @@ static void cli_usage(FILE *out) {
   fprintf(out, "usage: %s [options] [script [args]]\n"
                "       %s doctor [launcher options]   check what a launch would get\n"
                "       %s analyze DIR [--entries N]  read the flight recorder's dumps\n"
-               "Available options are:\n", CLI_NAME, CLI_NAME, CLI_NAME);
+               "       %s trace DIR [--world N]      merge the ranks' trace files\n"
+               "Available options are:\n", CLI_NAME, CLI_NAME, CLI_NAME, CLI_NAME);
   for (size_t i = 0; i < CLI_NOPTIONS; i++) {
     const cli_option *o = &cli_options[i];
     char left[32];
@@ -211,6 +216,8 @@ static int cli_parse(cli_args *a) {
     case OPT_SIGNALS: a->lo.signals = value; break;
     case OPT_SAVE_GRACE: a->lo.save_grace = value; break;
     case OPT_DUMP_ON_EXIT: a->lo.dump_on_exit = 1; break;
+    case OPT_TRACE: a->lo.trace_dir = value; break;
+    case OPT_TRACE_OPS: a->lo.trace_ops = 1; break;
     }
   }
   a->script = i < a->argc ? i : 0;
@@ -639,6 +646,12 @@ int main(int argc, char **argv) {
     free(a.wargv);
     return flight_analyze(argc - 2, argv + 2);
   }
+  /* `ddplua trace DIR`: the ranks' trace files merged (cli/trace.c) */
+  if (argc > 1 && strcmp(argv[1], "trace") == 0) {
+    free(a.actions);
+    free(a.wargv);
+    return trace_command(argc - 2, argv + 2);
+  }
   /* `ddplua doctor ...` (a script named doctor: `ddplua ./doctor`) */
   int doctor = argc > 1 && strcmp(argv[1], "doctor") == 0;
   if (doctor) {
@@ -667,7 +680,8 @@ int main(int argc, char **argv) {
   if (!a.launch && (a.lo.node_rank || a.lo.master_addr || a.lo.master_port ||
                     a.lo.log_dir || a.lo.no_prefix || a.lo.quiet_ranks ||
                     a.lo.grace || a.lo.max_restarts || a.lo.bind_cores ||
-                    a.lo.signals || a.lo.save_grace || a.lo.dump_on_exit)) {
+                    a.lo.signals || a.lo.save_grace || a.lo.dump_on_exit || a.lo.trace_dir ||
+                    a.lo.trace_ops)) {
     cli_message("launcher options need --nproc N (or --nnodes M)");
     free(a.actions);
     free(a.wargv);

@@ -331,6 +331,7 @@ static char **worker_env(const job *j, const worker *w, int ctl_r, int ctl_w) {
     "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "DDP_JOB_ID",
     "DDP_STORE_TOKEN", "DDP_RESTART_COUNT", "DDP_MAX_RESTARTS", "DDP_TTY",
     "DDPLUA_CTRL", "DDP_LAUNCH_ID", "DDP_PREEMPT_SIGNALS", "DDP_FLIGHT_FILE",
+    "DDP_TRACE", "DDP_TRACE_OPS",
   };
   enum { NOURS = sizeof ours / sizeof ours[0] };
   char vals[NOURS][300];
@@ -356,6 +357,9 @@ static char **worker_env(const job *j, const worker *w, int ctl_r, int ctl_w) {
   snprintf(vals[15], 300, "%s", j->pre_list);
   /* the flight recorder's ring, a file the launcher reads too (cli/flight.c) */
   flight_path(j, w->rank, vals[16], 300);
+  /* --trace: ddp.init starts it (lua/ddp/trace.lua); the path fits (launcher.c) */
+  snprintf(vals[17], 300, "%.280s", j->trace_dir);
+  snprintf(vals[18], 300, "%s", j->trace_ops ? "1" : "");
 
   size_t n = 0;
   while (environ[n]) n++;

@@ -15,7 +15,7 @@ end
 local LAYERS = {
   { "ddp.cdef", "ddp.ffi" },
   { "ddp.core.errors", "ddp.core.handles", "ddp.core.args", "ddp.core.values", "ddp.core.class", "ddp.core",
-    "ddp.core.steps" },
+    "ddp.core.trace", "ddp.core.steps" },
   { "ddp.serialize", "ddp.autocast" },
   { "ddp.tensor.info", "ddp.tensor.views", "ddp.tensor.math", "ddp.tensor.grad", "ddp.tensor.sampling",
     "ddp.tensor.print", "ddp.tensor" },
@@ -31,7 +31,7 @@ local LAYERS = {
     "ddp.data.loader", "ddp.data.metrics", "ddp.data.npy", "ddp.data.json", "ddp.data.image",
     "ddp.data.image_folder", "ddp.data.webdataset",
     "ddp.data.shard_sampler", "ddp.data.shard_writer", "ddp.data.transforms_functional", "ddp.data.transforms",
-    "ddp.data.tokens", "ddp.tokens", "ddp.data", "ddp.progress",
+    "ddp.data.tokens", "ddp.tokens", "ddp.data", "ddp.progress", "ddp.trace",
     "ddp.summary.tfevents", "ddp.summary.histogram", "ddp.summary", "ddp.argparse" },
   { "ddp.console.chunk", "ddp.console.format", "ddp.console.complete", "ddp.console" },
   { "ddp.testing.compare", "ddp.testing.assertions", "ddp.testing.run", "ddp.testing" },

@@ -19,6 +19,7 @@ local factory = require "ddp.tensor.factory"
 local serialize = require "ddp.serialize"
 local dist = require "ddp.dist"
 local files = require "ddp.data.files"
+local trace = require "ddp.core.trace"
 local C, ffi = core.C, core.ffi
 local raise, check = core.raise, core.check
 local type, pairs, tostring = type, pairs, tostring
@@ -181,7 +182,7 @@ end
 -- the file, whose rng also holds every rank's stream (rng.ranks[r + 1]),
 -- and every rank returns once the file is in place (or raises rank 0's
 -- error), so no rank can resume from a file still being written.
-function M.save_checkpoint(path, parts, opts)
+local function save_checkpoint(path, parts, opts)
   if type(path) ~= "string" then raise("save_checkpoint: path must be a string, got " .. core.show(path)) end
   if type(parts) ~= "table" or core.is_tensor(parts) then
     raise("save_checkpoint: expected a table such as {model = m, optimizer = opt, epoch = n}, got "
@@ -222,6 +223,15 @@ function M.save_checkpoint(path, parts, opts)
     return
   end
   write(path, parts, nil)
+end
+
+-- While a trace is on, each save is a span of it (every rank's: the others
+-- wait for rank 0's write when all_ranks gathers).
+function M.save_checkpoint(path, parts, opts)
+  if not trace.on then return save_checkpoint(path, parts, opts) end
+  local t0 = core.clock()
+  save_checkpoint(path, parts, opts)
+  trace.span("save_checkpoint", "checkpoint", trace.T_PHASE, t0, core.clock(), { path = tostring(path) })
 end
 
 local load_order = { model = 1, optimizer = 2, scheduler = 3 }

@@ -199,6 +199,9 @@ ddp.SummaryWriter = summary.SummaryWriter
 -- ddp.clock(): monotonic seconds (for timing steps); ddp.time(): Unix
 -- time in seconds, a float (time.time()).
 ddp.clock, ddp.time = core.clock, core.time
+-- ddp.trace.start(dir[, opts]) / ddp.trace.stop(): one timeline of every
+-- rank, Chrome trace events (ddp.trace; `ddplua --trace DIR`).
+ddp.trace = require "ddp.trace"
 -- ddp.step_stats(): this rank's last optimizer step by phase (data,
 -- forward, backward, comm, optimizer, other, total: seconds) and the
 -- medians of its last steps, or nil before the first (ddp.core.steps).

@@ -10,6 +10,7 @@
 
 #include "autograd/autograd.h"
 #include "core/device.h"
+#include "core/trace.h"
 
 /* Per-tensor state, allocated on first use. */
 typedef struct {
@@ -541,6 +542,21 @@ static int run_node(ag_node *x, int retain, heap_t *ready, unsigned pass) {
   return rc;
 }
 
+/* run_node, as a span of the trace while one is on (the node's grad_fn
+** name and creation number: lua/ddp/core/trace.lua gives each module the
+** nodes its forward made). */
+static int traced_run(ag_node *x, int retain, heap_t *ready, unsigned pass) {
+  if (!trace_on()) return run_node(x, retain, ready, pass);
+  dl_trace_event e = {.t0 = trace_now(), .seq = (int64_t)x->seq, .kind = DL_TK_NODE, .bucket = -1};
+  snprintf(e.name, sizeof e.name, "%s", x->rule->name);
+  int rc = run_node(x, retain, ready, pass);
+  e.t1 = trace_now();
+  trace_add(&e);
+  return rc;
+}
+
+DL_API double dl_autograd_next_seq(void) { return (double)atomic_load(&next_seq); }
+
 DL_API int dl_backward(dl_tensor *root, const dl_tensor *grad, int retain) {
   if (check_tensor_any("backward", root)) return -1;
   ag_meta *m = meta_of(root);
@@ -574,7 +590,7 @@ DL_API int dl_backward(dl_tensor *root, const dl_tensor *grad, int retain) {
     top->grad = g;
     g = NULL;
     rc = heap_push(&ready, top) ? dl_err(EM_NOMEM, "backward", 0LL, 0LL) : 0;
-    while (!rc && ready.n > 0) rc = run_node(heap_pop(&ready), retain, &ready, pass);
+    while (!rc && ready.n > 0) rc = traced_run(heap_pop(&ready), retain, &ready, pass);
     /* on error, drop partial sums so the next pass starts clean */
     for (int i = 0; i < nall; i++) {
       dl_tensor_release(all[i]->grad);

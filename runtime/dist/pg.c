@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/trace.h"
 #include "cuda/cuda.h"
 #include "dist/flight.h"
 #include "dist/pg.h"
@@ -30,6 +31,7 @@ struct dl_work {
   int op, rc;
   double timeout;
   int64_t fr;    /* its flight recorder entry */
+  dl_trace_event *te;  /* its span while a trace is on, else NULL */
   _Atomic int done, refs;
   char err[1024];
 };
@@ -69,10 +71,45 @@ DL_HIDDEN void pg_flight_note(dl_pg *pg, int bucket, const char *note) {
 /* When this thread's blocking call began: its time counts as
 ** communication in the step breakdown, recorder on or off. */
 static _Thread_local double call_t0;
+/* its span, while a trace is on (call_traced) */
+static _Thread_local dl_trace_event call_ev;
+static _Thread_local int call_traced;
 
-/* The flight recorder's entry for the call about to run on pg. */
-static int64_t record(dl_pg *pg, int kind, int arg, const dl_tensor *t, int queued) {
+/* The trace's span of the call about to run on pg (its number is
+** fr_calls + 1), named as the flight recorder names it. */
+static void trace_begin(dl_trace_event *e, const dl_pg *pg, int kind, int arg, const dl_tensor *t,
+                        int thread) {
+  dl_flight_entry fe;
+  memset(&fe, 0, sizeof fe);
+  fe.seq = pg->fr_calls + 1;
+  fe.numel = t ? dl_tensor_numel(t) : 0;
+  fe.kind = kind;
+  fe.arg = arg;
+  fe.dtype = t ? t->dtype : -1;
+  memset(e, 0, sizeof *e);
+  dl_flight_describe(&fe, e->name, (int)sizeof e->name);
+  snprintf(e->note, sizeof e->note, "%s", pg->fr_note ? pg->fr_note : "");
+  e->seq = fe.seq;
+  e->kind = DL_TK_COLLECTIVE;
+  e->thread = thread;
+  e->bucket = pg->fr_bucket;
+  e->group = pg->fr_group;
+  e->t0 = trace_now();
+}
+
+/* The flight recorder's entry for the call about to run on pg (and its
+** span, while a trace is on: *te for a queued call, else this thread's). */
+static int64_t record_traced(dl_pg *pg, int kind, int arg, const dl_tensor *t, int queued,
+                             dl_trace_event **te) {
   if (!queued) call_t0 = now_s();
+  if (trace_on()) {
+    if (!queued) {
+      trace_begin(&call_ev, pg, kind, arg, t, 0);
+      call_traced = 1;
+    } else if (te && (*te = malloc(sizeof **te))) {
+      trace_begin(*te, pg, kind, arg, t, 1);
+    }
+  }
   int64_t k = fr_begin(pg->fr_group, ++pg->fr_calls, kind, arg, t ? t->dtype : -1, t ? dl_tensor_numel(t) : 0,
                        pg->fr_bucket, pg->fr_note, queued);
   pg->fr_bucket = -1;
@@ -81,9 +118,18 @@ static int64_t record(dl_pg *pg, int kind, int arg, const dl_tensor *t, int queu
 }
 
 /* rc, once the blocking call of entry k returned it. */
+static int64_t record(dl_pg *pg, int kind, int arg, const dl_tensor *t, int queued) {
+  return record_traced(pg, kind, arg, t, queued, NULL);
+}
+
 static int recorded(int64_t k, int rc) {
   fr_end(k, rc, 1);
   fr_add_comm(now_s() - call_t0);
+  if (call_traced) {
+    call_traced = 0;
+    call_ev.t1 = trace_now();
+    trace_add(&call_ev);
+  }
   return rc;
 }
 
@@ -166,6 +212,7 @@ static void work_release(dl_work *w) {
   if (!w || atomic_fetch_sub(&w->refs, 1) != 1) return;
   dl_tensor_release(w->t);
   if (w->orig) dl_tensor_release(w->orig);
+  free(w->te);
   free(w);
 }
 
@@ -174,8 +221,17 @@ enum { PG_BATCH = 64 };  /* queued all-reduces a grouping backend takes at once 
 static void finish_work(dl_work *w, int rc) {
   if (rc == 0 && w->orig) rc = dl_copy_(w->orig, w->t);
   fr_end(w->fr, rc, 0);
+  if (w->te) {
+    w->te->t1 = trace_now();
+    trace_add(w->te);
+  }
   w->rc = rc;
   if (rc) snprintf(w->err, sizeof w->err, "%s", dl_last_error());
+}
+
+static void work_started(dl_work *w) {
+  fr_start(w->fr);
+  if (w->te) w->te->t0 = trace_now();  /* its span is the run, not the time queued */
 }
 
 /* Runs ws[0..n): one grouped call where the backend has one (all under the
@@ -185,7 +241,7 @@ static void run_works(dl_work **ws, int n) {
   if (n > 1 && pg->ops->all_reduce_many) {
     dl_tensor *ts[PG_BATCH];
     int ops[PG_BATCH];
-    for (int i = 0; i < n; i++) ts[i] = ws[i]->t, ops[i] = ws[i]->op, fr_start(ws[i]->fr);
+    for (int i = 0; i < n; i++) ts[i] = ws[i]->t, ops[i] = ws[i]->op, work_started(ws[i]);
     pg->ops->set_timeout(pg->impl, ws[0]->timeout);
     int rc = pg->ops->all_reduce_many(pg->impl, ts, ops, n);
     for (int i = 0; i < n; i++) finish_work(ws[i], rc);
@@ -193,7 +249,7 @@ static void run_works(dl_work **ws, int n) {
   }
   for (int i = 0; i < n; i++) {
     pg->ops->set_timeout(pg->impl, ws[i]->timeout);
-    fr_start(ws[i]->fr);
+    work_started(ws[i]);
     finish_work(ws[i], pg->ops->all_reduce(pg->impl, ws[i]->t, ws[i]->op));
   }
 }
@@ -338,7 +394,7 @@ DL_API dl_work *dl_pg_all_reduce_async(dl_pg *pg, dl_tensor *t, dl_pg_op op) {
   w->pg = pg;
   w->op = op;
   w->timeout = pg->timeout;
-  w->fr = record(pg, DL_FK_ALL_REDUCE, op, t, 1);
+  w->fr = record_traced(pg, DL_FK_ALL_REDUCE, op, t, 1, &w->te);
   atomic_init(&w->refs, 2);  /* the caller's handle and the queue */
   pthread_mutex_lock(&q->mu);
   if (q->tail) q->tail->next = w;
@@ -355,12 +411,30 @@ DL_API int dl_work_wait(dl_work *w) {
   if (!atomic_load(&w->done)) {
     pg_queue *q = w->pg->q;
     double t0 = now_s();
+    dl_trace_event e;
+    int traced = trace_on() && w->te;
+    if (traced) {  /* from the fields set before it was queued: the thread writes its times */
+      memset(&e, 0, sizeof e);
+      char name[sizeof e.name + 16];
+      snprintf(name, sizeof name, "wait for %s", w->te->name);
+      memcpy(e.name, name, sizeof e.name - 1);
+      memcpy(e.note, w->te->note, sizeof e.note);
+      e.seq = w->te->seq;
+      e.bucket = w->te->bucket;
+      e.group = w->te->group;
+      e.kind = DL_TK_WAIT;
+      e.t0 = trace_now();
+    }
     fr_wait(w->fr, 1);
     pthread_mutex_lock(&q->mu);
     while (!atomic_load(&w->done)) pthread_cond_wait(&q->idle, &q->mu);
     pthread_mutex_unlock(&q->mu);
     fr_wait(w->fr, 0);
     fr_add_comm(now_s() - t0);
+    if (traced) {
+      e.t1 = trace_now();
+      trace_add(&e);
+    }
   }
   if (w->rc) return dl_err(EM_PG_PASS, w->err);
   return 0;

@@ -9,6 +9,7 @@
 **   ddplua_io.h        safetensors checkpoints, IDX data files
 **   ddplua_dist.h      store, process groups and collectives, DDP reducer
 **   ddplua_flight.h    the flight recorder: each rank's last collectives
+**   ddplua_trace.h     the trace: spans the runtime records while it is on
 **   ddplua_cuda.h      CUDA devices and their memory
 **
 ** ddplua_binding.h is for language bindings with a garbage collector and is
@@ -31,6 +32,7 @@
 #include "ddplua_io.h"
 #include "ddplua_dist.h"
 #include "ddplua_flight.h"
+#include "ddplua_trace.h"
 #include "ddplua_cuda.h"
 
 #endif /* DDPLUA_H */

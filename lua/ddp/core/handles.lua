@@ -73,7 +73,7 @@ M.own = own
 
 -- Calls a C function returning a new tensor; on out-of-memory collects
 -- garbage (Lua cannot see the bytes behind its handles) and retries once.
-function M.new(f, ...)
+local function new_untraced(f, ...)
   local p = f(...)
   if p == nil then
     if C.dl_last_error_code() == C.DL_ENOMEM then
@@ -85,6 +85,16 @@ function M.new(f, ...)
     if p == nil then raise_c() end
   end
   return own(p)
+end
+M._new_untraced = new_untraced
+
+-- While a trace records C ops (ddp.core.trace, level ops), each call
+-- goes through its hook, which times it; otherwise one branch.
+local op_hook = nil
+function M._set_op_hook(h) op_hook = h end
+function M.new(f, ...)
+  if op_hook ~= nil then return op_hook(f, ...) end
+  return new_untraced(f, ...)
 end
 
 function M.check(rc)

@@ -22,6 +22,9 @@ local M = {}
 -- ddp.core's monotonic clock (every module that reports here has loaded
 -- ddp.core first; ddp.core does not load this one)
 local clock = require("ddp.core").clock
+-- while a trace is on, each phase and step is a span of it too
+local trace = require "ddp.core.trace"
+local T_PHASE, T_STEP = trace.T_PHASE, trace.T_STEP
 
 local comm = C.dl_flight_comm_seconds
 local step_done = C.dl_flight_step_done
@@ -60,14 +63,20 @@ local function now() return clock(), tonumber(comm()) end
 function M.data(seconds)
   if t_begin == nil then t_begin, c_begin = clock() - seconds, tonumber(comm()) end
   acc_data = acc_data + seconds
+  if trace.on then
+    local t = clock()
+    trace.span("data", "data", T_PHASE, t - seconds, t)
+  end
 end
 function M.forward(t0, c0)
   local t, c = now()
   acc_fwd = acc_fwd + (t - t0) - (c - c0)
+  if trace.on then trace.span("forward", "forward", T_PHASE, t0, t) end
 end
 function M.backward(t0, c0)
   local t, c = now()
   acc_bwd = acc_bwd + (t - t0) - (c - c0)
+  if trace.on then trace.span("backward", "backward", T_PHASE, t0, t) end
 end
 
 local function median(vals, n)
@@ -112,6 +121,7 @@ end
 function M.optimizer(opt, t0, c0)
   local t, c = now()
   acc_opt = acc_opt + (t - t0) - (c - c0)
+  if trace.on then trace.span("optimizer step", "optimizer", T_PHASE, t0, t) end
   if clock_owner == nil then clock_owner = opt end
   if clock_owner ~= opt then
     -- another optimizer that steps twice while the clock's does not
@@ -132,6 +142,10 @@ function M.optimizer(opt, t0, c0)
   for p = 1, 7 do sums[p] = sums[p] + slot[p] end
   steps = steps + 1
   step_done(total, acc_data, acc_fwd, acc_bwd, cm, acc_opt)
+  if trace.on then
+    trace.span("step " .. steps, "step", T_STEP, t - total, t,
+               { data = acc_data, forward = acc_fwd, backward = acc_bwd, comm = cm, optimizer = acc_opt, other = other })
+  end
   acc_data, acc_fwd, acc_bwd, acc_opt = 0, 0, 0, 0
   t_begin, c_begin = t, c
   if M.publish and (t_published == nil or t - t_published >= M.every) then

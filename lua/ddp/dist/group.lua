@@ -419,7 +419,12 @@ function M.init(opts)
   seq = 0
   local n = C.dl_cuda_device_count()
   if n > 0 then core.set_current_cuda(e.local_rank % n) end
+  for _, f in ipairs(M._after_init) do f() end
 end
+
+-- Run at the end of ddp.init, the group ready (ddp.trace starts the
+-- launcher's --trace there).
+M._after_init = {}
 
 -- The current CUDA device index: ddp.cuda.set_device's, else this rank's
 -- (ddp.init sets it), else 0.

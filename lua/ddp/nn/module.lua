@@ -12,6 +12,8 @@
 local core = require "ddp.core"
 local autograd = require "ddp.autograd"
 local steps = require "ddp.core.steps"
+local trace = require "ddp.core.trace"
+local trace_clock = core.clock
 local raise = core.raise
 
 core.add_lib_file(debug.getinfo(1, "S").source)
@@ -112,9 +114,52 @@ end
 
 local function pass(...) return ... end
 
+-- While a trace is on: each call is a span named by the module's path
+-- under the outermost ("fc1: Linear"; the outermost: its class), with the
+-- autograd nodes it made, whose backward is the module's (ddp.core.trace).
+local paths = setmetatable({}, { __mode = "k" })  -- outermost module -> {module -> path}
+local names = setmetatable({}, { __mode = "k" })  -- outermost module -> {module -> span name}
+local function path_of(m)
+  local map = paths[root]
+  if not map or map[m] == nil then
+    map, names[root] = {}, {}
+    for _, pm in ipairs(root:named_modules()) do map[pm[2]] = pm[1] end
+    map[m] = map[m] or ""
+    paths[root] = map
+  end
+  local path = map[m]
+  local nm = names[root]
+  local name = nm[m]
+  if not name then
+    name = path == "" and m.__name or path .. ": " .. m.__name
+    nm[m] = name
+  end
+  return path, name
+end
+
+local function traced_end(path, name, t0, s0, ...)
+  trace.module_call(name, path, t0, s0)
+  return ...
+end
+
+local function traced(self, ...)
+  local path, name = path_of(self)
+  return traced_end(path, name, trace_clock(), trace.seq(), self:forward(...))
+end
+
+local function traced_root(self, ...)
+  local t0, c0 = steps_mark()
+  local s0 = trace.seq()
+  return traced_end("", self.__name, t0, s0, finish(t0, c0, xpcall(self.forward, on_error, self, ...)))
+end
+
 function module_call(self, ...)
-  if root ~= nil then return pass(self:forward(...)) end
+  if root ~= nil then
+    if trace.on then return traced(self, ...) end
+    return pass(self:forward(...))
+  end
   root = self
+  if trace.on then return traced_root(self, ...) end
   local t0, c0 = steps_mark()
   return finish(t0, c0, xpcall(self.forward, on_error, self, ...))
 end
