@@ -39,8 +39,8 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
   core=$(build/ddplua -v 2>/dev/null | sed -n 's/.*kernels: //p')
   [ -n "$core" ] && export OPENBLAS_CORETYPE=$core
 fi
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(free -g | awk '/Mem:/{print $2}') GiB"
-echo "cpu flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(fma|avx2|avx512f|avx512bw|avx512_vnni|avx512_bf16|avx512_fp16|amx_tile)$' | tr '\n' ' ')"
+. bench/machine.sh
+bench_machine "$(free -g | awk '/Mem:/{print $2}') GiB"
 echo "torch $($PY -c 'import torch; print(torch.__version__)'), $(build/ddplua -v 2>&1 | head -n1), median of $ROUNDS alternating rounds, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
 
 # median of column 2 per op (column 1) over the files given

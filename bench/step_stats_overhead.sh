@@ -11,8 +11,8 @@ ROUNDS=${1:-7}
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-echo "cpu flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(fma|avx2|avx512f|avx512bw|avx512_vnni|avx512_bf16|avx512_fp16|amx_tile)$' | tr '\n' ' ')"
+. bench/machine.sh
+bench_machine
 echo "$(build/ddplua -v 2>&1 | head -n1), median of $ROUNDS alternating rounds"
 build/ddplua bench/step_stats_cost.lua hooks
 for _ in $(seq "$ROUNDS"); do

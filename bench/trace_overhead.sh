@@ -17,8 +17,8 @@ PY=${BENCH_PYTHON:-$HOME/.cache/ddplua/venv/bin/python}
 [ -x "$PY" ] || PY=/usr/bin/python3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-echo "cpu flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(fma|avx2|avx512f|avx512bw|avx512_vnni|avx512_bf16|avx512_fp16|amx_tile)$' | tr '\n' ' ')"
+. bench/machine.sh
+bench_machine
 echo "$(build/ddplua -v 2>&1 | head -n1); torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo missing); median of $ROUNDS alternating rounds"
 for _ in $(seq "$ROUNDS"); do
   for size in small large; do

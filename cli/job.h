@@ -70,6 +70,7 @@ typedef struct job {
   char *flight_report;   /* what the rings said when the group failed, or NULL */
   char trace_dir[PATH_MAX]; /* --trace DIR (or DDP_TRACE), absolute; "" when none */
   int trace_ops;         /* --trace-ops (or DDP_TRACE_OPS=1) */
+  double trace_since;    /* Unix time the job began: older rank files are an earlier run's */
   char exe[PATH_MAX];
   char **argv;
   cpu_set_t cpus;
@@ -108,6 +109,10 @@ typedef struct job {
   struct pollfd *pfds;   /* job_turn's, 3 per worker and the wake pipe */
   struct worker **pfw;
 } job;
+
+/* launcher.c: the value a rank left under key in the job's store (node 0),
+** cut to cap - 1 bytes and NUL-terminated; -1 when there is none. */
+int job_store_read(job *j, const char *key, char *out, size_t cap);
 
 /* steps.c: the ranks' step breakdowns (lua/ddp/core/steps.lua leaves them
 ** in the store): a straggler named during the job (steps_watch_turn, from

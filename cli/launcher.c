@@ -302,6 +302,7 @@ static int setup_trace(job *j, const launch_opts *o) {
   const char *ops = getenv("DDP_TRACE_OPS");
   j->trace_ops = o->trace_ops || (ops && strcmp(ops, "1") == 0);
   j->trace_dir[0] = '\0';
+  j->trace_since = (double)time(NULL);
   if (!dir || !*dir) {
     if (o->trace_ops) {
       job_say("--trace-ops adds to a trace: give --trace DIR too");
@@ -423,6 +424,19 @@ static int prepare_start(job *j, const launch_opts *o) {
   return open_logs(j);
 }
 
+int job_store_read(job *j, const char *key, char *out, size_t cap) {
+  const char *keys[1] = {key};
+  if (!j->store || cap == 0 || dl_store_check(j->store, keys, 1) != 1) return -1;
+  int64_t len = 0;
+  char *v = dl_store_get(j->store, key, 1.0, &len);
+  if (!v) return -1;
+  size_t n = (size_t)len < cap - 1 ? (size_t)len : cap - 1;
+  memcpy(out, v, n);
+  out[n] = '\0';
+  free(v);
+  return 0;
+}
+
 /* The end-of-job warning of a job that waited for its data: each rank's
 ** DataLoaders leave their wait in the store ("ddp/data/<rank>": wait_s
 ** total_s batches, lua/ddp/data/loader.lua); a rank whose loop spent more
@@ -435,14 +449,8 @@ static void data_wait_report(job *j) {
   for (int r = 0; r < j->world; r++) {
     char key[64];
     snprintf(key, sizeof key, "ddp/data/%d", r);
-    const char *keys[1] = {key};
-    if (dl_store_check(j->store, keys, 1) != 1) continue;
-    int64_t len = 0;
-    char *v = dl_store_get(j->store, key, 1.0, &len);
-    if (!v) continue;
     char buf[128];
-    snprintf(buf, sizeof buf, "%.*s", (int)(len < 127 ? len : 127), v);
-    free(v);
+    if (job_store_read(j, key, buf, sizeof buf) != 0) continue;
     double wait = 0, total = 0;
     long batches = 0;
     if (sscanf(buf, "%lf %lf %ld", &wait, &total, &batches) != 3 || total <= 0 || batches < 20) continue;

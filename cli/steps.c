@@ -54,15 +54,9 @@ static const char *const phase_names[NPHASE] = {"step", "data", "forward", "back
 static int read_rank(job *j, int r, rank_steps *out) {
   char key[64];
   snprintf(key, sizeof key, "ddp/steps/%d", r);
-  const char *keys[1] = {key};
   out->have = 0;
-  if (dl_store_check(j->store, keys, 1) != 1) return -1;
-  int64_t len = 0;
-  char *v = dl_store_get(j->store, key, 1.0, &len);
-  if (!v) return -1;
   char buf[512];
-  snprintf(buf, sizeof buf, "%.*s", (int)(len < 511 ? len : 511), v);
-  free(v);
+  if (job_store_read(j, key, buf, sizeof buf) != 0) return -1;
   int version = 0;
   double *m = out->med, *s = out->sum;
   int n = sscanf(buf, "%d %ld %ld %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf", &version,

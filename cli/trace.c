@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "job.h"
 
@@ -65,10 +67,11 @@ static int elements(char *text, size_t len, char **start, size_t *n) {
 }
 
 /* Merges dir's rank files into dir/trace.json; world > 0 names the ranks
-** that left none.  Says what it did (prefix "ddplua: " through job_say
-** when say_job, else plain lines on stdout); the number merged, -1 on
-** failure. */
-static int merge(const char *dir, int world, int say_job) {
+** that left none; since > 0 leaves out files older than that (Unix time:
+** an earlier run's, into the same folder).  Says what it did (prefix
+** "ddplua: " through job_say when say_job, else plain lines on stdout);
+** the number merged, -1 on failure. */
+static int merge(const char *dir, int world, int say_job, double since) {
   DIR *d = opendir(dir);
   if (!d) {
     job_say("trace: cannot read %s: %s", dir, strerror(errno));
@@ -76,12 +79,18 @@ static int merge(const char *dir, int world, int say_job) {
   }
   rank_file *rs = NULL;
   int n = 0, cap = 0;
+  int stale = 0;
   struct dirent *e;
   while ((e = readdir(d))) {
     int r, used = 0;
     if (sscanf(e->d_name, "rank%d.json%n", &r, &used) != 1 || e->d_name[used] != '\0' || r < 0) continue;
     char path[PATH_MAX + 300];
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    struct stat sb;
+    if (since > 0 && stat(path, &sb) == 0 && (double)sb.st_mtime + 1 < since) {
+      stale++;
+      continue;
+    }
     size_t len = 0;
     char *text = slurp(path, &len);
     char *start;
@@ -101,6 +110,8 @@ static int merge(const char *dir, int world, int say_job) {
     rs[n++] = (rank_file){r, text, sn};
   }
   closedir(d);
+  if (stale > 0)
+    job_say("trace: left out %d rank file%s in %s from an earlier run", stale, stale == 1 ? "" : "s", dir);
   if (n == 0) {
     job_say("trace: no rank files (rank<N>.json) in %s", dir);
     free(rs);
@@ -159,21 +170,15 @@ void trace_finish(job *j) {
   for (int r = 0; j->store && r < j->world && nd < 8; r++) {
     char key[64];
     snprintf(key, sizeof key, "ddp/trace/%d", r);
-    const char *keys[1] = {key};
-    if (dl_store_check(j->store, keys, 1) != 1) continue;
-    int64_t len = 0;
-    char *v = dl_store_get(j->store, key, 1.0, &len);
-    if (!v) continue;
     char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%.*s", (int)(len < PATH_MAX - 1 ? len : PATH_MAX - 1), v);
-    free(v);
+    if (job_store_read(j, key, dir, sizeof dir) != 0) continue;
     int seen = 0;
     for (int k = 0; k < nd && !seen; k++) seen = strcmp(dirs[k], dir) == 0;
     if (!seen) snprintf(dirs[nd++], PATH_MAX, "%s", dir);
   }
   /* another node's launcher: its ranks' files; node 0's merges them all */
   if (!j->store && j->nnodes > 1) return;
-  for (int k = 0; k < nd; k++) merge(dirs[k], j->world, 1);
+  for (int k = 0; k < nd; k++) merge(dirs[k], j->world, 1, j->trace_since);
 }
 
 /* `ddplua trace DIR [--world N]`: merges the rank files in DIR. */
@@ -201,5 +206,5 @@ int trace_command(int argc, char **argv) {
     fprintf(stderr, "usage: %s trace DIR [--world N]   merge the ranks' trace files in DIR\n", CLI_NAME);
     return 1;
   }
-  return merge(dir, world, 0) > 0 ? 0 : 1;
+  return merge(dir, world, 0, 0) > 0 ? 0 : 1;
 }

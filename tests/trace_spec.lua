@@ -57,8 +57,12 @@ end
 ddp.save_checkpoint(os.getenv("CKPT"), {model = model, optimizer = opt})
 ]], "traced")
     local dir = shell.tempdir()
+    -- an earlier run's file in the same folder is left out
+    jobs.sh("mkdir " .. q(dir .. "/tr") .. " && echo '[]' > " .. q(dir .. "/tr/rank5.json")
+            .. " && touch -d 2020-01-01 " .. q(dir .. "/tr/rank5.json"))
     local _, err, rc = jobs.run("--nproc 2 --trace " .. q(dir .. "/tr") .. " " .. q(s), "CKPT=" .. dir .. "/c.safetensors", 120)
     assert.equals(0, rc, err)
+    has(err, "ddplua: trace: left out 1 rank file in " .. dir .. "/tr from an earlier run")
     has(err, "ddplua: trace of 2 ranks: " .. dir .. "/tr/trace.json (open it in https://ui.perfetto.dev")
     local spans, meta = read_trace(dir .. "/tr/trace.json")
     -- one process row per rank, named
