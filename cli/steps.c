@@ -36,13 +36,15 @@ typedef struct rank_steps {
   long steps, window;
   double med[NPHASE];     /* the window's medians */
   double sum[P_OTHER + 1]; /* over every step */
+  /* the watch's standing of the rank (read_rank leaves it alone) */
+  long seen;              /* steps at the previous look */
+  int slow_looks, fast_looks, named;
 } rank_steps;
 
 typedef struct steps_watch {
   double t_next;
   rank_steps *r;
-  long *seen;             /* steps at the previous look */
-  int *slow_looks, *fast_looks, *named;
+  double *buf;            /* median_of's, world long */
 } steps_watch;
 
 static steps_watch watch;
@@ -103,23 +105,22 @@ static const char *phase_hint(int p) {
 static void look(job *j) {
   steps_watch *w = &watch;
   int world = j->world;
+  double *buf = w->buf;
   for (int r = 0; r < world; r++) read_rank(j, r, &w->r[r]);
-  double *buf = malloc(sizeof(double) * (size_t)world);
-  if (!buf) return;
   for (int r = 0; r < world; r++) {
     rank_steps *me = &w->r[r];
     /* judged only while it steps: a rank that stopped (an epoch's end,
     ** evaluation, the end) keeps its standing */
-    if (!me->have || me->window < MIN_WINDOW || me->steps == w->seen[r]) continue;
-    w->seen[r] = me->steps;
+    if (!me->have || me->window < MIN_WINDOW || me->steps == me->seen) continue;
+    me->seen = me->steps;
     double others = median_of(w->r, world, P_BUSY, r, buf);
     if (isnan(others)) continue;
     double busy = me->med[P_BUSY];
     int slow = busy > SLOW * others && busy - others > MIN_EXCESS;
     int fast = busy < CAUGHT_UP * others || busy - others <= MIN_EXCESS;
-    w->slow_looks[r] = slow ? w->slow_looks[r] + 1 : 0;
-    w->fast_looks[r] = fast ? w->fast_looks[r] + 1 : 0;
-    if (!w->named[r] && w->slow_looks[r] >= 2) {
+    me->slow_looks = slow ? me->slow_looks + 1 : 0;
+    me->fast_looks = fast ? me->fast_looks + 1 : 0;
+    if (!me->named && me->slow_looks >= 2) {
       int worst = P_OTHER;
       double excess = -1, theirs = 0;
       static const int phases[] = {P_DATA, P_FORWARD, P_BACKWARD, P_OPT, P_OTHER};
@@ -133,14 +134,13 @@ static void look(job *j) {
               "%s; the other ranks wait for it in their collectives (%.1f ms a step)",
               r, ms(busy), ms(others), me->window, phase_names[worst], ms(me->med[worst]), ms(theirs),
               phase_hint(worst), ms(their_comm));
-      w->named[r] = 1;
-    } else if (w->named[r] && w->fast_looks[r] >= 2) {
+      me->named = 1;
+    } else if (me->named && me->fast_looks >= 2) {
       job_say("rank %d caught up: %.1f ms of its own work a step against %.1f ms on the other ranks", r,
               ms(busy), ms(others));
-      w->named[r] = 0;
+      me->named = 0;
     }
   }
-  free(buf);
 }
 
 /* Called from the watch loop: a look every WATCH_EVERY seconds. */
@@ -150,11 +150,8 @@ void steps_watch_turn(job *j) {
   if (!w->r) {
     size_t n = (size_t)j->world;
     w->r = calloc(n, sizeof *w->r);
-    w->seen = calloc(n, sizeof *w->seen);
-    w->slow_looks = calloc(n, sizeof *w->slow_looks);
-    w->fast_looks = calloc(n, sizeof *w->fast_looks);
-    w->named = calloc(n, sizeof *w->named);
-    if (!w->r || !w->seen || !w->slow_looks || !w->fast_looks || !w->named) {
+    w->buf = calloc(n, sizeof *w->buf);
+    if (!w->r || !w->buf) {
       steps_forget();
       return;
     }
@@ -168,10 +165,7 @@ void steps_watch_turn(job *j) {
 void steps_forget(void) {
   steps_watch *w = &watch;
   free(w->r);
-  free(w->seen);
-  free(w->slow_looks);
-  free(w->fast_looks);
-  free(w->named);
+  free(w->buf);
   memset(w, 0, sizeof *w);
 }
 

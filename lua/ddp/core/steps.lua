@@ -31,7 +31,6 @@ local step_done = C.dl_flight_step_done
 
 local WINDOW = 64  -- steps kept for medians (the flight recorder keeps as many)
 local PHASES = { "total", "data", "forward", "backward", "comm", "optimizer", "other" }
-M.PHASES = PHASES
 
 -- this step so far (seconds), and where it began
 local acc_data, acc_fwd, acc_bwd, acc_opt = 0, 0, 0, 0
@@ -43,9 +42,9 @@ local window = {}         -- window[k % WINDOW + 1] = the step numbered k (0-bas
 local sums = { 0, 0, 0, 0, 0, 0, 0 }
 
 -- M.publish(summary): set by ddp.dist (a rank of a job leaves its summary
--- in the store for the launcher); M.every: seconds between calls.
+-- in the store for the launcher), called every PUBLISH_EVERY seconds.
 M.publish = nil
-M.every = 2
+local PUBLISH_EVERY = 2
 local t_published = nil
 
 -- The clock and the communication counter now; a step begins at the
@@ -148,7 +147,7 @@ function M.optimizer(opt, t0, c0)
   end
   acc_data, acc_fwd, acc_bwd, acc_opt = 0, 0, 0, 0
   t_begin, c_begin = t, c
-  if M.publish and (t_published == nil or t - t_published >= M.every) then
+  if M.publish and (t_published == nil or t - t_published >= PUBLISH_EVERY) then
     t_published = t
     M.flush()
   end
@@ -165,15 +164,6 @@ function M.stats()
   for p = 1, #PHASES do out[PHASES[p]] = last[p] end
   out.median, out.window = medians()
   return out
-end
-
--- Forgets every step (tests; a fresh measurement).
-function M.reset()
-  acc_data, acc_fwd, acc_bwd, acc_opt = 0, 0, 0, 0
-  t_begin, c_begin, clock_owner, steps, t_published = nil, 0, nil, 0, nil
-  other_opt, other_steps = nil, 0
-  window = {}
-  sums = { 0, 0, 0, 0, 0, 0, 0 }
 end
 
 return M

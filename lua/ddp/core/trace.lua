@@ -16,7 +16,7 @@ local C, ffi = B.C, B.ffi
 local clock = core.clock
 local format, concat, floor = string.format, table.concat, math.floor
 
-local M = { on = false, ops = false }
+local M = { on = false }
 
 -- the rows of a rank's process in the trace, in order
 local ROWS = { "step", "phases", "forward (modules)", "backward (modules)", "backward (autograd ops)",
@@ -30,7 +30,7 @@ local spans = {}     -- {name, cat, tid, t0, t1, args} on the monotonic clock
 local c_name, c_path, c_t0, c_t1, c_s0, c_s1 = {}, {}, {}, {}, {}, {}
 local n_calls = 0
 local real_minus_mono = 0
-local opts_now = nil
+local ops_level = false  -- this trace records C ops and autograd nodes
 local dropped_lua = 0
 local max_events = 1000000
 local n_events = 0
@@ -96,15 +96,14 @@ end
 
 -- Starts recording; opts {ops = bool, max_events = n}.
 function M.start(opts)
-  opts_now = opts
+  ops_level = opts.ops and true or false
   max_events = opts.max_events or 1000000
   spans, dropped_lua, n_events = {}, 0, 0
   c_name, c_path, c_t0, c_t1, c_s0, c_s1, n_calls = {}, {}, {}, {}, {}, {}, 0
   real_minus_mono = core.time() - clock()
   if opts.ops and not op_names then load_op_names() end
   C.dl_trace_set(1, max_events)
-  M.ops = opts.ops and true or false
-  if M.ops then handles._set_op_hook(traced_new) end
+  if ops_level then handles._set_op_hook(traced_new) end
   M.on = true
 end
 
@@ -115,7 +114,6 @@ local function json_str(s)
     return format("\\u%04x", c:byte())
   end) .. '"'
 end
-M.json_str = json_str
 
 -- "k": v pairs of a table of strings and numbers, in key order
 local function json_args(a)
@@ -169,7 +167,7 @@ end
 -- elements (strings), and how many were dropped.  who = {rank =, host =,
 -- pid =, offset = seconds to add to this rank's clock for rank 0's}.
 function M.stop(who)
-  M.on, M.ops = false, false
+  M.on = false
   handles._set_op_hook(nil)
   C.dl_trace_set(0, 0)
   local pid, off = who.rank, who.offset or 0
@@ -193,7 +191,7 @@ function M.stop(who)
   for _, e in ipairs(cev) do
     if e.kind == C.DL_TK_NODE then
       nodes[#nodes + 1] = e
-      if opts_now and opts_now.ops then ev(e.name, "autograd", T_NODE, e.t0, e.t1, { seq = e.seq }) end
+      if ops_level then ev(e.name, "autograd", T_NODE, e.t0, e.t1, { seq = e.seq }) end
     elseif e.kind == C.DL_TK_COLLECTIVE then
       local args = { seq = e.seq, group = e.group, thread = e.thread == 1 and "communication" or "caller" }
       if e.bucket >= 0 then args.bucket = e.bucket end
