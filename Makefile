@@ -160,7 +160,8 @@ $(CLI): $(CLI_OBJ) $(LIB)
 # compiler's .d files carry the real dependency once it exists: the last
 # lines of this file).
 $(DLC_GEN) &: $(CUDA_SRC) scripts/gen_dlc_api.sh
-	@bash scripts/gen_dlc_api.sh $(GEN) --not-emulated $(filter-out $(EMU_SRC),$(CUDA_SRC)) -- $(CUDA_SRC)
+	@bash scripts/gen_dlc_api.sh $(GEN) --not-emulated $(filter-out $(EMU_SRC),$(CUDA_SRC)) \
+	  --untraced $(addprefix runtime/cuda/kernels/,memory.cu nccl.cu selftest.cu) -- $(CUDA_SRC)
 
 $(CDEF): $(PUBLIC_H) scripts/gen_cdef.sh
 	@mkdir -p $(dir $@)

@@ -4,7 +4,7 @@
 # launcher is defined, beside its kernel (runtime/cuda/kernels/*.cu, each
 # `DLC_API <type> dlc_<name>(<parameters>) {`).
 #
-#   gen_dlc_api.sh OUT_DIR [--not-emulated FILE.cu ...] -- KERNEL.cu ...
+#   gen_dlc_api.sh OUT_DIR [--not-emulated FILE.cu ...] [--untraced FILE.cu ...] -- KERNEL.cu ...
 #
 # writes, only where their text changes (so an edit inside a kernel body
 # rebuilds no glue):
@@ -17,6 +17,11 @@
 #                        initializers (.gemm = dlc_gemm, ...).
 # Launchers of the files named after --not-emulated (nccl.cu: NCCL needs
 # real devices) are left NULL in the emulator's build (DLC_EMU).
+# Every launcher `int dlc_<name>(int device, ...)` of the other files (not
+# named after --untraced: memory and NCCL calls trace their own streams,
+# the probe's are no device work) is put in the table through a generated
+# trampoline that, while a trace is on, times its work on the compute
+# stream (kernels/trace.cuh); off, it costs one load and a branch.
 # Fails, naming the file and line, on a DLC_API it cannot read.
 set -euo pipefail
 out=$1
@@ -24,7 +29,12 @@ shift
 skip=" "
 if [ "${1:-}" = --not-emulated ]; then
   shift
-  while [ "$#" -gt 0 ] && [ "$1" != -- ]; do skip="$skip$(basename "$1") "; shift; done
+  while [ "$#" -gt 0 ] && [ "$1" != -- ] && [ "$1" != --untraced ]; do skip="$skip$(basename "$1") "; shift; done
+fi
+untraced=" "
+if [ "${1:-}" = --untraced ]; then
+  shift
+  while [ "$#" -gt 0 ] && [ "$1" != -- ]; do untraced="$untraced$(basename "$1") "; shift; done
 fi
 [ "${1:-}" = -- ] && shift
 [ "$#" -gt 0 ] || { echo "gen_dlc_api.sh: no kernel files" >&2; exit 1; }
@@ -91,13 +101,32 @@ write() {  # $1: path; stdin: the text, kept only when it differs
       if (!emu) printf "#ifndef DLC_EMU\n"
       printf "extern \"C\" %s%sdlc_%s(%s);\n", $2, $2 ~ /\*$/ ? "" : " ", $3, $4
       if (!emu) printf "#endif\n" }' <<<"$sigs"
+  # the trampolines: the launcher between the two events of its span
+  awk -F'\t' -v untraced="$untraced" '
+    function traced() { return $2 == "int" && $4 ~ /^int device(,|$)/ && index(untraced, " " $1 " ") == 0 }
+    traced() {
+      n = split($4, ps, ",")
+      args = ""
+      for (i = 1; i <= n; i++) {
+        match(ps[i], /[A-Za-z_][A-Za-z0-9_]*[ ]*$/)
+        a = substr(ps[i], RSTART, RLENGTH)
+        sub(/ +$/, "", a)
+        args = args (i > 1 ? ", " : "") a
+      }
+      printf "static int dlc_traced_%s(%s) {\n", $3, $4
+      printf "  if (!dlc_tr_on()) return dlc_%s(%s);\n", $3, args
+      printf "  long long span_ = dlc_tr_begin(device, DLC_TR_COMPUTE, dlc_stream(device), \"%s\");\n", $3
+      printf "  int rc_ = dlc_%s(%s);\n", $3, args
+      printf "  dlc_tr_end(span_, dlc_stream(device));\n  return rc_;\n}\n"
+    }' <<<"$sigs"
   echo "static const dlc_api dlc_api_table = {"
   echo "  .abi_version = DLC_ABI_VERSION,"
   echo "  .size = sizeof(dlc_api),"
-  awk -F'\t' -v skip="$skip" '
+  awk -F'\t' -v skip="$skip" -v untraced="$untraced" '
+    function traced() { return $2 == "int" && $4 ~ /^int device(,|$)/ && index(untraced, " " $1 " ") == 0 }
     { emu = index(skip, " " $1 " ") == 0
       if (!emu) printf "#ifndef DLC_EMU\n"
-      printf "  .%s = dlc_%s,\n", $3, $3
+      printf "  .%s = dlc_%s%s,\n", $3, traced() ? "traced_" : "", $3
       if (!emu) printf "#else\n  .%s = nullptr,\n#endif\n", $3 }' <<<"$sigs"
   echo "};"
 } | write "$out/dlc_table.h"

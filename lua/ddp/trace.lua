@@ -109,8 +109,16 @@ function M.stop()
   state = nil
   local events, dropped = rec.stop({ rank = dist.rank(), host = hostname(), pid = ffi.C.dl_trace_getpid(),
                                      offset = st.offset })
-  local text = "[\n" .. table.concat(events, ",\n") .. "\n]\n"
+  local body = table.concat(events, ",\n")
+  local text = "[\n" .. body .. "\n]\n"
   files.write_atomic(st.path, { { text, #text } }, "ddp.trace.stop")
+  -- a world of one (a plain `ddplua train.lua`, --nproc 1): no launcher
+  -- merges a folder that only ddp.trace.start named, so the rank writes
+  -- the merged file too, as cli/trace.c would
+  if dist.world_size() == 1 then
+    local merged = '{"displayTimeUnit": "ms", "traceEvents": [\n' .. body .. "\n]}\n"
+    files.write_atomic(st.dir .. "/trace.json", { { merged, #merged } }, "ddp.trace.stop")
+  end
   if dropped > 0 then
     io.stderr:write(("ddplua: warning: rank %d's trace dropped %d events past max_events (ddp.trace.start's "
       .. "option; DDP_TRACE_MAX_EVENTS under --trace)\n"):format(dist.rank(), dropped))

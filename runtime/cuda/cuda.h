@@ -32,6 +32,9 @@ DL_HIDDEN int cuda_mem_release(int device, void *ptr);
 #undef DL_SLOT
 /* The table (backend.c), registered by the probe once a device is found. */
 extern DL_HIDDEN const dl_device cuda_device;
+/* cuda/trace.c: the device's spans join the runtime's trace (registered
+** with the device). */
+DL_HIDDEN void cuda_trace_register(void);
 
 /* -- cuda/ops.c ------------------------------------------------------------ */
 

@@ -94,6 +94,19 @@ typedef struct dlc_reduce {
   const double *center;
 } dlc_reduce;
 
+/* -- What the launchers of trace.cu give ------------------------------------------ */
+
+/* A span of device work while a trace was on: CLOCK_REALTIME seconds (the
+** runtime trace's clock), the device, the stream (trace.cuh: 0 compute, 1
+** copy, 2 NCCL), the runtime op that the glue labelled (empty: none) and
+** the launcher or call that ran. */
+typedef struct dlc_trace_span {
+  double t0, t1;
+  int device, stream;
+  char name[48];
+  char kernel[32];
+} dlc_trace_span;
+
 /* -- The library's one entry point ---------------------------------------------
 ** libddplua_cuda.so (and the emulator) export dlc_api_get(): a table of
 ** every launcher, with the ABI version and the table's own size, which

@@ -18,6 +18,7 @@
 
 #include "cuda/cuda.h"
 #include "core/internal.h"
+#include "core/trace.h"
 
 static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
 
@@ -133,6 +134,7 @@ static void cuda_probe(void) {
     }
     cuda.ndev = n;
     device_register(DL_DEVICE_CUDA, &cuda_device);
+  cuda_trace_register();
     status_set("%d emulated CUDA device(s) (DDPLUA_CUDA_EMU: kernels run on the CPU%s)", n,
                checked ? ", shared-memory race checker on" : "");
     return;
@@ -164,6 +166,7 @@ static void cuda_probe(void) {
   cuda_versions(vers, sizeof vers);
   cuda.ndev = n;
   device_register(DL_DEVICE_CUDA, &cuda_device);
+  cuda_trace_register();
   status_set("%d CUDA device(s): %s (sm_%d%d)%s", n, name, major, minor,
              vers);
 }
@@ -173,10 +176,14 @@ static void cuda_init(void) { pthread_once(&cuda_once, cuda_probe); }
 /* The loaded library's launchers (dlc.h), loading it first if needed; NULL
 ** with DL_EDEVICE naming op and the probe's status when there is none.  The
 ** library is there even when no device is (then dl_cuda_device_count() is
-** 0): callers that need a device check for one. */
+** 0): callers that need a device check for one.  While a trace is on, op
+** labels the span of the launcher this thread calls next. */
 DL_HIDDEN const dlc_api *cuda_api(const char *op) {
   cuda_init();
-  if (cuda.api) return cuda.api;
+  if (cuda.api) {
+    if (trace_on()) cuda.api->trace_label(op);
+    return cuda.api;
+  }
   return dl_errp(EM_CUDA_UNAVAIL, op, cuda.status);
 }
 

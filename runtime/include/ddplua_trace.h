@@ -1,7 +1,8 @@
 /*
 ** ddplua_trace.h -- the trace's C half: spans the runtime records itself
 ** while a trace is on (each autograd node's backward, each collective on
-** the thread that runs it, each wait for an asynchronous one), handed to
+** the thread that runs it, each wait for an asynchronous one, on
+** CUDA each op's work on the device's streams), handed to
 ** lua/ddp/core/trace.lua, which adds its own spans (modules, the loader,
 ** the optimizer, checkpoints) and writes the rank's Chrome trace file.
 **
@@ -20,14 +21,24 @@ extern "C" {
 typedef enum dl_trace_kind {
   DL_TK_NODE = 0,     /* an autograd node's backward: name its grad_fn, seq its creation number */
   DL_TK_COLLECTIVE,   /* a collective: name "all_reduce(sum) #3 float32 x10", seq its number */
-  DL_TK_WAIT          /* the caller waiting for an asynchronous collective (seq: its number) */
+  DL_TK_WAIT,         /* the caller waiting for an asynchronous collective (seq: its number) */
+  DL_TK_DEVICE        /* device work timed by CUDA events on its stream: name the op (or the
+                      ** call), note the launcher, group the device index, thread the stream */
 } dl_trace_kind;
+
+/* The streams of DL_TK_DEVICE spans (their `thread`). */
+typedef enum dl_trace_stream {
+  DL_TS_COMPUTE = 0,  /* kernels and cuBLAS calls, in the order the ops ran */
+  DL_TS_COPY,         /* host-to-device copies from pinned memory ({non_blocking = true}) */
+  DL_TS_NCCL          /* NCCL's collectives, on their communicator's stream */
+} dl_trace_stream;
 
 typedef struct dl_trace_event {
   double t0, t1;
   int64_t seq;
   int32_t kind;       /* dl_trace_kind */
-  int32_t thread;     /* 0: the thread that called; 1: the process group's communication thread */
+  int32_t thread;     /* 0: the thread that called; 1: the process group's communication
+                      ** thread; DL_TK_DEVICE: its dl_trace_stream */
   int32_t bucket;     /* the DDP bucket of a collective, -1: none */
   int32_t group;      /* the process group of a collective, in creation order */
   char name[64];

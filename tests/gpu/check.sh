@@ -13,7 +13,8 @@
 #
 # The checks: the C device tests, the CUDA op specs (tests/cuda/*_spec.lua,
 # through busted or else tests/gpu/mini_busted.lua), pinned host-to-device
-# copies overlapping kernels (tests/gpu/h2d_overlap.lua), Fashion-MNIST on one
+# copies overlapping kernels (tests/gpu/h2d_overlap.lua), the trace's kernel
+# spans on their streams (tests/gpu/cuda_trace.lua), Fashion-MNIST on one
 # GPU (`ddplua --nproc 1`, NCCL with one rank), and the GPU benchmarks
 # against PyTorch (bench/gpu_*.lua and .py); the benchmark numbers go in
 # the table too.  Under 8 minutes on one GPU.
@@ -273,6 +274,28 @@ elif [ -n "$skip" ]; then
   row h2d_overlap SKIP "${skip#SKIP: }"
 else
   row h2d_overlap PASS "${last#h2d_overlap: }${timing:+; $timing}"
+fi
+
+# The trace's device spans (tests/gpu/cuda_trace.lua): a one-rank DDP job
+# traced for 20 steps has its kernels on the compute stream's row (in
+# stream order, none before the module that launched it), its pinned
+# copies on the copy stream's and NCCL's all-reduces on the NCCL stream's;
+# the row gives the step times untraced and traced, and the spans per row.
+section "cuda_trace"
+out=$(DDPLUA_BIN="$ROOT/$BUILD/ddplua" DDPLUA_NCCL_LIB=$(find_nccl) run_limited 180 "$BUILD/ddplua" \
+      "$ROOT/tests/gpu/cuda_trace.lua" 2>&1)
+rc=$?
+echo "$out"
+last=$(printf '%s\n' "$out" | grep '^cuda_trace:' | tail -1)
+skip=$(printf '%s\n' "$out" | grep '^SKIP:' | head -1)
+timing=$(printf '%s\n' "$out" | grep '^cuda trace: step' | tail -1)
+timing=${timing#cuda trace: }
+if [ "$rc" -ne 0 ] || [ -z "$last" ]; then
+  row cuda_trace FAIL "exit $rc${last:+, ${last#cuda_trace: }}${timing:+; $timing}"
+elif [ -n "$skip" ]; then
+  row cuda_trace SKIP "${skip#SKIP: }"
+else
+  row cuda_trace PASS "${last#cuda_trace: }${timing:+; $timing}"
 fi
 
 section "test_nccl"

@@ -1,8 +1,9 @@
 -- ddp.core.trace: the trace's recording -- the spans the library's own hot
 -- spots add while a trace is on (each module's forward by its path, the
 -- step's phases, checkpoint saves, at the ops level each C op), the
--- runtime's (ddplua_trace.h: autograd nodes, collectives, waits), and the
--- rank's Chrome trace-event file.  ddp.trace (lua/ddp/trace.lua) starts
+-- runtime's (ddplua_trace.h: autograd nodes, collectives, waits, on CUDA
+-- each op's work on the device's streams), and the rank's Chrome
+-- trace-event file.  ddp.trace (lua/ddp/trace.lua) starts
 -- and stops it and aligns the ranks' clocks; the launcher merges the ranks'
 -- files (cli/trace.c).
 --
@@ -23,6 +24,9 @@ local ROWS = { "step", "phases", "forward (modules)", "backward (modules)", "bac
                "communication" }
 local T_STEP, T_PHASE, T_FWD, T_BWD, T_NODE, T_COMM = 0, 1, 2, 3, 4, 5
 M.T_STEP, M.T_PHASE = T_STEP, T_PHASE
+-- a device's streams: rows T_DEVICE + 4 * device + stream (dl_trace_stream)
+local T_DEVICE = 16
+local STREAMS = { [0] = "compute", "copy", "NCCL" }
 
 local spans = {}     -- {name, cat, tid, t0, t1, args} on the monotonic clock
 -- module forward calls, in flat arrays (no table per call): name, path,
@@ -188,8 +192,20 @@ function M.stop(who)
   for _, s in ipairs(spans) do ev(s[1], s[2], s[3], s[4] + real_minus_mono, s[5] + real_minus_mono, s[6]) end
   local cev = take_c()
   local nodes = {}
+  local device_rows = {}
   for _, e in ipairs(cev) do
-    if e.kind == C.DL_TK_NODE then
+    if e.kind == C.DL_TK_DEVICE then
+      local tid = T_DEVICE + 4 * e.group + e.thread
+      local stream = STREAMS[e.thread] or tostring(e.thread)
+      if not device_rows[tid] then
+        device_rows[tid] = true
+        out[#out + 1] = format('{"name":"thread_name","ph":"M","pid":%d,"tid":%d,"args":{"name":"cuda:%d %s stream"}}',
+                               pid, tid, e.group, stream)
+        out[#out + 1] = format('{"name":"thread_sort_index","ph":"M","pid":%d,"tid":%d,"args":{"sort_index":%d}}',
+                               pid, tid, tid)
+      end
+      ev(e.name, "cuda", tid, e.t0, e.t1, { kernel = e.note, stream = stream, device = "cuda:" .. e.group })
+    elseif e.kind == C.DL_TK_NODE then
       nodes[#nodes + 1] = e
       if ops_level then ev(e.name, "autograd", T_NODE, e.t0, e.t1, { seq = e.seq }) end
     elseif e.kind == C.DL_TK_COLLECTIVE then

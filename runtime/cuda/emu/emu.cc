@@ -18,6 +18,8 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
+#include <time.h>
+
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
@@ -92,6 +94,7 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     default: return "cudaErrorUnknown";
   }
@@ -159,7 +162,14 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
 ** a GPU keeps (streamcheck.cc) -------------------------------------------- */
 
 struct dlc_emu_stream { int id; };
-struct dlc_emu_event { dlc_emu::sc::vclock c; };
+/* t: when it was recorded, which is when its stream passed it (the work
+** before it ran in the calls that queued it), for cudaEventElapsedTime. */
+struct dlc_emu_event { dlc_emu::sc::vclock c; double t; };
+static double emu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 static int sid(cudaStream_t s) { return s ? s->id : 0; }
 
 /* A hazard the stream checker found fails the call, as a launch would. */
@@ -205,12 +215,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   dlc_emu::sc::wait(sid(s), e->c);
   return cudaSuccess;
 }
-cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new dlc_emu_event(); return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new dlc_emu_event(); (*e)->t = -1; return cudaSuccess; }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (!e) return fail(cudaErrorInvalidValue);
   dlc_emu::sc::record(sid(s), &e->c);
+  e->t = emu_now();
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
@@ -219,7 +230,12 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }
-cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) { *ms = 0; return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+  if (!a || !b || !ms) return fail(cudaErrorInvalidValue);
+  if (a->t < 0 || b->t < 0) return fail(cudaErrorInvalidResourceHandle);  /* never recorded */
+  *ms = (float)((b->t - a->t) * 1e3);
+  return cudaSuccess;
+}
 
 /* -- float16 ----------------------------------------------------------------- */
 

@@ -444,3 +444,7 @@ DLC_RC_RW(8)
 DLC_RC_RW(16)
 DLC_RC_HOOK void __tsan_read_range(void *p, unsigned long n) { touch(p, n, READ, false, PC); }
 DLC_RC_HOOK void __tsan_write_range(void *p, unsigned long n) { touch(p, n, WRITE, false, PC); }
+/* Atomics of host code (the trace's on/off flag, kernels/trace.cuh): real
+** atomics, never a kernel's shared memory, so nothing to check. */
+DLC_RC_HOOK int __tsan_atomic32_load(const volatile int *a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); }
+DLC_RC_HOOK void __tsan_atomic32_store(volatile int *a, int v, int) { __atomic_store_n(a, v, __ATOMIC_SEQ_CST); }

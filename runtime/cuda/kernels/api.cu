@@ -4,6 +4,7 @@
 ** generated from their definitions by scripts/gen_dlc_api.sh.
 */
 #include "common.cuh"
+#include "trace.cuh"
 #include "dlc_table.h"
 
 extern "C" __attribute__((visibility("default"))) const dlc_api *dlc_api_get(void) {

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "common.cuh"
+#include "trace.cuh"
 
 static int fail(cudaError_t e, const char *call, int device, char *err, size_t errlen) {
   if (err && errlen) {
@@ -125,7 +126,9 @@ DLC_API int dlc_memcpy_async(void *dst, const void *src, size_t n, int device, v
   if (d.e != cudaSuccess) return fail(d.e, "cudaSetDevice", device, err, errlen);
   cudaStream_t st;
   if (int rc = copy_stream(device, &st, err, errlen)) return rc;
+  long long span = dlc_tr_on() ? dlc_tr_begin(device, DLC_TR_COPY, st, "memcpy_async") : -1;
   cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, st);
+  dlc_tr_end(span, st);
   if (e != cudaSuccess) return fail(e, "cudaMemcpyAsync", device, err, errlen);
   cudaEvent_t ev;
   if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess)

@@ -30,6 +30,7 @@
 #include <nccl.h>
 
 #include "ddplua.h"
+#include "trace.cuh"
 
 #define DLC_API extern "C" __attribute__((visibility("hidden")))  /* in api.cu's table only */
 
@@ -144,6 +145,7 @@ struct dlc_nccl {
   int device, rank, world;
   int group;              /* depth of dlc_nccl_group_start */
   long long seq;          /* collectives issued, for messages */
+  long long span;         /* the trace's span of the call or group (trace.cuh) */
   char broken[512];       /* the reason the communicator was aborted */
 };
 
@@ -228,6 +230,7 @@ DLC_API int dlc_nccl_init(dlc_nccl **out, int device, int rank, int world,
   c->device = device;
   c->rank = rank;
   c->world = world;
+  c->span = -1;
   {
     device_guard g(device);
     cudaError_t e = g.e;
@@ -319,7 +322,9 @@ static int nccl_op(int dtype, int op, ncclRedOp_t *o, char *err,
 
 /* What every collective does around its NCCL call.  begin: checks, the
 ** device, and the wait on the caller's stream; end: the done event (at
-** group end when inside a group, where NCCL launches the work). */
+** group end when inside a group, where NCCL launches the work).  While a
+** trace is on, the call's span on the stream (a group's: one span from
+** group_start to group_end, where its work is launched). */
 struct call {
   dlc_nccl *c;
   const char *op;
@@ -338,9 +343,18 @@ struct call {
     e = cudaStreamWaitEvent(c->stream, c->before, 0);
     if (e != cudaSuccess) return cuda_fail(e, "cudaStreamWaitEvent", err, errlen);
     c->seq++;
+    if (dlc_tr_on() && !c->group) {
+      char name[32];
+      snprintf(name, sizeof name, "nccl %s", op);
+      c->span = dlc_tr_begin(c->device, DLC_TR_NCCL, c->stream, name);
+    }
     return 0;
   }
   int end(ncclResult_t r, const char *what) {
+    if (!c->group) {
+      dlc_tr_end(c->span, c->stream);
+      c->span = -1;
+    }
     if (r != ncclSuccess) return nccl_fail(r, what, err, errlen);
     if (c->group) return 0;
     cudaError_t e = cudaEventRecord(c->done, c->stream);
@@ -459,7 +473,7 @@ DLC_API int dlc_nccl_group_start(dlc_nccl *c, char *err, size_t errlen) {
   if (rc) return rc;
   ncclResult_t r = nc.ncclGroupStart();
   if (r != ncclSuccess) return nccl_fail(r, "ncclGroupStart", err, errlen);
-  c->group++;
+  if (c->group++ == 0 && dlc_tr_on()) c->span = dlc_tr_begin(c->device, DLC_TR_NCCL, c->stream, "nccl group");
   return 0;
 }
 
@@ -469,6 +483,10 @@ DLC_API int dlc_nccl_group_end(dlc_nccl *c, char *err, size_t errlen) {
   c->group--;
   /* An aborted communicator inside a group: still close NCCL's group. */
   ncclResult_t r = nc.ncclGroupEnd();
+  if (c->group == 0) {
+    dlc_tr_end(c->span, c->stream);
+    c->span = -1;
+  }
   int rc = comm_usable(c, "group_end", err, errlen);
   if (rc) return rc;
   if (r != ncclSuccess) return nccl_fail(r, "ncclGroupEnd", err, errlen);
