@@ -23,7 +23,7 @@ local LAYERS = {
   { "ddp.nn.functional", "ddp.functional" },
   { "ddp.dist.store", "ddp.store", "ddp.dist.env", "ddp.dist.group", "ddp.dist.collectives", "ddp.dist.objects",
     "ddp.dist.preempt", "ddp.dist" },
-  { "ddp.nn.module", "ddp.nn.weight_init", "ddp.nn.layers", "ddp.nn.containers", "ddp.nn.utils", "ddp.nn.attention",
+  { "ddp.nn.checkpoint", "ddp.nn.module", "ddp.nn.weight_init", "ddp.nn.layers", "ddp.nn.containers", "ddp.nn.utils", "ddp.nn.attention",
     "ddp.nn.sync_bn", "ddp.nn.parallel", "ddp.nn" },
   { "ddp.optim.lr_scheduler", "ddp.optim" },
   { "ddp.data.files", "ddp.checkpoint", "ddp.data.checks", "ddp.data.sample_rng", "ddp.data.worker_codec", "ddp.data.collate",

@@ -162,6 +162,7 @@ ddp.load_npy, ddp.save_npy = data.load_npy, data.save_npy
 
 ddp.autograd = autograd
 ddp.no_grad, ddp.enable_grad = autograd.no_grad, autograd.enable_grad
+ddp.checkpoint = require("ddp.nn.checkpoint").checkpoint
 ddp.set_grad_enabled, ddp.is_grad_enabled = autograd.set_grad_enabled, autograd.is_grad_enabled
 
 ddp.set_printoptions = printer.set_printoptions

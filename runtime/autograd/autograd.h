@@ -62,7 +62,8 @@ struct ag_node {
   int64_t (*in_shape)[DL_MAX_DIMS];
   dl_tensor *saved[AG_MAX_SAVED];
   unsigned saved_version[AG_MAX_SAVED];
-  int nsaved, freed;        /* freed: saved tensors dropped after backward */
+  int nsaved, freed;        /* freed: saved tensors dropped after backward (1), or never
+                            ** kept: recorded inside a checkpointed forward (2) */
   int64_t iarg[AG_MAX_ARGS];  /* the rule's scalars, set by its recorder */
   double darg[4];
   /* backward pass bookkeeping */
@@ -71,12 +72,41 @@ struct ag_node {
   dl_tensor *grad;
 };
 
+/* Per-tensor state, allocated on first use (engine.c). */
+typedef struct {
+  int requires_grad;   /* leaves only; non-leaves have a grad_fn */
+  dl_tensor *grad;
+  ag_node *grad_fn;
+  struct { dl_grad_hook fn; void *ctx; } *hooks;
+  int nhooks;
+  /* backward pass bookkeeping for leaves (pass.c) */
+  unsigned pass;
+  int pending;
+  dl_tensor *acc;
+} ag_meta;
+
+static inline ag_meta *ag_meta_of(const dl_tensor *t) { return (ag_meta *)t->autograd; }
+
 /* Grad mode on and any of the inputs requires grad. */
 DL_HIDDEN int ag_needed(dl_tensor *const *ins, int n);
 DL_HIDDEN int ag_needed1(const dl_tensor *a);
 DL_HIDDEN int tensor_requires_grad(const dl_tensor *t);
 /* A node of rule kind over inputs ins (NULL entries allowed: no edge). */
 DL_HIDDEN ag_node *ag_node_new(ag_rule_kind kind, dl_tensor *const *ins, int n);
+/* The same with n empty edges, for the caller to fill (checkpoint.c). */
+DL_HIDDEN ag_node *ag_node_alloc(ag_rule_kind kind, int n);
+/* Drops n's saved tensors (after its backward, unless the graph is kept). */
+DL_HIDDEN void ag_drop_saved(ag_node *n);
+/* The end-of-backward hooks (dl_add_backward_hook) after a pass that
+** ended with rc: rc, or the first hook's failure. */
+DL_HIDDEN int ag_run_end_hooks(int rc);
+
+/* -- Checkpoints (checkpoint.c) ------------------------------------------------ */
+
+/* Inside a checkpointed forward on this thread: nodes save no tensor. */
+DL_HIDDEN int ag_checkpointing(void);
+/* A checkpoint node is going: its id joins those dl_checkpoint_freed gives. */
+DL_HIDDEN void ag_checkpoint_released(ag_node *n);
 /* Keeps t's data for backward (a detached alias, and its version). */
 DL_HIDDEN int ag_save(ag_node *n, const dl_tensor *t);
 /* Makes n the grad_fn of out; releases n on failure.  Returns 0 or -1. */

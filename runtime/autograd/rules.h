@@ -136,3 +136,7 @@ AG_RULE(MSE_LOSS,      "MseLossBackward",       bw_mse_loss,      "input, target
 ** recorder hands the node its backward (n->backward), which bw_from_recorder
 ** (rules.c) runs -------------------------------------------------------------- */
 AG_RULE(ALL_REDUCE,    "AllReduceBackward",     bw_from_recorder, "")  /* dist/pg_autograd.c */
+
+/* -- A checkpointed forward (checkpoint.c): its backward recomputes it, which
+** the caller of the pass does (ddp.checkpoint in Lua): pass.c pauses at it -- */
+AG_RULE(CHECKPOINT,    "CheckpointBackward",    bw_checkpoint,    "")

@@ -89,6 +89,10 @@ ERRDEF(AG_VERSION, DL_ESTATE, "%s: a tensor saved by %s was modified in place (v
 ERRDEF(AG_INPLACE_LEAF, DL_ESTATE, "%s: a leaf tensor that requires grad cannot be modified in place; update parameters inside ddp.no_grad(function() ... end)")
 ERRDEF(AG_INPLACE_GRAPH, DL_ESTATE, "%s: in-place ops on a tensor computed with grad (%s) are not supported; use the out-of-place op")
 ERRDEF(AG_NODIFF, DL_ESTATE, "%s: not differentiable; detach() the input or run it under no_grad")
+ERRDEF(AG_CKPT_LUA, DL_ESTATE, "%s: the graph holds a checkpoint (ddp.checkpoint), whose backward recomputes its forward in Lua: call t:backward() from Lua")
+ERRDEF(AG_CKPT_STATE, DL_ESTATE, "%s: %s")
+ERRDEF(AG_CKPT_ESCAPED, DL_ESTATE, "%s: a tensor computed inside ddp.checkpoint's function (by %s) but not returned by it has no saved values to go back through; return it from the function, or compute it outside")
+ERRDEF(AG_CKPT_REACHED, DL_ESTATE, "%s: the recomputed forward reached a tensor the first forward did not use (%s); a checkpointed function must compute the same thing twice: the same ops on the same tensors")
 
 /* Data files (io/mnist_idx.c) */
 ERRDEF(IDXF_OPEN, DL_EIO, "%s: cannot open %s: %s")

@@ -46,6 +46,48 @@ typedef int (*dl_backward_hook)(void *ctx);
 DL_API int dl_add_backward_hook(dl_backward_hook fn, void *ctx);
 DL_API int dl_remove_backward_hook(dl_backward_hook fn, void *ctx);
 
+/* -- Passes that pause, and checkpoints ------------------------------------ */
+
+/* A backward pass the caller drives, so that a checkpoint's recompute (in
+** Lua) runs inside it with no call from C into Lua.  stop_seq < 0: a pass
+** as dl_backward's, into .grad with hooks; stop_seq >= 0: a capturing
+** pass, which stops at every leaf and at every node created before
+** stop_seq (a dl_autograd_next_seq() read before a recompute) and keeps
+** the gradients arriving there instead (no .grad, no hook).  NULL with the
+** error set on bad arguments. */
+typedef struct dl_grad_pass dl_grad_pass;
+DL_API dl_grad_pass *dl_pass_begin(dl_tensor *root, const dl_tensor *grad, int retain_graph,
+                                   double stop_seq);
+/* Runs until the pass is done (0), or reaches a checkpoint node (1):
+** dl_pass_node_id and dl_pass_node_grad then say which and give its
+** output's gradient (new reference, NULL for none), the caller recomputes
+** and hands the gradients of its capturing pass over with dl_pass_give,
+** and calls dl_pass_run again.  -1 with the error set. */
+DL_API int dl_pass_run(dl_grad_pass *p);
+DL_API int64_t dl_pass_node_id(const dl_grad_pass *p);
+DL_API dl_tensor *dl_pass_node_grad(const dl_grad_pass *p);
+DL_API int dl_pass_retains(const dl_grad_pass *p);
+DL_API int dl_pass_give(dl_grad_pass *p, const dl_grad_pass *inner);
+/* Frees the pass (ok = 0: the caller failed, partial sums are dropped);
+** after a whole pass into .grad, runs the end-of-backward hooks.  Returns
+** 0, or -1 with the error set. */
+DL_API int dl_pass_end(dl_grad_pass *p, int ok);
+
+/* A checkpointed forward on this thread: between begin and end, ops
+** record their graph but save no tensor for backward (nests).  begin
+** returns the creation number of the first node it will make. */
+DL_API double dl_checkpoint_begin(void);
+DL_API void dl_checkpoint_end(void);
+/* out, computed since mark, gets a checkpoint node (grad_fn
+** CheckpointBackward, id the caller's key) in place of the graph made
+** since: its inputs are that graph's boundary, every leaf and every older
+** node it reached.  Returns the number of inputs (0: out needs no
+** gradient from here, nothing done), -1 with the error set. */
+DL_API int dl_checkpoint_attach(dl_tensor *out, double mark, int64_t id);
+/* The ids of checkpoint nodes freed since the last call (at most max);
+** how many were written. */
+DL_API int dl_checkpoint_freed(int64_t *out, int max);
+
 #if !defined(DL_CDEF) && defined(__cplusplus)
 }
 #endif

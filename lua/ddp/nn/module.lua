@@ -11,6 +11,7 @@
 --   local model = Net(128)
 local core = require "ddp.core"
 local autograd = require "ddp.autograd"
+local checkpoint = require "ddp.nn.checkpoint"
 local steps = require "ddp.core.steps"
 local trace = require "ddp.core.trace"
 local trace_clock = core.clock
@@ -142,28 +143,50 @@ local function traced_end(path, name, t0, s0, ...)
   return ...
 end
 
+-- A module marked with :checkpoint() runs its forward through
+-- ddp.checkpoint (its activations recomputed in backward).
+local run_checkpointed = checkpoint.checkpoint
+local function forward_of(self, ...)
+  if rawget(self, "_checkpoint") then return run_checkpointed(self.forward, self, ...) end
+  return self:forward(...)
+end
+
 local function traced(self, ...)
   local path, name = path_of(self)
-  return traced_end(path, name, trace_clock(), trace.seq(), self:forward(...))
+  return traced_end(path, name, trace_clock(), trace.seq(), forward_of(self, ...))
 end
 
 local function traced_root(self, ...)
   local t0, c0 = steps_mark()
   local s0 = trace.seq()
-  return traced_end("", self.__name, t0, s0, finish(t0, c0, xpcall(self.forward, on_error, self, ...)))
+  return traced_end("", self.__name, t0, s0, finish(t0, c0, xpcall(forward_of, on_error, self, ...)))
 end
 
 function module_call(self, ...)
   if root ~= nil then
     if trace.on then return traced(self, ...) end
-    return pass(self:forward(...))
+    return pass(forward_of(self, ...))
   end
   root = self
   if trace.on then return traced_root(self, ...) end
   local t0, c0 = steps_mark()
-  return finish(t0, c0, xpcall(self.forward, on_error, self, ...))
+  return finish(t0, c0, xpcall(forward_of, on_error, self, ...))
 end
 Module.__call = module_call
+
+-- module:checkpoint([on]): from now on, each call keeps none of the
+-- forward's activations and recomputes them in backward (PyTorch's
+-- checkpoint_wrapper, or Hugging Face's gradient_checkpointing_enable on a
+-- block); its parameters and state_dict names are unchanged.
+-- module:checkpoint(false) turns it off.  Returns the module.
+function Module:checkpoint(on)
+  if on ~= nil and type(on) ~= "boolean" then
+    raise("checkpoint: expected true or false (or nothing: true), got " .. core.describe(on))
+  end
+  rawset(self, "_checkpoint", on ~= false or nil)
+  return self
+end
+function Module:is_checkpointed() return rawget(self, "_checkpoint") == true end
 
 -- The bare instance, before init.
 function Module.__new(class)
