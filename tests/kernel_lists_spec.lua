@@ -9,7 +9,7 @@ local GEN = shell.root .. "/scripts/gen_dlc_api.sh"
 
 -- Runs the generator on kernel files {name = text}; returns its output,
 -- exit code, and the two headers it wrote (nil when it failed).
-local function generate(files, not_emulated)
+local function generate(files, not_emulated, untraced)
   local dir = shell.tempdir()
   local paths = {}
   local names = {}
@@ -20,6 +20,7 @@ local function generate(files, not_emulated)
     paths[#paths + 1] = q(dir .. "/" .. name)
   end
   local skip = not_emulated and ("--not-emulated " .. q(dir .. "/" .. not_emulated) .. " ") or ""
+  if untraced then skip = skip .. "--untraced " .. q(dir .. "/" .. untraced) .. " " end
   local out = sh("bash " .. q(GEN) .. " " .. q(dir .. "/gen") .. " " .. skip .. "-- "
                  .. table.concat(paths, " ") .. " 2>&1; echo rc=$?")
   return out, tonumber(out:match("rc=(%d+)")), shell.slurp(dir .. "/gen/dlc_api.h"),
@@ -58,7 +59,23 @@ describe("scripts/gen_dlc_api.sh", function()
                            .. "  const char *(*name)(void);\n  /* b.cu */\n  int (*peer)(void *c, int rank);\n", 1, true), api)
     assert.truthy(api:find("#define DLC_ABI_VERSION %d+u"), api)
     assert.truthy(tab:find('extern "C" int dlc_inc(int device, const float *x, float *y, int64_t n);', 1, true), tab)
-    assert.truthy(tab:find("  .inc = dlc_inc,\n  .name = dlc_name,\n  .peer = dlc_peer,\n", 1, true), tab)
+    -- inc takes a device: a traced trampoline; name and peer do not
+    assert.truthy(tab:find("  .inc = dlc_traced_inc,\n  .name = dlc_name,\n  .peer = dlc_peer,\n", 1, true), tab)
+  end)
+
+  it("puts each launcher taking a device behind a trampoline that times it while a trace is on", function()
+    local out, rc, _, tab = generate({ ["a.cu"] = A, ["b.cu"] = B })
+    assert.equal(0, rc, out)
+    assert.truthy(tab:find("static int dlc_traced_inc(int device, const float *x, float *y, int64_t n) {\n"
+      .. "  if (!dlc_tr_on()) return dlc_inc(device, x, y, n);\n"
+      .. "  long long span_ = dlc_tr_begin(device, DLC_TR_COMPUTE, dlc_stream(device), \"inc\");\n"
+      .. "  int rc_ = dlc_inc(device, x, y, n);\n"
+      .. "  dlc_tr_end(span_, dlc_stream(device));\n  return rc_;\n}\n", 1, true), tab)
+    -- a file named after --untraced keeps its launchers as they are
+    out, rc, _, tab = generate({ ["a.cu"] = A, ["b.cu"] = B }, nil, "a.cu")
+    assert.equal(0, rc, out)
+    assert.truthy(tab:find("  .inc = dlc_inc,\n", 1, true), tab)
+    assert.falsy(tab:find("dlc_traced_", 1, true), tab)
   end)
 
   it("changes the ABI version when any signature changes, and not for a body", function()
@@ -74,7 +91,7 @@ describe("scripts/gen_dlc_api.sh", function()
     local out, rc, _, tab = generate({ ["a.cu"] = A, ["b.cu"] = B }, "b.cu")
     assert.equal(0, rc, out)
     assert.truthy(tab:find("#ifndef DLC_EMU\n  .peer = dlc_peer,\n#else\n  .peer = nullptr,\n#endif\n", 1, true), tab)
-    assert.truthy(tab:find("  .inc = dlc_inc,\n", 1, true), tab)
+    assert.truthy(tab:find("  .inc = dlc_traced_inc,\n", 1, true), tab)
   end)
 
   it("refuses a definition it cannot read, naming the file and line, and a launcher defined twice", function()

@@ -462,8 +462,11 @@ DL_API int dl_pass_end(dl_grad_pass *p, int ok) {
   int capture = p->capture, err = rc != 0;
   free(p);
   if (capture) return err ? -1 : 0;
-  if (err && !ok) return -1;  /* the caller's error stands */
-  return ag_run_end_hooks(err ? -1 : 0);
+  if (err) return -1;  /* the pass's error (or the caller's) stands */
+  int was = dl_set_grad_enabled(0);  /* hooks run as inside the pass */
+  rc = ag_run_end_hooks(0);
+  dl_set_grad_enabled(was);
+  return rc;
 }
 
 DL_API int dl_backward(dl_tensor *root, const dl_tensor *grad, int retain) {

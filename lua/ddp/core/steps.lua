@@ -67,7 +67,11 @@ function M.data(seconds)
     trace.span("data", "data", T_PHASE, t - seconds, t)
   end
 end
+-- > 0 while a checkpoint recomputes its forward inside backward
+-- (ddp.nn.checkpoint): that time is the backward's, not the forward's.
+M.recomputing = 0
 function M.forward(t0, c0)
+  if M.recomputing > 0 then return end
   local t, c = now()
   acc_fwd = acc_fwd + (t - t0) - (c - c0)
   if trace.on then trace.span("forward", "forward", T_PHASE, t0, t) end

@@ -16,6 +16,7 @@ local core = require "ddp.core"
 local grad = require "ddp.tensor.grad"
 local autocast = require "ddp.autocast"
 local factory = require "ddp.tensor.factory"
+local steps = require "ddp.core.steps"
 
 local C = core.C
 local check, raise, is_tensor = core.check, core.raise, core.is_tensor
@@ -111,6 +112,7 @@ function M.checkpoint(fn, ...)
     C.dl_rng_set_state(rng[1], rng[2])
     local inner = C.dl_autograd_next_seq()
     local was = C.dl_set_grad_enabled(1)
+    steps.recomputing = steps.recomputing + 1
     local done, root = pcall(function()
       local r2 = pack(with_autocast(dtype, fn, unpack(args, 1, args.n)))
       local at2 = carried(r2)
@@ -120,13 +122,15 @@ function M.checkpoint(fn, ...)
       end
       return carrier(r2, at2)
     end)
+    steps.recomputing = steps.recomputing - 1
     C.dl_set_grad_enabled(was)
     C.dl_rng_set_state(now_seed, now_offset)
     if not done then error(root, 0) end
     if g == nil then return end
-    grad.run_pass(root, g, false, inner, function(q) check(C.dl_pass_give(p, q)) end)
-    root = nil
+    -- the recompute's intermediates are held by the new graph alone now,
+    -- which lets go of each as its backward runs
     collect_since(base2)
+    grad.run_pass(root, g, false, inner, function(q) check(C.dl_pass_give(p, q)) end)
   end
   if #at == 1 then
     r[at[1]] = out

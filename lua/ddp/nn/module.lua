@@ -143,12 +143,28 @@ local function traced_end(path, name, t0, s0, ...)
   return ...
 end
 
+local function traced_forward(self, ...)
+  local path, name = path_of(self)
+  return traced_end(path, name, trace_clock(), trace.seq(), self:forward(...))
+end
+
 -- A module marked with :checkpoint() runs its forward through
--- ddp.checkpoint (its activations recomputed in backward).
+-- ddp.checkpoint (its activations recomputed in backward).  The recompute
+-- runs inside backward, where no call is outermost: it runs under the
+-- first call's outermost module, so the trace names its calls by the same
+-- paths and the step's forward is not counted again.
 local run_checkpointed = checkpoint.checkpoint
 local function forward_of(self, ...)
-  if rawget(self, "_checkpoint") then return run_checkpointed(self.forward, self, ...) end
-  return self:forward(...)
+  if not rawget(self, "_checkpoint") then return self:forward(...) end
+  local outer = root
+  return run_checkpointed(function(...)
+    if root ~= nil then return self:forward(...) end  -- the first forward
+    root = outer
+    local r = { pcall(trace.on and traced_forward or self.forward, self, ...) }
+    root = nil
+    if not r[1] then error(r[2], 0) end
+    return unpack(r, 2, table.maxn(r))
+  end, ...)
 end
 
 local function traced(self, ...)
