@@ -260,21 +260,28 @@ c_test cuda_tensors
 # {non_blocking = true} while the previous batch's kernels run arrive
 # intact, and a copy issued after a step's kernels overlaps them; the row
 # gives the times (kernels, copy, both, and what queueing would take).
+# lua_row NAME PREFIX OUTPUT RC: the row of a tests/gpu/*.lua script that
+# prints "NAME: N passed, M failed" last, "SKIP: ..." with no GPU, and its
+# numbers on a line starting with PREFIX (added to the row).
+lua_row() {
+  local name=$1 prefix=$2 out=$3 rc=$4 last skip timing
+  last=$(printf '%s\n' "$out" | grep "^$name:" | tail -1)
+  skip=$(printf '%s\n' "$out" | grep '^SKIP:' | head -1)
+  timing=$(printf '%s\n' "$out" | grep "^$prefix" | tail -1)
+  timing=${timing#"${prefix%%:*}: "}
+  if [ "$rc" -ne 0 ] || [ -z "$last" ]; then
+    row "$name" FAIL "exit $rc${last:+, ${last#"$name": }}${timing:+; $timing}"
+  elif [ -n "$skip" ]; then
+    row "$name" SKIP "${skip#SKIP: }"
+  else
+    row "$name" PASS "${last#"$name": }${timing:+; $timing}"
+  fi
+}
 section "h2d_overlap"
 out=$(run_limited 180 "$BUILD/ddplua" "$ROOT/tests/gpu/h2d_overlap.lua" 2>&1)
 rc=$?
 echo "$out"
-last=$(printf '%s\n' "$out" | grep '^h2d_overlap:' | tail -1)
-skip=$(printf '%s\n' "$out" | grep '^SKIP:' | head -1)
-timing=$(printf '%s\n' "$out" | grep '^h2d overlap: kernels' | tail -1)
-timing=${timing#h2d overlap: }
-if [ "$rc" -ne 0 ] || [ -z "$last" ]; then
-  row h2d_overlap FAIL "exit $rc${last:+, ${last#h2d_overlap: }}${timing:+; $timing}"
-elif [ -n "$skip" ]; then
-  row h2d_overlap SKIP "${skip#SKIP: }"
-else
-  row h2d_overlap PASS "${last#h2d_overlap: }${timing:+; $timing}"
-fi
+lua_row h2d_overlap "h2d overlap: kernels" "$out" "$rc"
 
 # The trace's device spans (tests/gpu/cuda_trace.lua): a one-rank DDP job
 # traced for 20 steps has its kernels on the compute stream's row (in
@@ -286,17 +293,7 @@ out=$(DDPLUA_BIN="$ROOT/$BUILD/ddplua" DDPLUA_NCCL_LIB=$(find_nccl) run_limited 
       "$ROOT/tests/gpu/cuda_trace.lua" 2>&1)
 rc=$?
 echo "$out"
-last=$(printf '%s\n' "$out" | grep '^cuda_trace:' | tail -1)
-skip=$(printf '%s\n' "$out" | grep '^SKIP:' | head -1)
-timing=$(printf '%s\n' "$out" | grep '^cuda trace: step' | tail -1)
-timing=${timing#cuda trace: }
-if [ "$rc" -ne 0 ] || [ -z "$last" ]; then
-  row cuda_trace FAIL "exit $rc${last:+, ${last#cuda_trace: }}${timing:+; $timing}"
-elif [ -n "$skip" ]; then
-  row cuda_trace SKIP "${skip#SKIP: }"
-else
-  row cuda_trace PASS "${last#cuda_trace: }${timing:+; $timing}"
-fi
+lua_row cuda_trace "cuda trace: step" "$out" "$rc"
 
 section "test_nccl"
 # One rank on cuda:0, two forked ranks when there are two GPUs; without a
