@@ -172,6 +172,74 @@ local function write(path, parts, rngs)
   M.save(tensors, path, { [FORMAT_KEY] = FORMAT, [STATE_KEY] = text })
 end
 
+-- -- Sharded parts ------------------------------------------------------------
+
+-- A part whose state is sharded over the ranks (ZeroRedundancyOptimizer)
+-- saves through part:save_shards(write, id).  The set is atomic: each
+-- rank writes its shard as <path>.shards/<id>.<part>.rank<r>-of-<W>.safetensors
+-- under a name new to this save, then rank 0 writes <path>, whose index
+-- names them, and only then removes the shards of earlier saves of <path>;
+-- a save cut short anywhere leaves the previous checkpoint whole.
+local function shard_dir(path) return path .. ".shards" end
+
+local function sharded_parts(parts)
+  local keys = {}
+  for k, v in pairs(parts) do
+    if type(k) == "string" and has_method(v, "save_shards") then keys[#keys + 1] = k end
+  end
+  table.sort(keys)
+  return keys
+end
+
+-- Removes from dir the shard files of saves other than id.
+local function remove_old_shards(dir, id)
+  local names = files.list_dir(dir) or {}
+  for _, name in ipairs(names) do
+    local other = name:match("^([%x]+%-[%x]+)%..+%.rank%d+%-of%-%d+%.safetensors$")
+    if other and other ~= id then os.remove(dir .. "/" .. name) end
+  end
+end
+
+local function save_sharded(path, parts, keys)
+  local world, rank = dist.world_size(), dist.rank()
+  if world > 1 and not dist.is_initialized() then
+    raise(("save_checkpoint: a sharded optimizer saves through the process group of the %d ranks: call ddp.init() first"):format(world))
+  end
+  local dir = shard_dir(path)
+  -- rank 0 makes the folder and names this save; every rank calls (a
+  -- collective: each writes its own shard)
+  local plan = { err = false }
+  if rank == 0 then
+    local ok, why = files.make_dirs(dir)
+    if not ok then plan.err = ("save_checkpoint: %s: cannot make the shard folder: %s"):format(dir, why) end
+    plan.id = ("%08x-%08x"):format(os.time() % 2 ^ 32, math.random(0, 2 ^ 31 - 1))
+  end
+  if world > 1 then plan = dist.broadcast_object(plan, 0) end
+  if plan.err then raise(plan.err) end
+  local state = {}
+  for k, v in pairs(parts) do state[k] = v end
+  for _, k in ipairs(keys) do
+    local tag = k:gsub("[^%w_-]", "_")
+    state[k] = parts[k]:save_shards(function(tensors, meta)
+      local name = ("%s.%s.rank%05d-of-%05d.safetensors"):format(plan.id, tag, rank, world)
+      M.save(tensors, dir .. "/" .. name, meta)
+      return name
+    end, plan.id)
+  end
+  local rngs = world > 1 and dist.all_gather_object(factory.get_rng_state()) or nil
+  local err = false
+  if rank == 0 then
+    local ok, e = pcall(write, path, state, rngs)
+    if not ok then err = tostring(e) end
+    if ok then remove_old_shards(dir, plan.id) end
+  end
+  if world > 1 then err = dist.broadcast_object(err, 0) end
+  if err then
+    if rank == 0 then error(err, 0) end
+    raise(("save_checkpoint: rank 0 failed to write %s: %s"):format(path, (err:gsub("^[^\n]-:%d+: ", "", 1))))
+  end
+end
+
 -- ddp.save_checkpoint(path, {model=, optimizer=, scheduler=, loader=, epoch=,
 -- extra=, ...}[, {all_ranks = false}]): each value with a :state_dict()
 -- method is saved as what it returns (a DataLoader's is its position), any
@@ -201,6 +269,8 @@ local function save_checkpoint(path, parts, opts)
     end
     all_ranks = opts.all_ranks
   end
+  local keys = sharded_parts(parts)
+  if #keys > 0 then return save_sharded(path, parts, keys) end
   if all_ranks and dist.world_size() > 1 then
     if not dist.is_initialized() then
       raise(("save_checkpoint: all_ranks = true gathers from the %d ranks through the process group: "
@@ -276,6 +346,10 @@ function M.load_checkpoint(path, targets)
   if err then raise(("load_checkpoint: %s: corrupt checkpoint state %s"):format(path, err)) end
   if type(state) ~= "table" then
     raise(("load_checkpoint: %s: corrupt checkpoint state (a %s, not a table)"):format(path, type(state)))
+  end
+  -- a sharded part's index finds its shard files beside the checkpoint
+  for _, v in pairs(state) do
+    if type(v) == "table" and type(v.zero) == "table" then v.zero.dir = shard_dir(path) end
   end
   if targets == nil then return state end
 

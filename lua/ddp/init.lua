@@ -20,7 +20,8 @@
 --     .preempt; ddp.dist
 --   ddp.nn.module, .weight_init, .layers, .containers, .utils, .attention,
 --     .sync_bn, .parallel (ddp.DDP); ddp.nn (above ddp.dist: SyncBatchNorm and DDP use it)
---   ddp.optim.lr_scheduler; ddp.optim
+--   ddp.optim.shards, .optimizer (the base), .lr_scheduler, .zero
+--     (ZeroRedundancyOptimizer); ddp.optim
 --   ddp.checkpoint (its all_ranks saves gather), ddp.data.checks, .sample_rng,
 --     .worker_codec, .collate, .worker_main, .workers (loader worker threads), .dataset,
 --     .idx, .samplers, .loader, .metrics, .npy, .transforms_functional, .transforms,
@@ -187,6 +188,8 @@ ddp.nn, ddp.optim, ddp.data, ddp.dist, ddp.store, ddp.argparse = nn, optim, data
 
 -- ddp.DDP(model[, opts]) (ddp.nn.parallel): the data-parallel wrapper.
 ddp.DDP = nn.parallel.DDP
+-- ddp.ZeroRedundancyOptimizer(params, ddp.optim.AdamW, opts): ddp.optim's.
+ddp.ZeroRedundancyOptimizer = optim.ZeroRedundancyOptimizer
 
 -- ddp.DataLoader, ddp.DistributedSampler, ddp.reduce_metrics: ddp.data's.
 ddp.DataLoader, ddp.DistributedSampler, ddp.reduce_metrics =

@@ -34,6 +34,7 @@ local mt = {}                       -- the wrapper's metatable
 local wrapped = setmetatable({}, { __mode = "k" })  -- model -> true
 local live = setmetatable({}, { __mode = "k" })     -- wrappers with Lua comm hooks
 local all = setmetatable({}, { __mode = "k" })      -- every wrapper, for shutdown
+local reducing = setmetatable({}, { __mode = "v" }) -- parameter address -> its wrapper
 
 local options = { bucket_cap_mb = true, first_bucket_mb = true, broadcast_buffers = true,
                   grad_accum = true, comm_hook = true, find_unused_parameters = true,
@@ -186,7 +187,15 @@ function M.DDP(model, opts)
   if accum > 1 then core.check(C.dl_reducer_set_accum(self._r, accum)) end
   wrapped[model] = true
   all[self] = true
+  for _, p in ipairs(params) do reducing[tostring(core.address(p))] = self end
   return self
+end
+
+-- Whether a live ddp.DDP averages p's gradient over the ranks (what a
+-- sharded optimizer needs: each rank steps its shard with the same grads).
+function M.reduces(p)
+  local w = reducing[tostring(core.address(p))]
+  return w ~= nil and rawget(w, "_r") ~= nil
 end
 
 -- -- Forward ------------------------------------------------------------------

@@ -1,0 +1,404 @@
+-- ddp.optim.zero: ZeroRedundancyOptimizer, torch.distributed.optim's
+-- optimizer-state sharding (ZeRO stage 1) without its traps: each rank
+-- keeps the state of 1/world of the parameters' elements, steps only
+-- those, and the ranks all-gather the updated parameters.
+--
+--   local dmodel = ddp.DDP(model)
+--   local opt = ddp.ZeroRedundancyOptimizer(dmodel:parameters(), ddp.optim.AdamW, {lr = 1e-3})
+--
+-- The parameters, in the optimizer's order, are cut into segments (one
+-- dtype and device each, about bucket_cap_mb), and rank r of W owns
+-- elements [floor(N r / W), floor(N (r + 1) / W)) of each segment of N:
+-- the same element count on every rank whatever the parameters' sizes.
+-- The owned range of a parameter is a piece; the wrapped optimizer's own
+-- update (optim.AdamW's, SGD's, ...) steps each piece as if it were a
+-- parameter, its state tensors views into one flat tensor per segment and
+-- field.  DDP's buckets still all-reduce the whole gradient, so p.grad is
+-- every rank's average everywhere (clip_grad_norm_, logging, accumulation
+-- work as without sharding); after the step each segment is all-gathered
+-- into the parameters.  Results equal the unsharded optimizer's bit for
+-- bit.  state_dict() is this rank's shard; ddp.save_checkpoint writes every
+-- rank's shard and one index (docs/checkpoints.md), which loads into any
+-- world size, or into a plain optimizer.
+local core = require "ddp.core"
+local factory = require "ddp.tensor.factory"
+local autograd = require "ddp.autograd"
+local steps = require "ddp.core.steps"
+local dist = require "ddp.dist"
+local parallel = require "ddp.nn.parallel"
+local base = require "ddp.optim.optimizer"
+local shards = require "ddp.optim.shards"
+local raise, show = core.raise, core.show
+local type, pairs, ipairs, tostring = type, pairs, ipairs, tostring
+local max, min, floor = math.max, math.min, math.floor
+
+core.add_lib_file(debug.getinfo(1, "S").source)
+
+local M = {}
+
+local NAME = "ZeroRedundancyOptimizer"
+local Z = core.class(NAME, base.Optimizer)
+
+-- -- Layout ---------------------------------------------------------------------
+
+-- Segments of consecutive parameters of one dtype and device; a segment
+-- closes once it holds cap bytes.
+local function segments(list, cap)
+  local segs, cur, fill = {}, nil, 0
+  for _, e in ipairs(list) do
+    local p = e.p
+    local dt, dev = p:dtype(), p:device()
+    if not cur or cur.dtype ~= dt or cur.device ~= dev or fill >= cap then
+      cur = { dtype = dt, device = dev, numel = 0, members = {}, flat = {}, fields = {} }
+      segs[#segs + 1] = cur
+      fill = 0
+    end
+    e.off, e.numel = cur.numel, p:numel()
+    cur.members[#cur.members + 1] = e
+    cur.numel = cur.numel + e.numel
+    fill = fill + e.numel * p:element_size()
+  end
+  return segs
+end
+
+-- The members of seg that overlap [lo, hi), each as {e, a (offset in the
+-- parameter), c (offset in the range), len}.
+local function overlaps(seg, lo, hi)
+  local out = {}
+  for _, e in ipairs(seg.members) do
+    local s, t = max(lo, e.off), min(hi, e.off + e.numel)
+    if t > s then out[#out + 1] = { e = e, a = s - e.off, c = s - lo, len = t - s } end
+  end
+  return out
+end
+
+-- Each rank's share, this rank's pieces and where the others' land.
+local function place(seg, rank, world)
+  seg.lo, seg.hi = shards.range(seg.numel, rank, world)
+  seg.share, seg.S = seg.hi - seg.lo, 0
+  for q = 0, world - 1 do
+    local lo, hi = shards.range(seg.numel, q, world)
+    seg.S = max(seg.S, hi - lo)
+  end
+  seg.pieces = overlaps(seg, seg.lo, seg.hi)
+  for _, pc in ipairs(seg.pieces) do
+    pc.pv = pc.e.p:view(-1):narrow(0, pc.a, pc.len)
+    pc.adopted = {}
+  end
+  seg.unpack = {}
+  for q = 0, world - 1 do
+    if q ~= rank then
+      local lo, hi = shards.range(seg.numel, q, world)
+      for _, o in ipairs(overlaps(seg, lo, hi)) do
+        seg.unpack[#seg.unpack + 1] = { dst = o.e.p:view(-1):narrow(0, o.a, o.len), src = q * seg.S + o.c, len = o.len }
+      end
+    end
+  end
+end
+
+-- Every rank must hold the same parameters, in the same order.
+local function check_same(list)
+  local sig = {}
+  for i, e in ipairs(list) do sig[i] = ("%s %s"):format(table.concat(e.p:shape(), "x"), e.p:dtype()) end
+  local all = dist.all_gather_object(sig)
+  local lines = {}
+  for r = 2, #all do
+    local mine = all[r]
+    for i = 1, max(#mine, #all[1]) do
+      if mine[i] ~= all[1][i] then
+        lines[#lines + 1] = ("rank %d's parameter %d is %s (rank 0's: %s)"):format(
+          r - 1, i - 1, mine[i] or "missing", all[1][i] or "missing")
+        break
+      end
+    end
+  end
+  if #lines > 0 then
+    raise(NAME .. ": the ranks' parameters differ: " .. table.concat(lines, "; ") .. " (every rank must build the same model)")
+  end
+end
+
+local own_options = { bucket_cap_mb = true }
+
+-- ddp.ZeroRedundancyOptimizer(params, optimizer_class[, opts]): opts are
+-- optimizer_class's options (lr, betas, ...) and bucket_cap_mb (the
+-- segments' size, 25).  A collective when the world has several ranks.
+function Z:init(params, optimizer_class, opts)
+  if type(optimizer_class) ~= "table" or core.class_of(optimizer_class) ~= nil
+     or type(optimizer_class.update) ~= "function" then
+    raise(NAME .. ": the second argument must be an optimizer class such as ddp.optim.AdamW "
+          .. "(the class, not an optimizer made from it), got " .. core.describe(optimizer_class))
+  end
+  if opts ~= nil and (type(opts) ~= "table" or core.is_tensor(opts)) then
+    raise(NAME .. ": options must be a table such as {lr = 1e-3}, got " .. core.describe(opts))
+  end
+  local inner_opts, cap = {}, 25
+  for k, v in pairs(opts or {}) do
+    if own_options[k] then
+      if type(v) ~= "number" or not (v > 0) then raise(("%s: %s must be a positive number, got %s"):format(NAME, k, show(v))) end
+      cap = v
+    else
+      inner_opts[k] = v
+    end
+  end
+  local inner = optimizer_class(params, inner_opts)
+  if not core.is_instance(inner, base.Optimizer) then
+    raise(NAME .. ": " .. tostring(optimizer_class) .. " is not a ddp.optim optimizer class")
+  end
+  self.inner, self.optimizer_class = inner, optimizer_class
+  self.name = NAME
+  self.defaults, self.param_groups, self.state = inner.defaults, inner.param_groups, {}
+  self.state_fields, self.state_needs = inner.state_fields, inner.state_needs
+  if dist.world_size() > 1 and not dist.is_initialized() then dist.init() end
+  self.world, self.rank = dist.world_size(), dist.rank()
+  local list = {}
+  for idx, p, g in inner:each() do
+    if not p:is_contiguous() then
+      raise(("%s: parameter %d (%s) is not contiguous; its shard is a range of its elements"):format(
+        NAME, idx, table.concat(p:shape(), "x")))
+    end
+    list[#list + 1] = { idx = idx, p = p, g = g }
+  end
+  if self.world > 1 then check_same(list) end
+  self._list = list
+  autograd.no_grad(function()
+    self._segs = segments(list, floor(cap * 2 ^ 20))
+    for _, seg in ipairs(self._segs) do place(seg, self.rank, self.world) end
+  end)
+end
+
+-- -- Stepping ---------------------------------------------------------------------
+
+-- A piece's new state tensors (the wrapped optimizer's update makes them
+-- on its first step) move into the segment's flat tensor of that field.
+local function adopt(seg, pc, st)
+  for field, v in pairs(st) do
+    if core.is_tensor(v) and pc.adopted[field] ~= v and v:numel() == pc.len then
+      local flat = seg.flat[field]
+      if not flat then
+        flat = factory.zeros({ seg.share }, { dtype = v:dtype(), device = v:device() })
+        seg.flat[field], seg.fields[field] = flat, v:dtype()
+      end
+      local view = flat:narrow(0, pc.c, pc.len)
+      view:copy_(v:view(-1))
+      st[field], pc.adopted[field] = view, view
+    end
+  end
+end
+
+-- In a world of several ranks every gradient must be the ranks' average.
+local function check_reduced(self)
+  for _, e in ipairs(self._list) do
+    if e.p.grad ~= nil and not parallel.reduces(e.p) then
+      raise(("%s: parameter %d (%s) is not in a ddp.DDP model, so its gradient is this rank's own and "
+             .. "each rank would step its shard with different gradients; wrap the model with ddp.DDP "
+             .. "and give this optimizer dmodel:parameters()"):format(NAME, e.idx, table.concat(e.p:shape(), "x")))
+    end
+  end
+  self._checked = true
+end
+
+local function gather(seg)
+  local send
+  local pcs = seg.pieces
+  if #pcs == 1 and pcs[1].len == seg.S then
+    send = pcs[1].pv
+  else
+    send = factory.empty({ seg.S }, { dtype = seg.dtype, device = seg.device })
+    if seg.share < seg.S then send:narrow(0, seg.share, seg.S - seg.share):zero_() end
+    for _, pc in ipairs(pcs) do send:narrow(0, pc.c, pc.len):copy_(pc.pv) end
+  end
+  local all = dist.all_gather(send)
+  for _, u in ipairs(seg.unpack) do u.dst:copy_(all:narrow(0, u.src, u.len)) end
+end
+
+function Z:step(closure)
+  local loss = closure and autograd.enable_grad(closure) or nil
+  local t0, c0 = steps.mark()
+  autograd.no_grad(function()
+    if self.world > 1 and not self._checked then check_reduced(self) end
+    local inner, state = self.inner, self.state
+    for _, seg in ipairs(self._segs) do
+      for _, pc in ipairs(seg.pieces) do
+        local e = pc.e
+        local grad = e.p.grad
+        if grad then
+          local st = state[e.idx]
+          if not st then st = {}; state[e.idx] = st end
+          inner:update(pc.pv, grad:contiguous():view(-1):narrow(0, pc.a, pc.len), st, e.g)
+          adopt(seg, pc, st)
+        end
+      end
+    end
+    if self.world > 1 then
+      for _, seg in ipairs(self._segs) do gather(seg) end
+    end
+  end)
+  steps.optimizer(self, t0, c0)
+  return loss
+end
+
+-- Bytes of state on this rank: the flat tensors of its shares.
+function Z:state_nbytes()
+  local n = 0
+  for _, seg in ipairs(self._segs) do
+    for _, t in pairs(seg.flat) do n = n + t:numel() * t:element_size() end
+  end
+  return n
+end
+
+-- -- State -----------------------------------------------------------------------------
+
+-- The layout part of the index: every segment's parameters and fields.
+local function layout(self, fields)
+  local segs = {}
+  for k, seg in ipairs(self._segs) do
+    local ps = {}
+    for j, e in ipairs(seg.members) do ps[j] = { e.idx, e.numel } end
+    segs[k] = { numel = seg.numel, params = ps, fields = fields and fields[k] or seg.fields }
+  end
+  return segs
+end
+
+-- The non-tensor values of a piece's state and the names of its tensors.
+local function piece_state(st)
+  local out, names = {}, {}
+  for k, v in pairs(st) do
+    if core.is_tensor(v) then names[#names + 1] = k else out[k] = core.copy_value(v) end
+  end
+  table.sort(names)
+  out.tensors = names
+  return out
+end
+
+-- This rank's shard: {zero = {format, world_size, rank, layout}, param_groups,
+-- state = {[idx] = {step =, tensors = {...}}}, shards = {["seg1.exp_avg"] =
+-- <this rank's share>}} (the tensors are the live ones, not copies).
+function Z:state_dict()
+  local state, tensors = {}, {}
+  for idx, st in pairs(self.state) do state[idx] = piece_state(st) end
+  for k, seg in ipairs(self._segs) do
+    for field, t in pairs(seg.flat) do tensors[shards.tensor_name(k, field)] = t end
+  end
+  return { zero = { format = shards.FORMAT, world_size = self.world, rank = self.rank,
+                    optimizer = self.inner.name, segments = layout(self) },
+           param_groups = base.groups_state(self), state = state, shards = tensors }
+end
+
+-- For ddp.save_checkpoint (every rank calls it): write(tensors, metadata)
+-- stores this rank's shard file and returns its name, or raises; returns
+-- the index (the same on every rank), or raises naming the ranks whose
+-- write failed.
+function Z:save_shards(write, id)
+  local sd = self:state_dict()
+  local meta = { [shards.FORMAT_KEY] = shards.SHARD_FORMAT, ["ddplua.zero.id"] = id,
+                 ["ddplua.zero.rank"] = tostring(self.rank), ["ddplua.zero.world_size"] = tostring(self.world) }
+  local ok, res = pcall(write, sd.shards, meta)
+  local fields = {}
+  for k, seg in ipairs(self._segs) do fields[k] = seg.fields end
+  local mine = { ok = ok, err = not ok and tostring(res) or nil, file = ok and res or nil,
+                 state = sd.state, fields = fields }
+  local all = self.world > 1 and dist.all_gather_object(mine) or { mine }
+  local bad = {}
+  for r, m in ipairs(all) do
+    if not m.ok then bad[#bad + 1] = ("rank %d: %s"):format(r - 1, (tostring(m.err):gsub("^[^\n]-:%d+: ", "", 1))) end
+  end
+  if #bad > 0 then raise("save_checkpoint: the optimizer's shards were not written: " .. table.concat(bad, "; ")) end
+  local files, state, merged = {}, {}, {}
+  for k in ipairs(self._segs) do merged[k] = {} end
+  for r, m in ipairs(all) do
+    files[r] = m.file
+    for idx, s in pairs(m.state) do
+      -- a parameter split between ranks has its piece's state on each; the
+      -- counts agree (every rank saw the same gradients)
+      state[idx] = state[idx] or s
+    end
+    for k, f in ipairs(m.fields) do
+      for field, dt in pairs(f) do merged[k][field] = dt end
+    end
+  end
+  return { zero = { format = shards.FORMAT, id = id, world_size = self.world, optimizer = self.inner.name,
+                    files = files, segments = layout(self, merged) },
+           param_groups = sd.param_groups, state = state }
+end
+
+-- load_state_dict(sd): this rank's ranges of a state -- a sharded one
+-- (ddp.load_checkpoint's, saved by any number of ranks) read from its
+-- shard files, or a plain optimizer's ({state = {[idx] = {exp_avg = ...}}}).
+function Z:load_state_dict(sd)
+  local op = NAME .. ".load_state_dict"
+  base.check_groups(self, op, sd)
+  local read
+  if sd.zero ~= nil then
+    local where = shards.locate(sd, op)
+    local rd = shards.reader(sd, op)
+    for _, e in ipairs(self._list) do
+      local w = where[e.idx]
+      if sd.state[e.idx] ~= nil and not w then raise(("%s: the sharded state has no parameter %d"):format(op, e.idx)) end
+      if w and w.numel ~= e.numel then
+        raise(("%s: parameter %d has %d elements, %d in the sharded state"):format(op, e.idx, e.numel, w.numel))
+      end
+    end
+    read = function(e, field, a, len, dst) rd:read(e.idx, field, a, len, dst) end
+  else
+    local groups = {}
+    for gi, g in ipairs(self.param_groups) do
+      local merged = {}
+      for k, v in pairs(g) do merged[k] = v end
+      for k, v in pairs(sd.param_groups[gi]) do merged[k] = v end
+      groups[g] = merged
+    end
+    for _, e in ipairs(self._list) do
+      local s = sd.state[e.idx]
+      if s ~= nil then base.check_state(self, op, e.idx, s, e.p, groups[e.g]) end
+    end
+    for k in pairs(sd.state) do
+      if not (core.is_integer(k) and k >= 0 and k < #self._list) then
+        raise(("%s: state for parameter %s, which the optimizer does not have"):format(op, tostring(k)))
+      end
+    end
+    read = function(e, field, a, len, dst)
+      dst:copy_(sd.state[e.idx][field]:reshape(-1):narrow(0, a, len))
+    end
+  end
+  for gi, g in ipairs(self.param_groups) do
+    for k, v in pairs(sd.param_groups[gi]) do
+      if k ~= "params" then g[k] = core.copy_value(v) end
+    end
+  end
+  autograd.no_grad(function()
+    self.state = {}
+    for _, seg in ipairs(self._segs) do
+      seg.flat, seg.fields = {}, {}
+      for _, pc in ipairs(seg.pieces) do
+        pc.adopted = {}
+        local s = sd.state[pc.e.idx]
+        if s ~= nil then
+          local st, names = {}, {}
+          for f, v in pairs(s) do
+            if f == "tensors" and sd.zero ~= nil then
+              if type(v) ~= "table" then raise(("%s: state %d.tensors must be a list of names, got %s"):format(op, pc.e.idx, show(v))) end
+              names = v
+            elseif self.state_fields[f] == "count" and core.is_tensor(v) then st[f] = v:item()
+            elseif core.is_tensor(v) then names[#names + 1] = f
+            else st[f] = core.copy_value(v) end
+          end
+          for _, f in ipairs(names) do
+            local flat = seg.flat[f]
+            if not flat then  -- state tensors follow the parameter's dtype, as in a plain optimizer
+              local dt = pc.e.p:dtype()
+              flat = factory.zeros({ seg.share }, { dtype = dt, device = seg.device })
+              seg.flat[f], seg.fields[f] = flat, dt
+            end
+            local view = flat:narrow(0, pc.c, pc.len)
+            read(pc.e, f, pc.a, pc.len, view)
+            st[f], pc.adopted[f] = view, view
+          end
+          self.state[pc.e.idx] = st
+        end
+      end
+    end
+  end)
+end
+
+M.ZeroRedundancyOptimizer = Z
+return M
