@@ -182,6 +182,9 @@ end
 -- a save cut short anywhere leaves the previous checkpoint whole.
 local function shard_dir(path) return path .. ".shards" end
 
+pcall(ffi.cdef, [[int dl_ckpt_getpid(void) __asm__("getpid");]])
+local saves = 0
+
 local function sharded_parts(parts)
   local keys = {}
   for k, v in pairs(parts) do
@@ -212,7 +215,9 @@ local function save_sharded(path, parts, keys)
   if rank == 0 then
     local ok, why = files.make_dirs(dir)
     if not ok then plan.err = ("save_checkpoint: %s: cannot make the shard folder: %s"):format(dir, why) end
-    plan.id = ("%08x-%08x"):format(os.time() % 2 ^ 32, math.random(0, 2 ^ 31 - 1))
+    -- new to every save: microseconds, this process and its count of saves
+    saves = saves + 1
+    plan.id = ("%x-%x%04x"):format(math.floor(core.time() * 1e6), ffi.C.dl_ckpt_getpid(), saves % 65536)
   end
   if world > 1 then plan = dist.broadcast_object(plan, 0) end
   if plan.err then raise(plan.err) end

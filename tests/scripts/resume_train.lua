@@ -7,12 +7,13 @@
 -- of an uninterrupted one.
 --
 --   ddplua --nproc 2 tests/scripts/resume_train.lua --steps 20 [--stop-at 9 |
---     --stop-after-epoch 0] [--resume] --checkpoint PATH [--rank-seeds] [--all-ranks]
+--     --stop-after-epoch 0] [--resume] --checkpoint PATH [--rank-seeds] [--all-ranks] [--zero]
 --
 -- --rank-seeds seeds each rank differently (seed + rank), so the ranks'
 -- dropout streams differ; --all-ranks saves with {all_ranks = true}, which
 -- keeps every rank's stream (else rank 0 saves alone, and every rank takes
--- back rank 0's stream).
+-- back rank 0's stream); --zero shards AdamW's state over the ranks
+-- (ddp.ZeroRedundancyOptimizer; every rank saves its shard).
 local ddp = require "ddp"
 local nn = require "ddp.nn"
 local optim = require "ddp.optim"
@@ -21,7 +22,7 @@ local F = nn.functional
 
 local args = ddp.argparse({
   steps = 20, stop_at = 0, stop_after_epoch = -1, resume = false, checkpoint = "resume.ckpt",
-  rank_seeds = false, all_ranks = false, batch_size = 4,
+  rank_seeds = false, all_ranks = false, batch_size = 4, zero = false,
 }, arg)
 
 ddp.init()
@@ -35,7 +36,8 @@ local train = data.TensorDataset(x, y)
 local loader = data.DataLoader(train, { batch_size = args.batch_size,
                                         sampler = data.DistributedSampler(train, { seed = 7 }) })
 local model = ddp.DDP(nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3)))
-local opt = optim.AdamW(model:parameters(), { lr = 0.05 })
+local opt = args.zero and ddp.ZeroRedundancyOptimizer(model:parameters(), optim.AdamW, { lr = 0.05, bucket_cap_mb = 0.0002 })
+  or optim.AdamW(model:parameters(), { lr = 0.05 })
 local sched = optim.lr_scheduler.StepLR(opt, { step_size = 5, gamma = 0.7 })
 
 local step = 0
@@ -46,7 +48,7 @@ end
 
 local function save_and_stop()
   local parts = { model = model, optimizer = opt, scheduler = sched, loader = loader, step = step }
-  if args.all_ranks then
+  if args.all_ranks or args.zero then
     ddp.save_checkpoint(args.checkpoint, parts, { all_ranks = true })
   else
     if ddp.is_main() then ddp.save_checkpoint(args.checkpoint, parts) end
