@@ -225,6 +225,32 @@ do
   assert(not ok and err:find("avg needs a floating dtype", 1, true), err)
 end
 
+-- all_gather_into_tensor: into a buffer of world blocks, from a tensor of
+-- its own or from this rank's block in place (uneven sizes, other dtypes)
+do
+  for _, n in ipairs { 1, 7, 1000 } do
+    for _, dt in ipairs { "float32", "int64", "bfloat16" } do
+      local want = {}
+      for q = 0, w - 1 do for i = 0, n - 1 do want[#want + 1] = q * 10 + i % 7 end end
+      local out = ddp.zeros(w * n, { dtype = dt })
+      local input = (ddp.arange(n, { dtype = "float64" }) % 7 + r * 10):to(dt)
+      assert(ddp.all_gather_into_tensor(out, input) == out)
+      same("all_gather_into_tensor " .. dt .. " x" .. n, out, ddp.tensor(want, { dtype = "float64" }), dt)
+      local buf = ddp.full({ w * n }, -1, { dtype = dt })
+      buf:narrow(0, r * n, n):copy_(input)
+      ddp.all_gather_into_tensor(buf, buf:narrow(0, r * n, n))
+      same("all_gather_into_tensor in place " .. dt .. " x" .. n, buf, ddp.tensor(want, { dtype = "float64" }), dt)
+      checked = checked + 2
+    end
+  end
+  local ok, err = pcall(ddp.all_gather_into_tensor, ddp.zeros(w * 3 + 1), ddp.zeros(3))
+  assert(not ok and err:find(("out has %d elements; it must hold the %d ranks' 3 each"):format(w * 3 + 1, w), 1, true), err)
+  ok, err = pcall(ddp.all_gather_into_tensor, ddp.zeros(w * 3), ddp.zeros(3, { dtype = "float64" }))
+  assert(not ok and err:find("out is float32, input float64", 1, true), err)
+  ok, err = pcall(ddp.all_gather_into_tensor, ddp.zeros(w, 3), ddp.zeros(3))
+  assert(not ok and err:find("out must be a contiguous 1-D tensor", 1, true), err)
+end
+
 -- per-call options
 do
   local t = ddp.ones(5)

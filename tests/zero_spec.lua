@@ -92,19 +92,22 @@ for _, c in ipairs(cases) do
         z:state_nbytes(), o:state_nbytes(), z.param_groups[1].lr))
 end
 ]]
-    local out, err, rc = run("--nproc 2 " .. q(s), nil, 120)
-    expect_ok(out, err, rc)
-    local seen = 0
-    for r, name, diff, grads, zb, ob, lr in out:gmatch("%[(%d)%] ([%w ]+) diff (%S+) grads (%S+) state (%d+) (%d+) lr (%S+)") do
-      seen = seen + 1
-      assert.is_true(tonumber(diff) <= 1e-6, name .. " on rank " .. r .. ": parameters differ by " .. diff)
-      assert.are.equal(0, tonumber(grads), name .. ": gradients differ")
-      local ratio = tonumber(zb) / tonumber(ob)
-      -- each rank holds half the elements' state, to within a segment's rounding
-      assert.is_true(ratio > 0.45 and ratio < 0.55, name .. " on rank " .. r .. ": state " .. zb .. " of " .. ob)
-      if name == "AdamW" then assert.is_true(math.abs(tonumber(lr) - 1e-2 * 0.5 ^ 5) < 1e-12, lr) end
+    -- shared memory (the parameters gathered from the other rank's memory), then TCP
+    for _, backend in ipairs { "auto", "gloo" } do
+      local out, err, rc = run("--nproc 2 " .. q(s), "DDP_BACKEND=" .. backend, 120)
+      expect_ok(out, err, rc, backend)
+      local seen = 0
+      for r, name, diff, grads, zb, ob, lr in out:gmatch("%[(%d)%] ([%w ]+) diff (%S+) grads (%S+) state (%d+) (%d+) lr (%S+)") do
+        seen = seen + 1
+        assert.is_true(tonumber(diff) <= 1e-6, name .. " on rank " .. r .. ": parameters differ by " .. diff)
+        assert.are.equal(0, tonumber(grads), name .. ": gradients differ")
+        local ratio = tonumber(zb) / tonumber(ob)
+        -- each rank holds half the elements' state, to within a segment's rounding
+        assert.is_true(ratio > 0.45 and ratio < 0.55, name .. " on rank " .. r .. ": state " .. zb .. " of " .. ob)
+        if name == "AdamW" then assert.is_true(math.abs(tonumber(lr) - 1e-2 * 0.5 ^ 5) < 1e-12, lr) end
+      end
+      assert.are.equal(10, seen, out)
     end
-    assert.are.equal(10, seen, out)
   end)
 
   it("saves every rank's shard and one index, which loads into 3 ranks, 1 rank and a plain optimizer", function()
@@ -272,6 +275,16 @@ print("nodpp", err(z.step, z))
 print("instance", err(ddp.ZeroRedundancyOptimizer, m:parameters(), optim.AdamW(m:parameters()), {}))
 print("option", err(ddp.ZeroRedundancyOptimizer, m:parameters(), optim.AdamW, { lr = 1e-3, bucket_cap_mb = -1 }))
 print("inner", err(ddp.ZeroRedundancyOptimizer, m:parameters(), optim.AdamW, { lrr = 1e-3 }))
+-- a view of a parameter alive would keep its old memory
+local held = model()
+local view = held:parameters()[1]:view(-1)
+print("view", err(ddp.ZeroRedundancyOptimizer, held:parameters(), optim.SGD, {}))
+-- a second optimizer over the same parameters keeps the first one's layout, or says why not
+local dd = ddp.DDP(model())
+local z1 = ddp.ZeroRedundancyOptimizer(dd:parameters(), optim.AdamW, {})
+local z2 = ddp.ZeroRedundancyOptimizer(dd:parameters(), optim.SGD, { lr = 0.1 })
+train_step(dd, z2, 1); z2:step(); train_step(dd, z1, 2); z1:step()
+print("relayout", err(ddp.ZeroRedundancyOptimizer, dd:parameters(), optim.AdamW, { bucket_cap_mb = 0.0001 }))
 -- the ranks build different models
 print("differ", err(ddp.ZeroRedundancyOptimizer, model(rank == 1 and 33 or 32):parameters(), optim.SGD, {}))
 -- a sharded checkpoint, then a model of other sizes, a lost shard, a tampered index
@@ -302,6 +315,8 @@ print("lost", ok and "loaded" or tostring(e))
       assert.truthy(line(r, "instance"):find("must be an optimizer class such as ddp.optim.AdamW %(the class, not an optimizer made from it%)"), out)
       assert.truthy(line(r, "option"):find("bucket_cap_mb must be a positive number, got %-1"), out)
       assert.truthy(line(r, "inner"):find("AdamW: unknown option \"lrr\""), out)
+      assert.truthy(line(r, "view"):find("parameter 0 %(32x6%): rebase: another tensor %(a view%) shares its memory"), out)
+      assert.truthy(line(r, "relayout"):find("parameter 0 %(32x6%) already lies in the flat buffer of another ZeroRedundancyOptimizer"), out)
       assert.truthy(line(r, "differ"):find("the ranks' parameters differ: rank 1's parameter 0 is 33x6 float32 %(rank 0's: 32x6 float32%)"), out)
       assert.truthy(line(r, "sizes"):find("parameter 0 has 96 elements, 192 in the sharded state"), out)
       assert.truthy(line(r, "tampered"):find("files%[1%] must be a file name in the shard folder"), out)

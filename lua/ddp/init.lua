@@ -173,7 +173,7 @@ ddp.Tensor = T
 for _, name in ipairs { "init", "shutdown", "is_initialized", "backend", "rank", "world_size",
                         "local_rank", "local_world_size", "node_rank", "is_main", "local_device", "launch_kind",
                         "print", "barrier", "broadcast_object", "all_gather_object",
-                        "all_reduce", "broadcast", "all_gather", "reduce_scatter",
+                        "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
                         "send", "recv", "all_reduce_async", "should_stop", "preempt_signal",
                         "requeue" } do
   ddp[name] = dist[name]

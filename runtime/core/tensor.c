@@ -175,6 +175,36 @@ DL_API void *dl_tensor_data(const dl_tensor *t) { return tensor_first(t); }
 DL_API int dl_tensor_same_storage(const dl_tensor *a, const dl_tensor *b) {
   return a && b && a->storage == b->storage;
 }
+DL_API int dl_tensor_rebase(dl_tensor *t, const dl_tensor *dst) {
+  const char *op = "rebase";
+  if (!t) return dl_err(EM_NULLARG, op, "t");
+  if (!dst) return dl_err(EM_NULLARG, op, "dst");
+  if (t->flags & TF_FREED || dst->flags & TF_FREED) return dl_err(EM_BADVALUE, op, "tensor was freed");
+  if (t->dtype != dst->dtype)
+    return dl_err(EM_DTYPE_MISMATCH, op, dl_dtype_name(t->dtype), dl_dtype_name(dst->dtype));
+  if (t->storage->device != dst->storage->device)
+    return dl_err(EM_BADVALUE, op, "the tensor and its new place are on different devices");
+  if (dl_tensor_numel(t) != dl_tensor_numel(dst))
+    return dl_err(EM_BADVALUE, op, "the new place holds another number of elements");
+  if (!dl_tensor_is_contiguous(t) || !dl_tensor_is_contiguous(dst))
+    return dl_err(EM_BADVALUE, op, "both must be contiguous");
+  if (t->storage == dst->storage) return t->offset == dst->offset ? 0 : dl_err(EM_BADVALUE, op, "the new place overlaps the tensor's memory");
+  /* another header on t's memory (a view) would keep the old data */
+  if (atomic_load(&t->storage->refcount) != 1)
+    return dl_err(EM_BADVALUE, op, "another tensor (a view) shares its memory, which would keep the old values");
+  dl_tensor *to = tensor_alias(dst, t->shape, t->stride, t->ndim, dst->offset);
+  if (!to) return -1;
+  int rc = fw_copy_(to, t);
+  dl_tensor_release(to);
+  if (rc) return rc;
+  dl_storage *old = t->storage;
+  atomic_fetch_add(&dst->storage->refcount, 1);
+  t->storage = dst->storage;
+  t->offset = dst->offset;
+  storage_release(old);
+  return 0;
+}
+
 DL_API int dl_tensor_is_wrapped_number(const dl_tensor *t) {
   return (t->flags & TF_WRAPPED) != 0;
 }

@@ -495,6 +495,39 @@ static dl_tensor *gather(dl_pg *pg, const dl_tensor *t) {
   return to_caller(out, t);
 }
 
+/* The backend's in-place all-gather where it has one (shm: zero-copy for
+** a shared buffer), else its all-gather from a copy of this rank's block. */
+static int gather_inplace(dl_pg *pg, dl_tensor *c) {
+  if (pg->ops->all_gather_inplace) return pg->ops->all_gather_inplace(pg->impl, c);
+  int64_t n = dl_tensor_numel(c) / pg->world;
+  dl_tensor *mine = dl_narrow(c, 0, (int64_t)pg->rank * n, n);
+  dl_tensor *in = mine ? dl_clone(mine) : NULL;
+  dl_tensor_release(mine);
+  if (!in) return -1;
+  int rc = pg->ops->all_gather(pg->impl, c, in);
+  dl_tensor_release(in);
+  return rc;
+}
+
+DL_API int dl_pg_all_gather_inplace(dl_pg *pg, dl_tensor *t) {
+  const char *op = "all_gather_inplace";
+  if (check_tensor_any(op, t)) return -1;
+  if (t->ndim != 1) return dl_err(EM_BADVALUE, op, "expected a 1-D tensor");
+  if (t->shape[0] % pg->world) return dl_err(EM_PG_DIVIDE, op, fmt_tshape(t), pg->world);
+  int64_t n = t->shape[0] / pg->world;
+  dl_tensor *mine = dl_narrow(t, 0, (int64_t)pg->rank * n, n);
+  if (!mine) return -1;
+  int64_t k = record(pg, DL_FK_ALL_GATHER, -1, mine, 0);
+  dl_tensor_release(mine);
+  settle(pg);
+  dl_tensor *c = backend_copy(pg, t);
+  if (!c) return recorded(k, -1);
+  int rc = gather_inplace(pg, c);
+  if (rc == 0 && c != t) rc = dl_copy_(t, c);
+  dl_tensor_release(c);
+  return recorded(k, rc);
+}
+
 static dl_tensor *scatter(dl_pg *pg, const dl_tensor *t, dl_pg_op op);
 
 DL_API dl_tensor *dl_pg_reduce_scatter(dl_pg *pg, const dl_tensor *t, dl_pg_op op) {

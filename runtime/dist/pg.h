@@ -29,6 +29,9 @@ typedef struct pg_ops {
   /* Optional (NULL: all_reduce one by one): n all-reduces at once, as one
   ** group (NCCL), for the asynchronous calls queued together. */
   int (*all_reduce_many)(void *impl, dl_tensor *const *ts, const int *ops, int n);
+  /* Optional (NULL: all_gather from a copy of this rank's block): t holds
+  ** world blocks, this rank's its input; every block gets its rank's. */
+  int (*all_gather_inplace)(void *impl, dl_tensor *t);
 } pg_ops;
 
 typedef struct pg_queue pg_queue;

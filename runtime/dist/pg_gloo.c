@@ -234,7 +234,8 @@ static void g_free(void *impl) {
 DL_HIDDEN const pg_ops gloo_pg_ops = {
   "gloo", g_all_reduce, g_broadcast, g_all_gather, g_reduce_scatter,
   g_send, g_recv, g_barrier, g_set_timeout, g_free,
-  NULL  /* all_reduce_many: one call at a time */
+  NULL,  /* all_reduce_many: one call at a time */
+  NULL   /* all_gather_inplace: from a copy of this rank's block */
 };
 
 DL_HIDDEN void *gloo_pg_new(dl_store *store, const char *prefix, int rank, int world,

@@ -93,7 +93,8 @@ static void h_free(void *impl) {
 DL_HIDDEN const pg_ops hier_ops = {
   "hier", h_all_reduce, h_broadcast, h_all_gather, h_reduce_scatter,
   h_send, h_recv, h_barrier, h_set_timeout, h_free,
-  NULL  /* all_reduce_many: one call at a time */
+  NULL,  /* all_reduce_many: one call at a time */
+  NULL   /* all_gather_inplace: from a copy of this rank's block */
 };
 
 DL_HIDDEN void *hier_new(dl_store *store, int rank, int world, int local_world,

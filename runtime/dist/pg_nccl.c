@@ -109,6 +109,7 @@ static int n_all_reduce_many(void *impl, dl_tensor *const *ts, const int *ops, i
 static const pg_ops nccl_pg_ops = {
   "nccl", n_all_reduce, n_broadcast, n_all_gather, n_reduce_scatter,
   n_send, n_recv, n_barrier, n_set_timeout, n_free, n_all_reduce_many,
+  NULL  /* all_gather_inplace: from a copy of this rank's block */
 };
 
 DL_HIDDEN dl_pg *nccl_pg_new(dl_store *store, int rank, int world, int device, double timeout_s) {

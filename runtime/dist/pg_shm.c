@@ -569,6 +569,37 @@ static int zc_all_reduce(shm *g, shbuf *b, size_t off, dl_tensor *t, int op) {
   return sync_all(g, "all_reduce");
 }
 
+/* t holds world blocks; this rank's is its input.  Inside a shared buffer
+** (at the same place on every rank: the place is part of the call's
+** record, so a different one is a mismatch) each rank copies the other
+** blocks from their owners' memory, between two syncs; elsewhere through
+** the arena, as all_gather from this rank's block, which every chunk reads
+** before it is written back. */
+static int shm_all_gather_inplace(void *impl, dl_tensor *t) {
+  shm *g = impl;
+  int64_t n = dl_tensor_numel(t) / g->world;
+  int es = dl_dtype_sizes[t->dtype];
+  char *data = tensor_first(t);
+  size_t zoff;
+  shbuf *b = find_buf(g, data, (size_t)(n * g->world * es), &zoff);
+  if (!b) {
+    int64_t off = (int64_t)g->rank * n;
+    dl_tensor *mine = tensor_alias(t, &n, t->stride, 1, t->offset + off);
+    if (!mine) return -1;
+    int rc = shm_all_gather(impl, t, mine);
+    dl_tensor_release(mine);
+    return rc;
+  }
+  if (begin(g, "all_gather", PG_ALL_GATHER, (int)(zoff / (size_t)es), t->dtype, n)) return -1;
+  if (sync_all(g, "all_gather")) return -1;
+  char *own = b->base + (size_t)g->rank * b->stride + zoff;
+  size_t bytes = (size_t)(n * es);
+  for (int q = 0; q < g->world; q++)
+    if (q != g->rank && bytes)
+      memcpy(own + (size_t)q * bytes, b->base + (size_t)q * b->stride + zoff + (size_t)q * bytes, bytes);
+  return sync_all(g, "all_gather");
+}
+
 /* A zeroed 1-D tensor of numel elements inside a new shared mapping, or in
 ** private memory when /dev/shm is short or any rank could not map it (the
 ** ranks agree through the store).  Every rank of the group calls it, in
@@ -668,7 +699,8 @@ static void shm_free(void *impl) {
 DL_HIDDEN const pg_ops shm_ops = {
   "shm", shm_all_reduce, shm_broadcast, shm_all_gather, shm_reduce_scatter,
   shm_send, shm_recv, shm_barrier, shm_set_timeout, shm_free,
-  NULL  /* all_reduce_many: one call at a time */
+  NULL,  /* all_reduce_many: one call at a time */
+  shm_all_gather_inplace
 };
 
 /* -- Creating the arena ------------------------------------------------------ */

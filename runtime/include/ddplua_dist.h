@@ -167,6 +167,14 @@ DL_API dl_tensor *dl_pg_all_gather(dl_pg *pg, const dl_tensor *t);
 /* A new tensor [t.shape[0] / world, ...]: this rank's slice of the
 ** reduction; DL_ESHAPE unless world divides t.shape[0]. */
 DL_API dl_tensor *dl_pg_reduce_scatter(dl_pg *pg, const dl_tensor *t, dl_pg_op op);
+/* In place, as PyTorch's all_gather_into_tensor(t, t's block of this rank):
+** t is 1-D of world blocks of numel / world elements (DL_ESHAPE unless
+** world divides it); rank r's block r is its input, and every rank ends
+** with every rank's block.  With the shm backend, a tensor of
+** dl_pg_shared_zeros that every rank passes at the same place in it is
+** gathered straight from the other ranks' memory (no copy through the
+** arena); a different place on some rank is a call mismatch. */
+DL_API int dl_pg_all_gather_inplace(dl_pg *pg, dl_tensor *t);
 DL_API int dl_pg_barrier(dl_pg *pg);
 /* Point to point: t's bytes to rank dst / into t from rank src.  Sizes
 ** must agree (DL_ESHAPE otherwise); the k-th send from a to b meets the

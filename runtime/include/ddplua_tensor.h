@@ -74,6 +74,14 @@ DL_API int dl_tensor_is_contiguous(const dl_tensor *t);
 DL_API void *dl_tensor_data(const dl_tensor *t);  /* first element */
 DL_API int dl_tensor_same_storage(const dl_tensor *a, const dl_tensor *b);
 DL_API int dl_tensor_is_wrapped_number(const dl_tensor *t);
+/* t's data moves into dst's memory (as PyTorch's `p.data = flat[a:b].view_as(p)`):
+** its values are copied there and t, keeping its identity (modules,
+** optimizers and the DDP reducer hold it), becomes a view of dst's memory
+** with its own shape.  Same dtype, element count and device, both
+** contiguous, and no other tensor (a view) on t's memory, which would keep
+** the old data; DL_EINVAL/DL_EDTYPE otherwise.  ZeroRedundancyOptimizer
+** lays the parameters of a segment out in one flat buffer so. */
+DL_API int dl_tensor_rebase(dl_tensor *t, const dl_tensor *dst);
 
 /* -- Creation ------------------------------------------------------------ */
 

@@ -303,8 +303,46 @@ static void test_half(void) {
   for (size_t i = 0; i < 3; i++) dl_tensor_release(list[i]);
 }
 
+/* dl_tensor_rebase: a tensor's data moves into a flat buffer, values and
+** identity kept, writes through either seen by the other; the refusals. */
+static void test_rebase(void) {
+  int64_t s[2] = {2, 3}, n8 = 8;
+  dl_tensor *a = dl_arange(0, 6, 1, DL_FLOAT32);
+  dl_tensor *p = dl_view(a, s, 2);
+  dl_tensor *flat = dl_zeros(&n8, 1, DL_FLOAT32);
+  dl_tensor_release(a);  /* p alone holds its memory now */
+  dl_tensor *place = dl_narrow(flat, 0, 1, 6);
+  CHECK(dl_tensor_rebase(p, place) == 0);
+  CHECK(dl_tensor_same_storage(p, flat) && dl_tensor_offset(p) == 1);
+  CHECK(dl_tensor_size(p, 0) == 2 && dl_tensor_size(p, 1) == 3 && dl_tensor_is_contiguous(p));
+  CHECK(at(flat, 0) == 0 && at(flat, 1) == 0 && at(flat, 6) == 5 && at(flat, 7) == 0);
+  dl_fill_(place, 7);
+  CHECK(at(p, 4) == 7);
+  CHECK(dl_tensor_rebase(p, place) == 0);  /* already there */
+  /* refused: a view on its memory, another dtype, size or layout */
+  dl_tensor *q = dl_arange(0, 6, 1, DL_FLOAT32);
+  dl_tensor *qv = dl_narrow(q, 0, 0, 3);
+  CHECK(dl_tensor_rebase(q, place) != 0 && strstr(dl_last_error(), "another tensor (a view) shares its memory"));
+  dl_tensor_release(qv);
+  dl_tensor *d = dl_arange(0, 6, 1, DL_FLOAT64);
+  CHECK(dl_tensor_rebase(d, place) != 0 && dl_last_error_code() == DL_EDTYPE);
+  dl_tensor *small = dl_narrow(flat, 0, 0, 5);
+  CHECK(dl_tensor_rebase(q, small) != 0 && strstr(dl_last_error(), "another number of elements"));
+  dl_tensor *strided = dl_transpose(p, 0, 1);
+  dl_tensor *c = dl_zeros(&n8, 1, DL_FLOAT32);
+  dl_tensor *c6 = dl_narrow(c, 0, 0, 6);
+  CHECK(dl_tensor_rebase(strided, c6) != 0 && strstr(dl_last_error(), "contiguous"));
+  CHECK(dl_tensor_rebase(q, c6) == 0 && at(c, 5) == 5);
+  dl_tensor_release(c6), dl_tensor_release(c), dl_tensor_release(strided);
+  dl_tensor_release(small), dl_tensor_release(d), dl_tensor_release(q);
+  dl_tensor_release(place), dl_tensor_release(p);
+  CHECK(dl_tensor_storage_refcount(flat) == 1);
+  dl_tensor_release(flat);
+}
+
 int main(void) {
   test_refcounts();
+  test_rebase();
   test_views_share();
   test_overlap_refused();
   test_alignment_and_memory();

@@ -128,6 +128,36 @@ function M.all_gather(t, opts)
   return call_new(pg, name, opts, C.dl_pg_all_gather, pg, t)
 end
 
+-- ddp.all_gather_into_tensor(out, input[, {timeout=}]): out (1-D, the
+-- world size times input's elements) gets every rank's input, rank r's as
+-- its block r, as PyTorch's.  input may be out's own block: then nothing
+-- is copied in, and with the shm backend a buffer every rank maps (a
+-- ZeroRedundancyOptimizer's parameters) is read where it lies.
+function M.all_gather_into_tensor(out, input, opts)
+  local name = "ddp.all_gather_into_tensor"
+  tensor_in(name, out)
+  tensor_in(name, input)
+  local pg = group(name)
+  local w, r = C.dl_pg_world_size(pg), C.dl_pg_rank(pg)
+  if out:dim() ~= 1 or not out:is_contiguous() then
+    raise(name .. ": out must be a contiguous 1-D tensor, got shape [" .. table.concat(out:shape(), ", ") .. "]")
+  end
+  if out:dtype() ~= input:dtype() then
+    raise(("%s: out is %s, input %s (they must match)"):format(name, out:dtype(), input:dtype()))
+  end
+  local n = input:numel()
+  if out:numel() ~= n * w then
+    raise(("%s: out has %d elements; it must hold the %d ranks' %d each (%d)"):format(name, out:numel(), w, n, n * w))
+  end
+  local block = out:narrow(0, r * n, n)
+  if not (C.dl_tensor_same_storage(block, input) ~= 0 and C.dl_tensor_offset(block) == C.dl_tensor_offset(input)
+          and input:is_contiguous()) then
+    core.check(C.dl_copy_(block, input:reshape(-1)))
+  end
+  call(pg, name, opts, C.dl_pg_all_gather_inplace, pg, out)
+  return out
+end
+
 -- ddp.reduce_scatter(t[, op][, {timeout=}]): a new tensor, this rank's
 -- 1/world slice (along dim 0) of t reduced over all ranks.
 function M.reduce_scatter(t, op, opts)

@@ -12,11 +12,11 @@
 --                          fields = {exp_avg = "float32", ...}}, ...}},
 --    param_groups = {...}, state = {[idx] = {step = 5, tensors = {"exp_avg", ...}}}}
 -- Parameter idx lies in segment k at an offset; rank q of W holds elements
--- [floor(N q / W), floor(N (q + 1) / W)) of each segment, as tensors
+-- [q S, min(N, (q + 1) S)) of each segment, S = ceil(N / W), as tensors
 -- "seg<k>.<field>" of its shard file.
 local core = require "ddp.core"
 local C, ffi = core.C, core.ffi
-local raise, floor = core.raise, math.floor
+local raise = core.raise
 
 core.add_lib_file(debug.getinfo(1, "S").source)
 
@@ -25,9 +25,12 @@ local M = {}
 M.FORMAT, M.SHARD_FORMAT = "ddplua zero 1", "ddplua zero shard 1"
 M.FORMAT_KEY = "ddplua.format"
 
--- Rank q's range [lo, hi) of a segment of n elements among w ranks.
+-- Rank q's range [lo, hi) of a segment of n elements among w ranks: block
+-- q of ceil(n / w) elements (the last ones shorter or empty), so the
+-- segment's buffer of w blocks all-gathers in place.
 function M.range(n, q, w)
-  return floor(n * q / w), floor(n * (q + 1) / w)
+  local s = math.ceil(n / w)
+  return math.min(n, q * s), math.min(n, (q + 1) * s)
 end
 
 -- The tensor name of a segment's field in a shard file.

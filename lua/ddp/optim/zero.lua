@@ -7,16 +7,17 @@
 --   local opt = ddp.ZeroRedundancyOptimizer(dmodel:parameters(), ddp.optim.AdamW, {lr = 1e-3})
 --
 -- The parameters, in the optimizer's order, are cut into segments (one
--- dtype and device each, about bucket_cap_mb), and rank r of W owns
--- elements [floor(N r / W), floor(N (r + 1) / W)) of each segment of N:
+-- dtype and device each, about bucket_cap_mb), each laid out in one flat
+-- buffer of W blocks of S = ceil(N / W) elements, and rank r owns block r:
 -- the same element count on every rank whatever the parameters' sizes.
 -- The owned range of a parameter is a piece; the wrapped optimizer's own
 -- update (optim.AdamW's, SGD's, ...) steps each piece as if it were a
 -- parameter, its state tensors views into one flat tensor per segment and
 -- field.  DDP's buckets still all-reduce the whole gradient, so p.grad is
 -- every rank's average everywhere (clip_grad_norm_, logging, accumulation
--- work as without sharding); after the step each segment is all-gathered
--- into the parameters.  Results equal the unsharded optimizer's bit for
+-- work as without sharding); after the step each segment's buffer is
+-- all-gathered in place (on one node, each rank copies the other blocks
+-- straight from their owners' memory).  Results equal the unsharded optimizer's bit for
 -- bit.  state_dict() is this rank's shard; ddp.save_checkpoint writes every
 -- rank's shard and one index (docs/checkpoints.md), which loads into any
 -- world size, or into a plain optimizer.
@@ -25,10 +26,11 @@ local factory = require "ddp.tensor.factory"
 local autograd = require "ddp.autograd"
 local steps = require "ddp.core.steps"
 local dist = require "ddp.dist"
+local group = require "ddp.dist.group"  -- the C group, for the shared buffers
 local parallel = require "ddp.nn.parallel"
 local base = require "ddp.optim.optimizer"
 local shards = require "ddp.optim.shards"
-local raise, show = core.raise, core.show
+local raise, show, C = core.raise, core.show, core.C
 local type, pairs, ipairs, tostring = type, pairs, ipairs, tostring
 local max, min, floor = math.max, math.min, math.floor
 
@@ -72,27 +74,55 @@ local function overlaps(seg, lo, hi)
   return out
 end
 
--- Each rank's share, this rank's pieces and where the others' land.
-local function place(seg, rank, world)
+-- parameter -> {flat =, off =}: where an optimizer laid it out (a second
+-- optimizer over the same parameters keeps that layout)
+local laid_out = setmetatable({}, { __mode = "k" })
+
+-- The segment's parameters move into one flat buffer of world blocks of S
+-- elements (on the CPU in a mapping the node's ranks share), so the
+-- all-gather after a step runs in place; this rank's block is its share,
+-- cut into pieces where it crosses parameters.
+local function place(seg, rank, world, pg)
   seg.lo, seg.hi = shards.range(seg.numel, rank, world)
-  seg.share, seg.S = seg.hi - seg.lo, 0
-  for q = 0, world - 1 do
-    local lo, hi = shards.range(seg.numel, q, world)
-    seg.S = max(seg.S, hi - lo)
+  seg.share, seg.S = seg.hi - seg.lo, math.ceil(seg.numel / world)
+  local total = seg.S * world
+  local flat
+  if world > 1 and seg.device == "cpu" then
+    flat = core.new(C.dl_pg_shared_zeros, pg, total, core.dtype_arg(seg.dtype, NAME))
+  else
+    flat = factory.zeros({ total }, { dtype = seg.dtype, device = seg.device })
   end
-  seg.pieces = overlaps(seg, seg.lo, seg.hi)
-  for _, pc in ipairs(seg.pieces) do
-    pc.pv = pc.e.p:view(-1):narrow(0, pc.a, pc.len)
-    pc.adopted = {}
+  -- parameters an earlier optimizer laid out so already stay where they are
+  local first = laid_out[seg.members[1].p]
+  local reuse = first and first.off == 0 and first.flat:numel() == total and first.flat:dtype() == seg.dtype
+  for _, e in ipairs(seg.members) do
+    local at = laid_out[e.p]
+    if at and not (reuse and at.flat == first.flat and at.off == e.off) then
+      raise(("%s: parameter %d (%s) already lies in the flat buffer of another ZeroRedundancyOptimizer, "
+             .. "at another place than this one's layout puts it; give both the same parameters, groups "
+             .. "and bucket_cap_mb"):format(NAME, e.idx, table.concat(e.p:shape(), "x")))
+    end
+    if not at and reuse then
+      raise(("%s: parameter %d (%s) is new to a segment another ZeroRedundancyOptimizer laid out; give both "
+             .. "the same parameters, groups and bucket_cap_mb"):format(NAME, e.idx, table.concat(e.p:shape(), "x")))
+    end
   end
-  seg.unpack = {}
-  for q = 0, world - 1 do
-    if q ~= rank then
-      local lo, hi = shards.range(seg.numel, q, world)
-      for _, o in ipairs(overlaps(seg, lo, hi)) do
-        seg.unpack[#seg.unpack + 1] = { dst = o.e.p:view(-1):narrow(0, o.a, o.len), src = q * seg.S + o.c, len = o.len }
+  if reuse then flat = first.flat end
+  for _, e in ipairs(reuse and {} or seg.members) do
+    local dst = flat:narrow(0, e.off, e.numel)
+    if C.dl_tensor_rebase(e.p, dst) ~= 0 then
+      collectgarbage()  -- a dead view of the parameter may still hold its memory
+      if C.dl_tensor_rebase(e.p, dst) ~= 0 then
+        raise(("%s: parameter %d (%s): %s"):format(NAME, e.idx, table.concat(e.p:shape(), "x"), core.last_error()))
       end
     end
+  end
+  for _, e in ipairs(seg.members) do laid_out[e.p] = { flat = flat, off = e.off } end
+  seg.params, seg.block = flat, flat:narrow(0, rank * seg.S, seg.S)
+  seg.pieces = overlaps(seg, seg.lo, seg.hi)
+  for _, pc in ipairs(seg.pieces) do
+    pc.pv = flat:narrow(0, seg.lo + pc.c, pc.len)
+    pc.adopted = {}
   end
 end
 
@@ -160,9 +190,10 @@ function Z:init(params, optimizer_class, opts)
   end
   if self.world > 1 then check_same(list) end
   self._list = list
+  local pg = self.world > 1 and group._group(NAME) or nil
   autograd.no_grad(function()
     self._segs = segments(list, floor(cap * 2 ^ 20))
-    for _, seg in ipairs(self._segs) do place(seg, self.rank, self.world) end
+    for _, seg in ipairs(self._segs) do place(seg, self.rank, self.world, pg) end
   end)
 end
 
@@ -197,20 +228,6 @@ local function check_reduced(self)
   self._checked = true
 end
 
-local function gather(seg)
-  local send
-  local pcs = seg.pieces
-  if #pcs == 1 and pcs[1].len == seg.S then
-    send = pcs[1].pv
-  else
-    send = factory.empty({ seg.S }, { dtype = seg.dtype, device = seg.device })
-    if seg.share < seg.S then send:narrow(0, seg.share, seg.S - seg.share):zero_() end
-    for _, pc in ipairs(pcs) do send:narrow(0, pc.c, pc.len):copy_(pc.pv) end
-  end
-  local all = dist.all_gather(send)
-  for _, u in ipairs(seg.unpack) do u.dst:copy_(all:narrow(0, u.src, u.len)) end
-end
-
 function Z:step(closure)
   local loss = closure and autograd.enable_grad(closure) or nil
   local t0, c0 = steps.mark()
@@ -230,7 +247,7 @@ function Z:step(closure)
       end
     end
     if self.world > 1 then
-      for _, seg in ipairs(self._segs) do gather(seg) end
+      for _, seg in ipairs(self._segs) do dist.all_gather_into_tensor(seg.params, seg.block) end
     end
   end)
   steps.optimizer(self, t0, c0)
