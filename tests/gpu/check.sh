@@ -344,6 +344,26 @@ else
   else row cuda-specs FAIL "exit $rc${sum:+, ${sum% :*}}"; fi
 fi
 
+# ZeroRedundancyOptimizer on the device (tests/cuda/zero_spec.lua, also in
+# the specs above): 2 ranks, each rank's shard of AdamW's state on its GPU
+# (both on cuda:0 where there is one GPU), the parameters all-gathered
+# (NCCL with a GPU per rank, else staged through host memory), equal to the
+# unsharded optimizer, and a sharded checkpoint back onto the device.
+section "zero_cuda"
+if [ "$HAVE_GPU" != 1 ]; then
+  row zero_cuda SKIP "no GPU"
+else
+  if command -v busted >/dev/null; then
+    out=$(run_limited 120 busted --lua=luajit tests/cuda/zero_spec.lua 2>&1)
+  else
+    out=$(run_limited 120 "$BUILD/ddplua" tests/gpu/mini_busted.lua tests/cuda/zero_spec.lua 2>&1)
+  fi
+  rc=$?
+  sum=$(summary "$out")
+  if [ "$rc" -eq 0 ] && [ -n "$sum" ]; then row zero_cuda PASS "${sum% :*}"
+  else row zero_cuda FAIL "exit $rc${sum:+, ${sum% :*}}: $(printf '%s\n' "$out" | grep -m1 -E '\.lua:[0-9]+:' | cut -c1-120)"; fi
+fi
+
 # A Fashion-MNIST directory: the system's, else the staged test split, as
 # both splits (a copy made here: links do not travel in the bundle).
 fm_data() {
