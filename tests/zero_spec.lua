@@ -258,6 +258,26 @@ print("loaded", st.step, steps, #shards_of(%q))
     os.execute("rm -rf " .. q(dir))
   end)
 
+  it("says why when only rank 0 saves a sharded optimizer", function()
+    local dir = jobs.tempname() .. "_zmain"
+    assert(os.execute("mkdir -p " .. q(dir)) == 0)
+    local s = script(([[
+local dz = ddp.DDP(model())
+local z = ddp.ZeroRedundancyOptimizer(dz:parameters(), optim.AdamW, {})
+if ddp.is_main() then
+  local ok, e = pcall(ddp.save_checkpoint, %q, { optimizer = z })
+  print("main", ok, e)
+else
+  sleep(8)
+end
+]]):format(dir .. "/ck"))
+    local out, err, rc = run("--nproc 2 " .. q(s), "DDP_TIMEOUT=3", 60)
+    assert.truthy(out:find("%[0%] main	false	[^\n]*save_checkpoint: [^\n]*ck holds a sharded optimizer, so every rank must call "
+                           .. "save_checkpoint %(each writes its own shard; no `if ddp.is_main%(%)` around it%): [^\n]*rank 1"), out .. err)
+    local _ = rc
+    os.execute("rm -rf " .. q(dir))
+  end)
+
   it("refuses misuse, naming the problem", function()
     local dir = jobs.tempname() .. "_zerr"
     assert(os.execute("mkdir -p " .. q(dir)) == 0)

@@ -209,8 +209,17 @@ local function save_sharded(path, parts, keys)
     raise(("save_checkpoint: a sharded optimizer saves through the process group of the %d ranks: call ddp.init() first"):format(world))
   end
   local dir = shard_dir(path)
-  -- rank 0 makes the folder and names this save; every rank calls (a
-  -- collective: each writes its own shard)
+  if world > 1 then
+    -- a collective: a rank that never comes (a save under `if ddp.is_main()`)
+    -- times out here, and the message says why every rank must call
+    local ok, err = pcall(dist.barrier, "save_checkpoint")
+    if not ok then
+      raise(("save_checkpoint: %s holds a sharded optimizer, so every rank must call save_checkpoint "
+             .. "(each writes its own shard; no `if ddp.is_main()` around it): %s")
+            :format(path, (tostring(err):gsub("^[^\n]-:%d+: ", "", 1))))
+    end
+  end
+  -- rank 0 makes the folder and names this save
   local plan = { err = false }
   if rank == 0 then
     local ok, why = files.make_dirs(dir)

@@ -214,6 +214,19 @@ function M.check_groups(self, name, sd)
   end
 end
 
+-- Each group as it will be once sd is loaded (ours, then the state's
+-- options), by group: what check_state checks a parameter's state against.
+function M.loaded_groups(self, sd)
+  local loaded = {}
+  for gi, g in ipairs(self.param_groups) do
+    local merged = {}
+    for k, v in pairs(g) do merged[k] = v end
+    for k, v in pairs(sd.param_groups[gi]) do merged[k] = v end
+    loaded[g] = merged
+  end
+  return loaded
+end
+
 -- A sharded checkpoint's state (a ZeroRedundancyOptimizer's index) loads
 -- whole: every parameter's state read from the shard files.
 local function consolidated(self, name, sd)
@@ -231,14 +244,7 @@ function Optimizer:load_state_dict(sd)
   local name = self.name .. ".load_state_dict"
   M.check_groups(self, name, sd)
   if sd.zero ~= nil then sd = consolidated(self, name, sd) end
-  -- each parameter's group as it will be once loaded: ours, then the state's options
-  local params, loaded = {}, {}
-  for gi, g in ipairs(self.param_groups) do
-    local merged = {}
-    for k, v in pairs(g) do merged[k] = v end
-    for k, v in pairs(sd.param_groups[gi]) do merged[k] = v end
-    loaded[g] = merged
-  end
+  local params, loaded = {}, M.loaded_groups(self, sd)
   for idx, p, g in self:each() do params[idx] = { p, loaded[g] } end
   for k, s in pairs(sd.state) do
     local idx = tonumber(k)

@@ -357,13 +357,7 @@ function Z:load_state_dict(sd)
     end
     read = function(e, field, a, len, dst) rd:read(e.idx, field, a, len, dst) end
   else
-    local groups = {}
-    for gi, g in ipairs(self.param_groups) do
-      local merged = {}
-      for k, v in pairs(g) do merged[k] = v end
-      for k, v in pairs(sd.param_groups[gi]) do merged[k] = v end
-      groups[g] = merged
-    end
+    local groups = base.loaded_groups(self, sd)
     for _, e in ipairs(self._list) do
       local s = sd.state[e.idx]
       if s ~= nil then base.check_state(self, op, e.idx, s, e.p, groups[e.g]) end
