@@ -81,8 +81,9 @@ function M.locate(index, op)
 end
 
 -- A reader of an index's shards: reader:read(idx, field, a, len, dst)
--- copies elements [a, a + len) of parameter idx's field into the 1-D dst.
--- Each file is opened (mapped) on first use and checked against the index.
+-- copies elements [a, a + len) of parameter idx's field into the 1-D dst;
+-- reader.where is M.locate's answer.  Each file is opened (mapped) on
+-- first use and checked against the index.
 function M.reader(index, op)
   local z = index.zero
   local where = M.locate(index, op)
@@ -118,7 +119,7 @@ function M.reader(index, op)
     files[q] = { path = path, tensors = tensors }
     return files[q]
   end
-  local r = {}
+  local r = { where = where }
   function r:read(idx, field, a, len, dst)
     local w = where[idx]
     if not w then raise(("%s: the sharded state has no parameter %d"):format(op, idx)) end
@@ -153,7 +154,7 @@ end
 -- shape; zeros(n, dtype): a new zeroed 1-D tensor.
 function M.consolidate(index, op, shape_of, zeros)
   local rd = M.reader(index, op)
-  local where = M.locate(index, op)
+  local where = rd.where
   local state = {}
   if type(index.state) ~= "table" then raise(op .. ": the sharded optimizer state's state must be a table") end
   for idx, s in pairs(index.state) do

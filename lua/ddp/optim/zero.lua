@@ -199,16 +199,23 @@ end
 
 -- -- Stepping ---------------------------------------------------------------------
 
+-- The segment's flat tensor of a state field (this rank's share), made
+-- on first use.
+local function field_flat(seg, field, dtype, device)
+  local flat = seg.flat[field]
+  if not flat then
+    flat = factory.zeros({ seg.share }, { dtype = dtype, device = device })
+    seg.flat[field], seg.fields[field] = flat, dtype
+  end
+  return flat
+end
+
 -- A piece's new state tensors (the wrapped optimizer's update makes them
 -- on its first step) move into the segment's flat tensor of that field.
 local function adopt(seg, pc, st)
   for field, v in pairs(st) do
     if core.is_tensor(v) and pc.adopted[field] ~= v and v:numel() == pc.len then
-      local flat = seg.flat[field]
-      if not flat then
-        flat = factory.zeros({ seg.share }, { dtype = v:dtype(), device = v:device() })
-        seg.flat[field], seg.fields[field] = flat, v:dtype()
-      end
+      local flat = field_flat(seg, field, v:dtype(), v:device())
       local view = flat:narrow(0, pc.c, pc.len)
       view:copy_(v:view(-1))
       st[field], pc.adopted[field] = view, view
@@ -346,8 +353,8 @@ function Z:load_state_dict(sd)
   base.check_groups(self, op, sd)
   local read
   if sd.zero ~= nil then
-    local where = shards.locate(sd, op)
     local rd = shards.reader(sd, op)
+    local where = rd.where
     for _, e in ipairs(self._list) do
       local w = where[e.idx]
       if sd.state[e.idx] ~= nil and not w then raise(("%s: the sharded state has no parameter %d"):format(op, e.idx)) end
@@ -394,13 +401,8 @@ function Z:load_state_dict(sd)
             else st[f] = core.copy_value(v) end
           end
           for _, f in ipairs(names) do
-            local flat = seg.flat[f]
-            if not flat then  -- state tensors follow the parameter's dtype, as in a plain optimizer
-              local dt = pc.e.p:dtype()
-              flat = factory.zeros({ seg.share }, { dtype = dt, device = seg.device })
-              seg.flat[f], seg.fields[f] = flat, dt
-            end
-            local view = flat:narrow(0, pc.c, pc.len)
+            -- state tensors follow the parameter's dtype, as in a plain optimizer
+            local view = field_flat(seg, f, pc.e.p:dtype(), seg.device):narrow(0, pc.c, pc.len)
             read(pc.e, f, pc.a, pc.len, view)
             st[f], pc.adopted[f] = view, view
           end
