@@ -38,9 +38,11 @@ local net = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), n
                           nn.ReLU(), nn.Linear(512, 10))
 local model = ddp.DDP(net, {bucket_cap_mb = 0.5, first_bucket_mb = 0.5})
 local opt = ddp.optim.SGD(model:parameters(), {lr = 0.01})
-local x, y = ddp.randn(2048, 256), ddp.randint(0, 10, {2048})
+-- batches of 512, so the backward after bucket 1's launch lasts several
+-- milliseconds: on 2 cores a communication thread may wait that long for a CPU
+local x, y = ddp.randn(8192, 256), ddp.randint(0, 10, {8192})
 local ds = data.TensorDataset(x, y)
-local loader = data.DataLoader(ds, {batch_size = 128, sampler = data.DistributedSampler(ds)})
+local loader = data.DataLoader(ds, {batch_size = 512, sampler = data.DistributedSampler(ds)})
 ]]
 
 describe("the trace", function()
