@@ -99,6 +99,7 @@ typedef struct job {
   int pre_sigs[16], npre;
   char pre_list[128];    /* their names, "TERM,USR1": the workers' DDP_PREEMPT_SIGNALS */
   double save_grace;
+  char *memory_report;   /* memory_collect's, from the last run of the group */
   int preempted;         /* the signal passed on to the workers, 0: none yet */
   int pre_logged;        /* a later one was logged (once) */
   long pre_handled;
@@ -121,6 +122,13 @@ int job_store_read(job *j, const char *key, char *out, size_t cap);
 void steps_watch_turn(job *j);
 void steps_report(job *j);
 void steps_forget(void);
+
+/* memory.c: each rank's peak memory at the end of a job (the ranks leave
+** theirs in the store: lua/ddp/core/memory.lua): memory_collect reads them
+** while the store is open (a malloc'd text, NULL when none), memory_say
+** prints it, after the failure's own lines where the job failed. */
+char *memory_collect(job *j);
+void memory_say(const char *text);
 
 /* trace.c: merges the ranks' trace files at the end of a job (--trace's
 ** folder and those the ranks' ddp.trace.start named) into trace.json. */

@@ -472,9 +472,14 @@ static int run_once(job *j, int *ix) {
   if (open_store(j) != 0) return -1;
   *ix = -1;
   int r = job_run_group(j, ix);
+  free(j->memory_report);
+  /* after a failure too (said after its lines): a rank that ran out of
+  ** memory left its last look */
+  j->memory_report = r == RUN_OK || r == RUN_FAILED ? memory_collect(j) : NULL;
   if (r == RUN_OK) {
     steps_report(j);
     data_wait_report(j);
+    memory_say(j->memory_report);
   }
   steps_forget();
   if (j->dump_on_exit) flight_collect(j, "--dump-on-exit", 0);
@@ -493,6 +498,7 @@ static int run_once(job *j, int *ix) {
 static int give_up(job *j, int ix) {
   summary(j, ix);
   if (j->flight_report) flight_say(j->flight_report);
+  memory_say(j->memory_report);
   /* a blamed rank we stopped has no code of its own: the first one's */
   return job_exit_code(j->w[ix != j->first_failed && j->first_failed >= 0 ? j->first_failed : ix].status);
 }
@@ -520,6 +526,7 @@ static int run_with_restarts(job *j) {
 /* Closes the log files and frees what the workers' records hold. */
 static void free_job(job *j) {
   free(j->flight_report);
+  free(j->memory_report);
   for (int i = 0; i < j->nproc; i++) {
     if (j->w[i].log >= 0) close(j->w[i].log);
     free(j->w[i].out.buf);

@@ -15,7 +15,7 @@ end
 local LAYERS = {
   { "ddp.cdef", "ddp.ffi" },
   { "ddp.core.errors", "ddp.core.handles", "ddp.core.args", "ddp.core.values", "ddp.core.class", "ddp.core",
-    "ddp.core.trace", "ddp.core.steps" },
+    "ddp.core.trace", "ddp.core.memory", "ddp.core.steps" },
   { "ddp.serialize", "ddp.autocast" },
   { "ddp.tensor.info", "ddp.tensor.views", "ddp.tensor.math", "ddp.tensor.grad", "ddp.tensor.sampling",
     "ddp.tensor.print", "ddp.tensor" },

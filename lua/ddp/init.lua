@@ -112,6 +112,12 @@ function ddp.memory_allocated() return tonumber(C.dl_mem_allocated()) end
 function ddp.max_memory_allocated() return tonumber(C.dl_mem_peak()) end
 function ddp.memory_cached() return tonumber(C.dl_mem_cached()) end
 function ddp.empty_cache() C.dl_empty_cache() end
+-- ddp.memory_summary([{model =, optimizer =}]): where this rank's memory
+-- goes, a table to print (torch.cuda.memory_summary()); ddp.memory_breakdown:
+-- the same numbers as a table (ddp.core.memory).
+local memory = require "ddp.core.memory"
+function ddp.memory_summary(opts) return memory.summary(opts, dist.rank(), dist.world_size()) end
+function ddp.memory_breakdown(opts) return memory.breakdown(opts, dist.rank(), dist.world_size()) end
 
 -- ddp.cuda: the device probe and device memory.  A device argument is an
 -- index or "cuda:N"; the default is this worker's GPU (LOCAL_RANK, as

@@ -19,6 +19,8 @@
 /* mem_gc_base: the live bytes when Lua last collected; mem_dev_since_gc:
 ** device bytes allocated since then (see mem_gc_credit). */
 static atomic_llong mem_live, mem_peak, mem_gc_base, mem_dev_since_gc;
+/* dl_mem_window_peak's: the peak since its last reset */
+static atomic_llong mem_window_peak;
 
 /* -- Large-block cache ---------------------------------------------------- */
 
@@ -154,6 +156,8 @@ DL_HIDDEN void *mem_alloc(size_t nbytes) {
   long long live = atomic_fetch_add(&mem_live, (long long)nbytes) + (long long)nbytes;
   long long peak = atomic_load(&mem_peak);
   while (live > peak && !atomic_compare_exchange_weak(&mem_peak, &peak, live)) {}
+  peak = atomic_load(&mem_window_peak);
+  while (live > peak && !atomic_compare_exchange_weak(&mem_window_peak, &peak, live)) {}
   return p;
 }
 
@@ -167,6 +171,16 @@ DL_HIDDEN void mem_free(void *p, size_t nbytes) {
 
 DL_API int64_t dl_mem_allocated(void) { return atomic_load(&mem_live); }
 DL_API int64_t dl_mem_peak(void) { return atomic_load(&mem_peak); }
+
+/* An allocation racing with a reset may be lost from the new window's
+** peak only if it is freed before the next one; a step's peak is held for
+** far longer than that. */
+DL_API int64_t dl_mem_window_peak(int reset) {
+  long long peak = atomic_load(&mem_window_peak), live = atomic_load(&mem_live);
+  if (live > peak) peak = live;
+  if (reset) atomic_store(&mem_window_peak, atomic_load(&mem_live));
+  return peak;
+}
 
 /* Lua only sees 8-byte pointers: ask for a collection once the live
 ** bytes grew by slack() since the last one.  Growth, not bytes allocated:

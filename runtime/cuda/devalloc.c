@@ -258,6 +258,7 @@ DLA_API void *devalloc_alloc(devalloc *a, size_t size, uintptr_t stream) {
   a->st.allocs++;
   a->st.allocated += (int64_t)b->size;
   if (a->st.allocated > a->st.peak_allocated) a->st.peak_allocated = a->st.allocated;
+  if (a->st.allocated > a->st.window_peak) a->st.window_peak = a->st.allocated;
   pthread_mutex_unlock(&a->mu);
   return b->ptr;
 }
@@ -350,6 +351,14 @@ DLA_API void devalloc_stats(devalloc *a, dev_stats *out) {
   pthread_mutex_lock(&a->mu);
   *out = a->st;
   pthread_mutex_unlock(&a->mu);
+}
+
+DLA_API int64_t devalloc_window_peak(devalloc *a, int reset) {
+  pthread_mutex_lock(&a->mu);
+  int64_t peak = a->st.window_peak > a->st.allocated ? a->st.window_peak : a->st.allocated;
+  if (reset) a->st.window_peak = a->st.allocated;
+  pthread_mutex_unlock(&a->mu);
+  return peak;
 }
 
 DLA_API void devalloc_reset_peak(devalloc *a) {

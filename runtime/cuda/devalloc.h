@@ -32,6 +32,7 @@ typedef struct dev_backend {
 typedef struct dev_stats {
   int64_t allocated, reserved;            /* bytes in use / held from the device */
   int64_t peak_allocated, peak_reserved;
+  int64_t window_peak;                    /* allocated's, since devalloc_window_peak's last reset */
   int64_t allocs, cache_hits, segments, retries, ooms;
 } dev_stats;
 
@@ -57,5 +58,8 @@ DLA_API int devalloc_release(devalloc *a, void *ptr);
 DLA_API void devalloc_empty(devalloc *a);
 DLA_API void devalloc_stats(devalloc *a, dev_stats *out);
 DLA_API void devalloc_reset_peak(devalloc *a);
+/* The peak of allocated since the last call with reset set; reset starts
+** a new window from the bytes allocated now (apart from the user's peak). */
+DLA_API int64_t devalloc_window_peak(devalloc *a, int reset);
 
 #endif

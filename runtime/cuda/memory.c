@@ -138,6 +138,14 @@ DL_API int dl_cuda_reset_peak_memory_stats(int device) {
   return 0;
 }
 
+DL_API int64_t dl_cuda_memory_window_peak(int device, int reset) {
+  if (device < 0 || device >= MAX_DEV) return -1;
+  pthread_mutex_lock(&mem.mu);
+  devalloc *a = mem.a[device];
+  pthread_mutex_unlock(&mem.mu);
+  return a ? devalloc_window_peak(a, reset) : -1;
+}
+
 /* -- Moving tensors between devices -------------------------------------------- */
 
 static void device_deleter(void *ctx, void *data) {

@@ -28,6 +28,10 @@ DL_API int dl_cuda_synchronize(int device);
 DL_API int dl_cuda_memory_stats(int device, int64_t *out, int n);
 DL_API int dl_cuda_empty_cache(int device);
 DL_API int dl_cuda_reset_peak_memory_stats(int device);
+/* The high-water mark of device's allocated bytes since the last call with
+** reset set, as dl_mem_window_peak on the CPU (apart from the user's peak
+** above); -1, with no error, when nothing was ever allocated there. */
+DL_API int64_t dl_cuda_memory_window_peak(int device, int reset);
 /* TF32 tensor cores for float32 matmul and conv2d on CUDA: off by default,
 ** as torch.backends.cuda.matmul.allow_tf32 (PyTorch >= 1.12). */
 DL_API void dl_cuda_set_allow_tf32(int on);

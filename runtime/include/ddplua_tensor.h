@@ -43,6 +43,12 @@ DL_API int dl_get_num_threads(void);
 /* Bytes held by live CPU storages, and the high-water mark. */
 DL_API int64_t dl_mem_allocated(void);
 DL_API int64_t dl_mem_peak(void);
+/* The high-water mark of the live bytes since the last call with reset set
+** (since the start, at first); reset starts a new window from the bytes
+** live now.  Apart from dl_mem_peak, which is the user's
+** (ddp.max_memory_allocated): ddp.memory_summary measures each optimizer
+** step's peak with this one. */
+DL_API int64_t dl_mem_window_peak(int reset);
 /* Freed blocks of 64 KiB and more are kept for reuse (fresh ones fault in
 ** every page); bytes held that way, and a call that returns them all. */
 DL_API int64_t dl_mem_cached(void);

@@ -121,7 +121,20 @@ static void large_blocks(void) {
   devalloc_release(a, big);
   char *again = devalloc_alloc(a, 33 * MiB, 0);
   CHECK(again == big && f.allocs == 2, "a large block is reused");
+  /* the window peak: from the bytes allocated at its reset, apart from
+  ** the user's peak (reset_peak_memory_stats) */
+  devalloc_stats(a, &s);
+  int64_t held = s.allocated;
+  devalloc_window_peak(a, 1);
+  CHECK(devalloc_window_peak(a, 0) == held);
   devalloc_release(a, again);
+  CHECK(devalloc_window_peak(a, 0) == held, "a window keeps its peak after a release");
+  devalloc_stats(a, &s);
+  CHECK(s.allocated < held);
+  CHECK(devalloc_window_peak(a, 1) == held && devalloc_window_peak(a, 0) == s.allocated,
+        "a reset starts from the bytes allocated now (%lld), got %lld", (long long)s.allocated,
+        (long long)devalloc_window_peak(a, 0));
+  CHECK(s.peak_allocated >= held, "the user's peak stays");
   devalloc_release(a, a1);
   devalloc_release(a, a2);
   devalloc_empty(a);

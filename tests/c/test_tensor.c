@@ -170,6 +170,27 @@ static void test_alignment_and_memory(void) {
   CHECK(dl_mem_peak() >= base + 9000);
 }
 
+/* The window peak (ddp.memory_summary's, per optimizer step) starts again
+** from the live bytes at each reset and leaves the user's peak alone. */
+static void test_window_peak(void) {
+  int64_t n = 1 << 20;
+  dl_tensor *a = dl_empty(&n, 1, DL_FLOAT32);  /* 4 MiB, held across the reset */
+  dl_mem_window_peak(1);
+  int64_t live = dl_mem_allocated(), user = dl_mem_peak();
+  CHECK(dl_mem_window_peak(0) == live, "a fresh window's peak is the live bytes");
+  int64_t m = 3 << 20;
+  dl_tensor *b = dl_empty(&m, 1, DL_FLOAT32);  /* 12 MiB, freed before the look */
+  dl_tensor_release(b);
+  CHECK(dl_mem_window_peak(0) == live + 12 * 1048576, "window peak %lld, live %lld",
+        (long long)dl_mem_window_peak(0), (long long)live);
+  CHECK(dl_mem_window_peak(1) == live + 12 * 1048576 && dl_mem_window_peak(0) == live,
+        "a reset starts from the live bytes");
+  dl_tensor_release(a);
+  CHECK(dl_mem_window_peak(0) == live, "the window keeps its peak after frees");
+  CHECK(dl_mem_window_peak(1) == live && dl_mem_window_peak(0) == live - 4 * 1048576, "reset after a free");
+  CHECK(dl_mem_peak() >= user, "the user's peak is untouched by resets");
+}
+
 /* Lua is asked to collect when the live bytes grew by the slack (32 MiB
 ** on a small heap) since the last collection -- not after any 32 MiB of
 ** allocations: temporaries freed at once are no garbage Lua could hold,
@@ -346,6 +367,7 @@ int main(void) {
   test_views_share();
   test_overlap_refused();
   test_alignment_and_memory();
+  test_window_peak();
   test_gc_hint();
   test_from_blob();
   test_errors();

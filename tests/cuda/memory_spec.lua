@@ -48,4 +48,36 @@ H.describe("CUDA memory", function()
     assert.truthy(out:match("in use") and out:match("reserved"), out)
     assert.truthy(out:match("AFTER%s+1"), out)
   end)
+  it("ddp.memory_summary counts a model, its gradients and AdamW's state on the device", function()
+    local out, err, rc = child([[
+      local nn = ddp.nn
+      ddp.manual_seed(1)
+      local m = nn.Sequential(nn.Linear(32, 512), nn.ReLU(), nn.Linear(512, 8)):to("cuda")
+      local opt = ddp.optim.AdamW(m:parameters(), { lr = 1e-3 })
+      for i = 1, 3 do
+        local x, y = ddp.randn(256, 32, { device = "cuda" }), ddp.randint(0, 8, { 256 }, { device = "cuda" })
+        opt:zero_grad()
+        nn.functional.cross_entropy(m(x), y):backward()
+        opt:step()
+      end
+      local b = ddp.memory_breakdown()
+      local d = b["cuda:0"]
+      print("cuda", d.parameters, d.gradients, d.optimizer_state, d.activations, d.allocated, d.reserved,
+            b.cpu.parameters, b.devices[2])
+      print(ddp.memory_summary())
+    ]])
+    assert.equal(0, rc, err .. out)
+    local n = (32 * 512 + 512 + 512 * 8 + 8) * 4
+    local p, g, s, a, al, rs, cp, dev = out:match("cuda\t(%d+)\t(%d+)\t(%d+)\t(%d+)\t(%d+)\t(%d+)\t(%d+)\t(%S+)")
+    assert(p, out)
+    assert.equal(n, tonumber(p))
+    assert.equal(n, tonumber(g))
+    assert.equal(2 * n, tonumber(s))
+    assert.equal(0, tonumber(cp), "nothing of the model on the CPU")
+    assert.equal("cuda:0", dev)
+    -- a [256, 512] float32 hidden layer is 512 KiB, saved twice or more
+    assert(tonumber(a) >= 512 * 1024, "activations on the device: " .. a)
+    assert(tonumber(rs) >= tonumber(al))
+    assert.truthy(out:find("cpu%s+cuda:0"), out)
+  end)
 end)

@@ -364,6 +364,25 @@ else
   else row zero_cuda FAIL "exit $rc${sum:+, ${sum% :*}}: $(printf '%s\n' "$out" | grep -m1 -E '\.lua:[0-9]+:' | cut -c1-120)"; fi
 fi
 
+# ddp.memory_summary on the device (tests/cuda/memory_spec.lua, also in the
+# specs above): parameters, gradients and AdamW's state counted on cuda:0,
+# activations from the device allocator's per-step window peak
+# (dl_cuda_memory_window_peak), and out-of-memory errors that name sizes.
+section "memory_summary_cuda"
+if [ "$HAVE_GPU" != 1 ]; then
+  row memory_summary_cuda SKIP "no GPU"
+else
+  if command -v busted >/dev/null; then
+    out=$(run_limited 120 busted --lua=luajit tests/cuda/memory_spec.lua 2>&1)
+  else
+    out=$(run_limited 120 "$BUILD/ddplua" tests/gpu/mini_busted.lua tests/cuda/memory_spec.lua 2>&1)
+  fi
+  rc=$?
+  sum=$(summary "$out")
+  if [ "$rc" -eq 0 ] && [ -n "$sum" ]; then row memory_summary_cuda PASS "${sum% :*}"
+  else row memory_summary_cuda FAIL "exit $rc${sum:+, ${sum% :*}}: $(printf '%s\n' "$out" | grep -m1 -E '\.lua:[0-9]+:' | cut -c1-120)"; fi
+fi
+
 # A Fashion-MNIST directory: the system's, else the staged test split, as
 # both splits (a copy made here: links do not travel in the bundle).
 fm_data() {

@@ -24,6 +24,8 @@ local M = {}
 local clock = require("ddp.core").clock
 -- while a trace is on, each phase and step is a span of it too
 local trace = require "ddp.core.trace"
+-- each step's end is a window of the memory breakdown's
+local memory = require "ddp.core.memory"
 local T_PHASE, T_STEP = trace.T_PHASE, trace.T_STEP
 
 local comm = C.dl_flight_comm_seconds
@@ -41,8 +43,10 @@ local steps = 0
 local window = {}         -- window[k % WINDOW + 1] = the step numbered k (0-based) as {total, data, ...}
 local sums = { 0, 0, 0, 0, 0, 0, 0 }
 
--- M.publish(summary): set by ddp.dist (a rank of a job leaves its summary
--- in the store for the launcher), called every PUBLISH_EVERY seconds.
+-- M.publish(kind, line): set by ddp.dist (a rank of a job leaves its lines
+-- in the store for the launcher, under ddp/<kind>/<rank>), called every
+-- PUBLISH_EVERY seconds: this step summary ("steps") and the memory peaks
+-- (ddp.core.memory's, "mem").
 M.publish = nil
 local PUBLISH_EVERY = 2
 local t_published = nil
@@ -116,7 +120,10 @@ end
 
 function M.flush()
   local pub = M.publish
-  if pub then pcall(pub, M.summary()) end
+  if pub then
+    pcall(pub, "steps", M.summary())
+    pcall(pub, "mem", memory.line())
+  end
 end
 
 -- The optimizer opt stepped from (t0, c0): its time goes to the
@@ -151,6 +158,7 @@ function M.optimizer(opt, t0, c0)
   end
   acc_data, acc_fwd, acc_bwd, acc_opt = 0, 0, 0, 0
   t_begin, c_begin = t, c
+  memory.step_end()
   if M.publish and (t_published == nil or t - t_published >= PUBLISH_EVERY) then
     t_published = t
     M.flush()

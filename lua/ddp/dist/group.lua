@@ -400,9 +400,10 @@ function M.init(opts)
     end
     st.pg = ffi.gc(pg, C.dl_pg_free)
     -- the step breakdown, for the launcher's straggler lines and its
-    -- end-of-job table (cli/steps.c)
-    local key = "ddp/steps/" .. e.rank
-    steps.publish = function(line) if line and st.store then st.store:set(key, line) end end
+    -- end-of-job table (cli/steps.c), and the memory peaks (cli/memory.c)
+    steps.publish = function(kind, line)
+      if line and st.store then st.store:set("ddp/" .. kind .. "/" .. e.rank, line) end
+    end
     if not sentinel then
       sentinel = newproxy(true)
       getmetatable(sentinel).__gc = function()

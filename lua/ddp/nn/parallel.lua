@@ -14,6 +14,7 @@ local core = require "ddp.core"
 local dist = require "ddp.dist"
 local group = require "ddp.dist.group"  -- the C group the reducers use
 local autograd = require "ddp.autograd"
+local memory = require "ddp.core.memory"
 local module = require "ddp.nn.module"
 local C, ffi = core.C, core.ffi
 local raise, show = core.raise, core.show
@@ -187,6 +188,7 @@ function M.DDP(model, opts)
   if accum > 1 then core.check(C.dl_reducer_set_accum(self._r, accum)) end
   wrapped[model] = true
   all[self] = true
+  memory.track_model(self)  -- ddp.memory_summary counts its parameters and gradients
   for _, p in ipairs(params) do reducing[tostring(core.address(p))] = self end
   return self
 end

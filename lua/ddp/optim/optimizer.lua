@@ -5,6 +5,7 @@
 local core = require "ddp.core"
 local autograd = require "ddp.autograd"
 local steps = require "ddp.core.steps"
+local memory = require "ddp.core.memory"
 local factory = require "ddp.tensor.factory"
 local shards = require "ddp.optim.shards"
 local raise = core.raise
@@ -62,6 +63,7 @@ function M.setup(self, name, params, defaults, opts)
   if type(self.defaults.lr) ~= "number" or self.defaults.lr < 0 then
     raise(name .. ": lr must be a non-negative number, got " .. tostring(self.defaults.lr))
   end
+  memory.track_optimizer(self)  -- ddp.memory_summary counts its parameters and state
 end
 
 -- Every parameter with its 0-based index across groups (PyTorch's numbering).

@@ -25,6 +25,7 @@ local core = require "ddp.core"
 local factory = require "ddp.tensor.factory"
 local autograd = require "ddp.autograd"
 local steps = require "ddp.core.steps"
+local memory = require "ddp.core.memory"
 local dist = require "ddp.dist"
 local group = require "ddp.dist.group"  -- the C group, for the shared buffers
 local parallel = require "ddp.nn.parallel"
@@ -175,6 +176,9 @@ function Z:init(params, optimizer_class, opts)
     raise(NAME .. ": " .. tostring(optimizer_class) .. " is not a ddp.optim optimizer class")
   end
   self.inner, self.optimizer_class = inner, optimizer_class
+  -- ddp.memory_summary counts this one's state (the inner one keeps none)
+  memory.untrack_optimizer(inner)
+  memory.track_optimizer(self)
   self.name = NAME
   self.defaults, self.param_groups, self.state = inner.defaults, inner.param_groups, {}
   self.state_fields, self.state_needs = inner.state_fields, inner.state_needs
