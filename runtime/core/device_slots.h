@@ -197,9 +197,9 @@ DL_SLOT(int, image_adjust, (const char *op, dl_adjust_kind kind, double factor,
 /* contiguous t from the Philox stream (seed, block base) */
 DL_SLOT(int, philox_fill, (const char *op, dl_tensor *t, philox_kind kind, uint64_t seed,
                            uint64_t base, double a, double b, int64_t low, uint64_t range))
-DL_SLOT(int, sgd, (const char *op, dl_tensor *p, const dl_tensor *g, dl_tensor *buf, double lr,
-                   double momentum, double dampening, double wd, int nesterov, int first,
-                   int maximize))
-DL_SLOT(int, adam, (const char *op, dl_tensor *p, const dl_tensor *g, dl_tensor *m,
-                    dl_tensor *v, dl_tensor *vmax, double lr, double b1, double b2, double eps,
-                    double wd, double bc1, double bc2_sqrt, int decoupled, int maximize))
+/* the optimizers' steps over n parameters at once (PyTorch's foreach):
+** one pass over every element of them */
+DL_SLOT(int, sgd, (const char *op, const sgd_item *items, int n, double lr, double momentum,
+                   double dampening, double wd, int nesterov, int maximize))
+DL_SLOT(int, adam, (const char *op, const adam_item *items, int n, double lr, double b1,
+                    double b2, double eps, double wd, int decoupled, int maximize))

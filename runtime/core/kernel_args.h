@@ -84,4 +84,19 @@ typedef struct image_geom {
   const float *mean, *std;  /* C values each, or NULL */
 } image_geom;
 
+/* One parameter of a multi-tensor optimizer step (nn/optim.c): its
+** gradient and state, contiguous, of its shape, dtype and device (every
+** item of a call shares the dtype and device); Adam's bias corrections are
+** per parameter, as each counts its own steps. */
+typedef struct sgd_item {
+  dl_tensor *p, *buf;           /* buf: NULL without momentum */
+  const dl_tensor *g;
+  int first;                    /* the step that starts buf from the gradient */
+} sgd_item;
+typedef struct adam_item {
+  dl_tensor *p, *m, *v, *vmax;  /* vmax: NULL without amsgrad */
+  const dl_tensor *g;
+  double bc1, bc2_sqrt;         /* 1 - beta1^step, sqrt(1 - beta2^step) */
+} adam_item;
+
 #endif

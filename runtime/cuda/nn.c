@@ -6,6 +6,8 @@
 ** cast back to the caller's dtype.  No host syncs except the index range
 ** checks, which must read the indices back to name a bad one.
 */
+#include <stdlib.h>
+
 #include "cuda/cuda.h"
 #include "nn/nn.h"
 
@@ -388,25 +390,71 @@ DL_HIDDEN int cuda_philox_fill(const char *op, dl_tensor *t, philox_kind kind, u
                              low, range));
 }
 
-DL_HIDDEN int cuda_sgd(const char *op, dl_tensor *p, const dl_tensor *g, dl_tensor *buf,
-                       double lr, double momentum, double dampening, double wd, int nesterov,
-                       int first, int maximize) {
+/* The optimizers' steps over a group (items of one device and dtype): the
+** host arrays of pointers the launcher packs into its kernels' arguments. */
+DL_HIDDEN int cuda_sgd(const char *op, const sgd_item *items, int n, double lr, double momentum,
+                       double dampening, double wd, int nesterov, int maximize) {
   DLC_FN(sgd) f = DLC(op, sgd);
   if (!f) return -1;
-  int dev = p->storage->device;
-  return cuda_err(op, dev, f(dev, p->dtype, dl_tensor_numel(p), dp(p), dp(g), dp(buf), lr,
-                             momentum, dampening, wd, nesterov, first, maximize));
+  void **ptrs = malloc(sizeof *ptrs * 3 * (size_t)n);
+  int *first = malloc(sizeof *first * (size_t)n);
+  int64_t *numel = malloc(sizeof *numel * (size_t)n);
+  if (!ptrs || !first || !numel) {
+    free(ptrs);
+    free(first);
+    free(numel);
+    return dl_err(EM_NOMEM, op, (long long)(sizeof *ptrs * 3 * (size_t)n), (long long)dl_mem_allocated());
+  }
+  void **p = ptrs, **g = ptrs + n, **buf = ptrs + 2 * n;
+  for (int k = 0; k < n; k++) {
+    p[k] = dp(items[k].p);
+    g[k] = dp(items[k].g);
+    buf[k] = items[k].buf ? dp(items[k].buf) : NULL;
+    first[k] = items[k].first;
+    numel[k] = dl_tensor_numel(items[k].p);
+  }
+  int dev = items[0].p->storage->device;
+  int rc = cuda_err(op, dev, f(dev, items[0].p->dtype, n, p, (const void *const *)g, items[0].buf ? buf : NULL,
+                               first, numel, lr, momentum, dampening, wd, nesterov, maximize));
+  free(ptrs);
+  free(first);
+  free(numel);
+  return rc;
 }
 
-DL_HIDDEN int cuda_adam(const char *op, dl_tensor *p, const dl_tensor *g, dl_tensor *m,
-                        dl_tensor *v, dl_tensor *vmax, double lr, double b1, double b2,
-                        double eps, double wd, double bc1, double bc2_sqrt, int decoupled,
-                        int maximize) {
+DL_HIDDEN int cuda_adam(const char *op, const adam_item *items, int n, double lr, double b1,
+                        double b2, double eps, double wd, int decoupled, int maximize) {
   DLC_FN(adam) f = DLC(op, adam);
   if (!f) return -1;
-  int dev = p->storage->device;
-  return cuda_err(op, dev, f(dev, p->dtype, dl_tensor_numel(p), dp(p), dp(g), dp(m), dp(v),
-                             dp(vmax), lr, b1, b2, eps, wd, bc1, bc2_sqrt, decoupled, maximize));
+  void **ptrs = malloc(sizeof *ptrs * 5 * (size_t)n);
+  double *bc = malloc(sizeof *bc * 2 * (size_t)n);
+  int64_t *numel = malloc(sizeof *numel * (size_t)n);
+  if (!ptrs || !bc || !numel) {
+    free(ptrs);
+    free(bc);
+    free(numel);
+    return dl_err(EM_NOMEM, op, (long long)(sizeof *ptrs * 5 * (size_t)n), (long long)dl_mem_allocated());
+  }
+  void **p = ptrs, **g = ptrs + n, **m = ptrs + 2 * n, **v = ptrs + 3 * n, **vmax = ptrs + 4 * n;
+  double *bc1 = bc, *bc2 = bc + n;
+  for (int k = 0; k < n; k++) {
+    p[k] = dp(items[k].p);
+    g[k] = dp(items[k].g);
+    m[k] = dp(items[k].m);
+    v[k] = dp(items[k].v);
+    vmax[k] = items[k].vmax ? dp(items[k].vmax) : NULL;
+    bc1[k] = items[k].bc1;
+    bc2[k] = items[k].bc2_sqrt;
+    numel[k] = dl_tensor_numel(items[k].p);
+  }
+  int dev = items[0].p->storage->device;
+  int rc = cuda_err(op, dev, f(dev, items[0].p->dtype, n, p, (const void *const *)g, m, v,
+                               items[0].vmax ? vmax : NULL, numel, bc1, bc2, lr, b1, b2, eps, wd,
+                               decoupled, maximize));
+  free(ptrs);
+  free(bc);
+  free(numel);
+  return rc;
 }
 
 /* -- Attention: the CUDA kernel is still to come ---------------------------- */

@@ -298,6 +298,25 @@ DL_API int dl_adam_step(dl_tensor *p, const dl_tensor *grad,
                         dl_tensor *max_exp_avg_sq, int64_t step, double lr,
                         double beta1, double beta2, double eps,
                         double weight_decay, int decoupled, int maximize);
+/* The same steps for n parameters of one group at once (PyTorch's
+** foreach): one pass over all their elements, the same bits as a call per
+** parameter.  Each parameter's gradient is its own (.grad); parameters
+** without one are skipped, and their state entries may be NULL.  bufs
+** NULL: SGD without momentum; first[i]: the step that starts bufs[i] from
+** the gradient; max_exp_avg_sq NULL: no amsgrad; steps[i]: parameter i's
+** step count, this step included.  Errors name the parameter's 0-based
+** index in the arrays.  dl_grads_present sets mask[i] to whether params[i]
+** has a gradient and returns how many do. */
+DL_API int dl_grads_present(dl_tensor *const *params, int n, uint8_t *mask);
+DL_API int dl_sgd_step_foreach(dl_tensor *const *params, dl_tensor *const *bufs,
+                               const uint8_t *first, int n, double lr, double momentum,
+                               double dampening, double weight_decay, int nesterov,
+                               int maximize);
+DL_API int dl_adam_step_foreach(dl_tensor *const *params, dl_tensor *const *exp_avg,
+                                dl_tensor *const *exp_avg_sq, dl_tensor *const *max_exp_avg_sq,
+                                const int64_t *steps, int n, double lr, double beta1,
+                                double beta2, double eps, double weight_decay, int decoupled,
+                                int maximize);
 
 #if !defined(DL_CDEF) && defined(__cplusplus)
 }

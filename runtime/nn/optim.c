@@ -1,10 +1,16 @@
 /*
-** optim.c -- the optimizers' update rules, one fused loop per parameter:
-** SGD (momentum, dampening, Nesterov, weight decay) and Adam/AdamW
-** (amsgrad).  Arithmetic follows PyTorch 1.13's single-tensor code step by
-** step, in the parameter's dtype, so trajectories match it closely.
+** optim.c -- the optimizers' update rules as fused loops: SGD (momentum,
+** dampening, Nesterov, weight decay) and Adam/AdamW (amsgrad), for one
+** parameter or for a whole parameter group at once (PyTorch's foreach: one
+** pass of the thread pool over every parameter's elements, or on CUDA one
+** launch per 32 tensors, instead of a call per parameter from Lua).
+** Arithmetic follows PyTorch 1.13's single-tensor code step by step, in
+** the parameter's dtype, so trajectories match it closely, and both paths
+** give the same bits.
 */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "nn/nn.h"
 #include "core/simd.h"
@@ -40,6 +46,88 @@ static int check_param(const char *op, const dl_tensor *p) {
   return 0;
 }
 
+/* -- A group at once ---------------------------------------------------------- */
+
+/* "adamw: parameter 3", for a group's errors */
+static const char *item_op(char *buf, size_t cap, const char *op, int i) {
+  snprintf(buf, cap, "%s: parameter %d", op, i);
+  return buf;
+}
+
+/* The gradient of p as the kernels take it (contiguous), a new reference;
+** *none = 1 and NULL when it has none, NULL with the error set on failure. */
+static dl_tensor *grad_of(const dl_tensor *p, int *none) {
+  dl_tensor *g = dl_grad(p);
+  *none = g == NULL;
+  if (!g || dl_tensor_is_contiguous(g)) return g;
+  dl_tensor *c = dl_contiguous(g);
+  dl_tensor_release(g);
+  return c;
+}
+
+DL_API int dl_grads_present(dl_tensor *const *params, int n, uint8_t *mask) {
+  int count = 0;
+  for (int i = 0; i < n; i++) {
+    if (!params[i]) return dl_err(EM_BADVALUE, "optimizer step", "a parameter is NULL");
+    dl_tensor *g = dl_grad(params[i]);
+    mask[i] = g != NULL;
+    count += g != NULL;
+    if (g) dl_tensor_release(g);
+  }
+  return count;
+}
+
+/* Runs items of one device and dtype through that device's kernel: a group
+** of several kinds (rare: a model half on the GPU) a pass per kind, the
+** items reordered so each kind's lie together.  RUN(run, nrun) calls the
+** kernel on items [run, run + nrun). */
+#define BY_KIND(T, items, n, RUN)                                               \
+  for (int done = 0; done < (n);) {                                           \
+    int dev = (items)[done].p->storage->device, dt = (items)[done].p->dtype;  \
+    int k = done + 1;                                                         \
+    for (int j = done + 1; j < (n); j++)                                      \
+      if ((items)[j].p->storage->device == dev && (int)(items)[j].p->dtype == dt) { \
+        T tmp = (items)[k];                                                   \
+        (items)[k++] = (items)[j];                                            \
+        (items)[j] = tmp;                                                     \
+      }                                                                       \
+    const dl_device *d = device_of(op, (items)[done].p);                      \
+    if (!d || RUN((items) + done, k - done)) return -1;                       \
+    done = k;                                                                 \
+  }
+
+/* One pass of the thread pool over n items' elements end to end: item k
+** is [off[k], off[k + 1]) and runs run(ctx k, its own range). */
+typedef struct {
+  int n;
+  const int64_t *off;
+  const char *ctxs;
+  size_t ctx_size;
+  void (*run)(void *ctx, int64_t b, int64_t e);
+} multi_pass;
+
+static void multi_run(void *ctx, int64_t b, int64_t e) {
+  const multi_pass *mp = ctx;
+  int lo = 0, hi = mp->n - 1;  /* the last item starting at or before b */
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (mp->off[mid] <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  for (int k = lo; k < mp->n && mp->off[k] < e; k++) {
+    int64_t s = b > mp->off[k] ? b : mp->off[k], t = e < mp->off[k + 1] ? e : mp->off[k + 1];
+    if (s < t) mp->run((void *)(mp->ctxs + (size_t)k * mp->ctx_size), s - mp->off[k], t - mp->off[k]);
+  }
+}
+
+static int multi_for(const char *op, int n, const void *ctxs, size_t ctx_size, int64_t *off,
+                     void (*run)(void *, int64_t, int64_t)) {
+  (void)op;
+  multi_pass mp = {n, off, ctxs, ctx_size, run};
+  parallel_for(off[n], PAR_GRAIN, multi_run, &mp);
+  return 0;
+}
+
 /* -- SGD -------------------------------------------------------------------- */
 
 typedef struct {
@@ -68,6 +156,18 @@ typedef struct {
 HOT static void sgd_f32(void *ctx, int64_t b, int64_t e) { const sgd_ctx *c = ctx; SGD_BODY(float) }
 HOT static void sgd_f64(void *ctx, int64_t b, int64_t e) { const sgd_ctx *c = ctx; SGD_BODY(double) }
 
+static int sgd_items(const char *op, sgd_item *items, int n, double lr, double momentum,
+                     double dampening, double wd, int nesterov, int maximize) {
+  for (int i = 0; i < n; i++) {
+    tensor_bump_version(items[i].p);
+    if (items[i].buf) tensor_bump_version(items[i].buf);
+  }
+#define SGD_RUN(run, nrun) d->sgd(op, run, nrun, lr, momentum, dampening, wd, nesterov, maximize)
+  BY_KIND(sgd_item, items, n, SGD_RUN)
+#undef SGD_RUN
+  return 0;
+}
+
 DL_API int dl_sgd_step(dl_tensor *p, const dl_tensor *grad, dl_tensor *buf,
                        double lr, double momentum, double dampening,
                        double weight_decay, int nesterov, int first,
@@ -76,23 +176,66 @@ DL_API int dl_sgd_step(dl_tensor *p, const dl_tensor *grad, dl_tensor *buf,
   if (check_param(op, p) || check_state(op, p, grad, "grad") ||
       (buf && check_state(op, p, buf, "momentum_buffer")))
     return -1;
-  const dl_device *d = device_of(op, p);
-  if (!d) return -1;
-  tensor_bump_version(p);
-  if (buf) tensor_bump_version(buf);
-  return d->sgd(op, p, grad, buf, lr, momentum, dampening, weight_decay, nesterov, first,
-                maximize);
+  sgd_item it = {p, buf, grad, first};
+  return sgd_items(op, &it, 1, lr, momentum, dampening, weight_decay, nesterov, maximize);
 }
 
-/* The CPU's fused step (core/device.h), over contiguous tensors. */
-DL_HIDDEN int cpu_sgd(const char *op, dl_tensor *p, const dl_tensor *g, dl_tensor *buf,
-                      double lr, double momentum, double dampening, double wd, int nesterov,
-                      int first, int maximize) {
-  (void)op;
-  sgd_ctx c = {tensor_first(p), tensor_first(g), buf ? tensor_first(buf) : NULL,
-               lr, momentum, dampening, wd, nesterov, first, maximize};
-  parallel_for(dl_tensor_numel(p), PAR_GRAIN, p->dtype == DL_FLOAT32 ? sgd_f32 : sgd_f64, &c);
-  return 0;
+DL_API int dl_sgd_step_foreach(dl_tensor *const *params, dl_tensor *const *bufs,
+                               const uint8_t *first, int n, double lr, double momentum,
+                               double dampening, double weight_decay, int nesterov,
+                               int maximize) {
+  const char *op = "sgd";
+  if (n <= 0) return 0;
+  sgd_item *items = calloc((size_t)n, sizeof *items);
+  if (!items) return dl_err(EM_NOMEM, op, (long long)(n * sizeof *items), (long long)dl_mem_allocated());
+  int m = 0, rc = -1;
+  char ob[96];
+  for (int i = 0; i < n; i++) {
+    if (!params[i]) {
+      dl_err(EM_BADVALUE, op, "a parameter is NULL");
+      goto out;
+    }
+    int none;
+    dl_tensor *g = grad_of(params[i], &none);
+    if (none) continue;
+    if (!g) goto out;
+    items[m++] = (sgd_item){params[i], bufs ? bufs[i] : NULL, g, first ? first[i] : 0};
+    const char *iop = item_op(ob, sizeof ob, op, i);
+    if (check_param(iop, params[i]) || check_state(iop, params[i], g, "grad")) goto out;
+    if (bufs && !bufs[i]) {
+      dl_err(EM_BADVALUE, iop, "has a gradient but no momentum_buffer");
+      goto out;
+    }
+    if (bufs && check_state(iop, params[i], bufs[i], "momentum_buffer")) goto out;
+  }
+  rc = sgd_items(op, items, m, lr, momentum, dampening, weight_decay, nesterov, maximize);
+out:
+  for (int i = 0; i < m; i++) dl_tensor_release((dl_tensor *)items[i].g);
+  free(items);
+  return rc;
+}
+
+/* The CPU's fused step (core/device.h): one pass over every item. */
+DL_HIDDEN int cpu_sgd(const char *op, const sgd_item *items, int n, double lr, double momentum,
+                      double dampening, double wd, int nesterov, int maximize) {
+  sgd_ctx *cs = malloc(sizeof *cs * (size_t)n);
+  int64_t *off = malloc(sizeof *off * (size_t)(n + 1));
+  if (!cs || !off) {
+    free(cs);
+    free(off);
+    return dl_err(EM_NOMEM, op, (long long)(sizeof *cs * (size_t)n), (long long)dl_mem_allocated());
+  }
+  off[0] = 0;
+  for (int k = 0; k < n; k++) {
+    const sgd_item *it = &items[k];
+    cs[k] = (sgd_ctx){tensor_first(it->p), tensor_first(it->g), it->buf ? tensor_first(it->buf) : NULL,
+                      lr, momentum, dampening, wd, nesterov, it->first, maximize};
+    off[k + 1] = off[k] + dl_tensor_numel(it->p);
+  }
+  int rc = multi_for(op, n, cs, sizeof *cs, off, items[0].p->dtype == DL_FLOAT32 ? sgd_f32 : sgd_f64);
+  free(cs);
+  free(off);
+  return rc;
 }
 
 /* -- Adam and AdamW ---------------------------------------------------------- */
@@ -143,6 +286,24 @@ typedef struct {
 HOT static void adam_f32(void *ctx, int64_t b, int64_t e) { const adam_ctx *c = ctx; ADAM_BODY(float, sqrtf) }
 HOT static void adam_f64(void *ctx, int64_t b, int64_t e) { const adam_ctx *c = ctx; ADAM_BODY(double, sqrt) }
 
+static int adam_items(const char *op, adam_item *items, int n, double lr, double beta1,
+                      double beta2, double eps, double wd, int decoupled, int maximize) {
+  for (int i = 0; i < n; i++) {
+    dl_tensor *bump[4] = {items[i].p, items[i].m, items[i].v, items[i].vmax};
+    for (int j = 0; j < 4; j++)
+      if (bump[j]) tensor_bump_version(bump[j]);
+  }
+#define ADAM_RUN(run, nrun) d->adam(op, run, nrun, lr, beta1, beta2, eps, wd, decoupled, maximize)
+  BY_KIND(adam_item, items, n, ADAM_RUN)
+#undef ADAM_RUN
+  return 0;
+}
+
+static void bias_corrections(adam_item *it, int64_t step, double beta1, double beta2) {
+  it->bc1 = 1 - pow(beta1, (double)step);
+  it->bc2_sqrt = sqrt(1 - pow(beta2, (double)step));
+}
+
 DL_API int dl_adam_step(dl_tensor *p, const dl_tensor *grad, dl_tensor *exp_avg,
                         dl_tensor *exp_avg_sq, dl_tensor *max_exp_avg_sq,
                         int64_t step, double lr, double beta1, double beta2,
@@ -154,25 +315,75 @@ DL_API int dl_adam_step(dl_tensor *p, const dl_tensor *grad, dl_tensor *exp_avg,
       (max_exp_avg_sq && check_state(op, p, max_exp_avg_sq, "max_exp_avg_sq")))
     return -1;
   if (step < 1) return dl_err(EM_BADVALUE, op, "step must be >= 1");
-  const dl_device *d = device_of(op, p);
-  if (!d) return -1;
-  dl_tensor *bump[4] = {p, exp_avg, exp_avg_sq, max_exp_avg_sq};
-  for (int i = 0; i < 4; i++)
-    if (bump[i]) tensor_bump_version(bump[i]);
-  return d->adam(op, p, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
-                 weight_decay, 1 - pow(beta1, (double)step), sqrt(1 - pow(beta2, (double)step)),
-                 decoupled, maximize);
+  adam_item it = {p, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, 0, 0};
+  bias_corrections(&it, step, beta1, beta2);
+  return adam_items(op, &it, 1, lr, beta1, beta2, eps, weight_decay, decoupled, maximize);
 }
 
-/* The CPU's fused step (core/device.h), over contiguous tensors. */
-DL_HIDDEN int cpu_adam(const char *op, dl_tensor *p, const dl_tensor *g, dl_tensor *m,
-                       dl_tensor *v, dl_tensor *vmax, double lr, double b1, double b2,
-                       double eps, double wd, double bc1, double bc2_sqrt, int decoupled,
-                       int maximize) {
-  (void)op;
-  adam_ctx c = {tensor_first(p), tensor_first(g), tensor_first(m), tensor_first(v),
-                vmax ? tensor_first(vmax) : NULL, lr, b1, b2, eps, wd, bc1, bc2_sqrt,
-                decoupled, maximize};
-  parallel_for(dl_tensor_numel(p), PAR_GRAIN, p->dtype == DL_FLOAT32 ? adam_f32 : adam_f64, &c);
-  return 0;
+DL_API int dl_adam_step_foreach(dl_tensor *const *params, dl_tensor *const *exp_avg,
+                                dl_tensor *const *exp_avg_sq, dl_tensor *const *max_exp_avg_sq,
+                                const int64_t *steps, int n, double lr, double beta1,
+                                double beta2, double eps, double weight_decay, int decoupled,
+                                int maximize) {
+  const char *op = decoupled ? "adamw" : "adam";
+  if (n <= 0) return 0;
+  adam_item *items = calloc((size_t)n, sizeof *items);
+  if (!items) return dl_err(EM_NOMEM, op, (long long)(n * sizeof *items), (long long)dl_mem_allocated());
+  int m = 0, rc = -1;
+  char ob[96];
+  for (int i = 0; i < n; i++) {
+    if (!params[i]) {
+      dl_err(EM_BADVALUE, op, "a parameter is NULL");
+      goto out;
+    }
+    int none;
+    dl_tensor *g = grad_of(params[i], &none);
+    if (none) continue;
+    if (!g) goto out;
+    items[m++] = (adam_item){params[i], exp_avg[i], exp_avg_sq[i], max_exp_avg_sq ? max_exp_avg_sq[i] : NULL, g, 0, 0};
+    const char *iop = item_op(ob, sizeof ob, op, i);
+    if (check_param(iop, params[i]) || check_state(iop, params[i], g, "grad")) goto out;
+    if (!exp_avg[i] || !exp_avg_sq[i] || (max_exp_avg_sq && !max_exp_avg_sq[i])) {
+      dl_err(EM_BADVALUE, iop, "has a gradient but no exp_avg, exp_avg_sq or max_exp_avg_sq");
+      goto out;
+    }
+    if (check_state(iop, params[i], exp_avg[i], "exp_avg") ||
+        check_state(iop, params[i], exp_avg_sq[i], "exp_avg_sq") ||
+        (max_exp_avg_sq && check_state(iop, params[i], max_exp_avg_sq[i], "max_exp_avg_sq")))
+      goto out;
+    if (steps[i] < 1) {
+      dl_err(EM_BADVALUE, iop, "step must be >= 1");
+      goto out;
+    }
+    bias_corrections(&items[m - 1], steps[i], beta1, beta2);
+  }
+  rc = adam_items(op, items, m, lr, beta1, beta2, eps, weight_decay, decoupled, maximize);
+out:
+  for (int i = 0; i < m; i++) dl_tensor_release((dl_tensor *)items[i].g);
+  free(items);
+  return rc;
+}
+
+/* The CPU's fused step (core/device.h): one pass over every item. */
+DL_HIDDEN int cpu_adam(const char *op, const adam_item *items, int n, double lr, double b1,
+                       double b2, double eps, double wd, int decoupled, int maximize) {
+  adam_ctx *cs = malloc(sizeof *cs * (size_t)n);
+  int64_t *off = malloc(sizeof *off * (size_t)(n + 1));
+  if (!cs || !off) {
+    free(cs);
+    free(off);
+    return dl_err(EM_NOMEM, op, (long long)(sizeof *cs * (size_t)n), (long long)dl_mem_allocated());
+  }
+  off[0] = 0;
+  for (int k = 0; k < n; k++) {
+    const adam_item *it = &items[k];
+    cs[k] = (adam_ctx){tensor_first(it->p), tensor_first(it->g), tensor_first(it->m), tensor_first(it->v),
+                       it->vmax ? tensor_first(it->vmax) : NULL, lr, b1, b2, eps, wd, it->bc1, it->bc2_sqrt,
+                       decoupled, maximize};
+    off[k + 1] = off[k] + dl_tensor_numel(it->p);
+  }
+  int rc = multi_for(op, n, cs, sizeof *cs, off, items[0].p->dtype == DL_FLOAT32 ? adam_f32 : adam_f64);
+  free(cs);
+  free(off);
+  return rc;
 }

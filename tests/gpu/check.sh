@@ -383,6 +383,24 @@ else
   else row memory_summary_cuda FAIL "exit $rc${sum:+, ${sum% :*}}: $(printf '%s\n' "$out" | grep -m1 -E '\.lua:[0-9]+:' | cut -c1-120)"; fi
 fi
 
+# The optimizers' group-at-once steps on the device (tests/cuda/optim_spec.lua,
+# also in the specs above): SGD and AdamW over 40 tensors in one launch per
+# 32 (runtime/cuda/kernels/optim.cu), the same bits as a launch per tensor.
+section "optim_foreach_cuda"
+if [ "$HAVE_GPU" != 1 ]; then
+  row optim_foreach_cuda SKIP "no GPU"
+else
+  if command -v busted >/dev/null; then
+    out=$(run_limited 120 busted --lua=luajit tests/cuda/optim_spec.lua 2>&1)
+  else
+    out=$(run_limited 120 "$BUILD/ddplua" tests/gpu/mini_busted.lua tests/cuda/optim_spec.lua 2>&1)
+  fi
+  rc=$?
+  sum=$(summary "$out")
+  if [ "$rc" -eq 0 ] && [ -n "$sum" ]; then row optim_foreach_cuda PASS "${sum% :*}"
+  else row optim_foreach_cuda FAIL "exit $rc${sum:+, ${sum% :*}}: $(printf '%s\n' "$out" | grep -m1 -E '\.lua:[0-9]+:' | cut -c1-120)"; fi
+fi
+
 # A Fashion-MNIST directory: the system's, else the staged test split, as
 # both splits (a copy made here: links do not travel in the bundle).
 fm_data() {

@@ -1,10 +1,12 @@
--- ddp.optim: SGD, Adam and AdamW (each step one fused C loop per
+-- ddp.optim: SGD, Adam and AdamW (each group's step one fused C call over
+-- all its parameters, ddp.optim.foreach; foreach = false: a call per
 -- parameter) over the Optimizer base, and the learning-rate schedulers
 -- (ddp.optim.lr_scheduler), with state_dicts laid out as PyTorch's
 -- ({state = {[0] = {...}}, param_groups = {{lr = ..., params = {0, 1}}}}).
 local core = require "ddp.core"
 local factory = require "ddp.tensor.factory"
 local base = require "ddp.optim.optimizer"
+local foreach = require "ddp.optim.foreach"
 local C = core.C
 local check, raise = core.check, core.raise
 local Optimizer, setup = base.Optimizer, base.setup
@@ -19,13 +21,16 @@ optim.SGD = core.class("SGD", Optimizer)
 
 function optim.SGD:init(params, opts)
   setup(self, "SGD", params,
-    { lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false, maximize = false }, opts)
+    { lr = 1e-3, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false, maximize = false,
+      foreach = true }, opts)
   if self.defaults.nesterov and (self.defaults.momentum <= 0 or self.defaults.dampening ~= 0) then
     raise("SGD: nesterov needs momentum > 0 and dampening 0")
   end
 end
 
 optim.SGD.state_fields = { momentum_buffer = "tensor" }
+
+function optim.SGD:step_group(g, idx0) foreach.sgd(self, g, idx0) end
 
 function optim.SGD:update(p, grad, st, g)
   local buf, first = nil, 0
@@ -46,7 +51,8 @@ local function adam_class(name, decoupled, wd)
   local cls = core.class(name, Optimizer)
   function cls:init(params, opts)
     setup(self, name, params,
-      { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = wd, amsgrad = false, maximize = false }, opts)
+      { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = wd, amsgrad = false, maximize = false,
+        foreach = true }, opts)
     local b = self.defaults.betas
     if type(b) ~= "table" or not (b[1] >= 0 and b[1] < 1 and b[2] >= 0 and b[2] < 1) then
       raise(name .. ": betas must be a table {beta1, beta2} with values in [0, 1)")
@@ -58,6 +64,7 @@ local function adam_class(name, decoupled, wd)
     if group.amsgrad then r[4] = "max_exp_avg_sq" end
     return r
   end
+  function cls:step_group(g, idx0) foreach.adam(self, g, idx0, decoupled) end
   function cls:update(p, grad, st, g)
     if not st.step then
       st.step = 0

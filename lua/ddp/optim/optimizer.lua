@@ -99,12 +99,22 @@ function Optimizer:step(closure)
   local loss = closure and autograd.enable_grad(closure) or nil
   local t0, c0 = steps.mark()  -- a closure's forward and backward are theirs, not the optimizer's
   autograd.no_grad(function()
-    for idx, p, g in self:each() do
-      local grad = p.grad
-      if grad then
-        self.state[idx] = self.state[idx] or {}
-        self:update(p, grad, self.state[idx], g)
+    local idx0 = 0
+    for _, g in ipairs(self.param_groups) do
+      if self.step_group and g.foreach ~= false then
+        -- the whole group in one C call (ddp.optim.foreach)
+        self:step_group(g, idx0)
+      else
+        for i, p in ipairs(g.params) do
+          local grad = p.grad
+          if grad then
+            local idx = idx0 + i - 1
+            self.state[idx] = self.state[idx] or {}
+            self:update(p, grad, self.state[idx], g)
+          end
+        end
       end
+      idx0 = idx0 + #g.params
     end
   end)
   steps.optimizer(self, t0, c0)  -- the first optimizer to step ends each step
