@@ -180,6 +180,14 @@ DL_API int dl_sgd_step(dl_tensor *p, const dl_tensor *grad, dl_tensor *buf,
   return sgd_items(op, &it, 1, lr, momentum, dampening, weight_decay, nesterov, maximize);
 }
 
+/* An item's checks; op names it in the error (formatted only on failure:
+** a step checks every parameter). */
+static int sgd_check(const char *op, const sgd_item *it, int momentum) {
+  if (check_param(op, it->p) || check_state(op, it->p, it->g, "grad")) return -1;
+  if (momentum && !it->buf) return dl_err(EM_BADVALUE, op, "has a gradient but no momentum_buffer");
+  return momentum ? check_state(op, it->p, it->buf, "momentum_buffer") : 0;
+}
+
 DL_API int dl_sgd_step_foreach(dl_tensor *const *params, dl_tensor *const *bufs,
                                const uint8_t *first, int n, double lr, double momentum,
                                double dampening, double weight_decay, int nesterov,
@@ -200,13 +208,10 @@ DL_API int dl_sgd_step_foreach(dl_tensor *const *params, dl_tensor *const *bufs,
     if (none) continue;
     if (!g) goto out;
     items[m++] = (sgd_item){params[i], bufs ? bufs[i] : NULL, g, first ? first[i] : 0};
-    const char *iop = item_op(ob, sizeof ob, op, i);
-    if (check_param(iop, params[i]) || check_state(iop, params[i], g, "grad")) goto out;
-    if (bufs && !bufs[i]) {
-      dl_err(EM_BADVALUE, iop, "has a gradient but no momentum_buffer");
+    if (sgd_check(op, &items[m - 1], bufs != NULL)) {
+      sgd_check(item_op(ob, sizeof ob, op, i), &items[m - 1], bufs != NULL);  /* the message, naming it */
       goto out;
     }
-    if (bufs && check_state(iop, params[i], bufs[i], "momentum_buffer")) goto out;
   }
   rc = sgd_items(op, items, m, lr, momentum, dampening, weight_decay, nesterov, maximize);
 out:
@@ -320,6 +325,17 @@ DL_API int dl_adam_step(dl_tensor *p, const dl_tensor *grad, dl_tensor *exp_avg,
   return adam_items(op, &it, 1, lr, beta1, beta2, eps, weight_decay, decoupled, maximize);
 }
 
+/* An item's checks; op names it in the error (formatted only on failure). */
+static int adam_check(const char *op, const adam_item *it, int amsgrad, int64_t step) {
+  if (check_param(op, it->p) || check_state(op, it->p, it->g, "grad")) return -1;
+  if (!it->m || !it->v || (amsgrad && !it->vmax))
+    return dl_err(EM_BADVALUE, op, "has a gradient but no exp_avg, exp_avg_sq or max_exp_avg_sq");
+  if (check_state(op, it->p, it->m, "exp_avg") || check_state(op, it->p, it->v, "exp_avg_sq") ||
+      (amsgrad && check_state(op, it->p, it->vmax, "max_exp_avg_sq")))
+    return -1;
+  return step < 1 ? dl_err(EM_BADVALUE, op, "step must be >= 1") : 0;
+}
+
 DL_API int dl_adam_step_foreach(dl_tensor *const *params, dl_tensor *const *exp_avg,
                                 dl_tensor *const *exp_avg_sq, dl_tensor *const *max_exp_avg_sq,
                                 const int64_t *steps, int n, double lr, double beta1,
@@ -330,6 +346,7 @@ DL_API int dl_adam_step_foreach(dl_tensor *const *params, dl_tensor *const *exp_
   adam_item *items = calloc((size_t)n, sizeof *items);
   if (!items) return dl_err(EM_NOMEM, op, (long long)(n * sizeof *items), (long long)dl_mem_allocated());
   int m = 0, rc = -1;
+  int64_t last_step = 0;
   char ob[96];
   for (int i = 0; i < n; i++) {
     if (!params[i]) {
@@ -340,22 +357,16 @@ DL_API int dl_adam_step_foreach(dl_tensor *const *params, dl_tensor *const *exp_
     dl_tensor *g = grad_of(params[i], &none);
     if (none) continue;
     if (!g) goto out;
-    items[m++] = (adam_item){params[i], exp_avg[i], exp_avg_sq[i], max_exp_avg_sq ? max_exp_avg_sq[i] : NULL, g, 0, 0};
-    const char *iop = item_op(ob, sizeof ob, op, i);
-    if (check_param(iop, params[i]) || check_state(iop, params[i], g, "grad")) goto out;
-    if (!exp_avg[i] || !exp_avg_sq[i] || (max_exp_avg_sq && !max_exp_avg_sq[i])) {
-      dl_err(EM_BADVALUE, iop, "has a gradient but no exp_avg, exp_avg_sq or max_exp_avg_sq");
+    adam_item *it = &items[m++];
+    *it = (adam_item){params[i], exp_avg[i], exp_avg_sq[i], max_exp_avg_sq ? max_exp_avg_sq[i] : NULL, g, 0, 0};
+    if (adam_check(op, it, max_exp_avg_sq != NULL, steps[i])) {
+      adam_check(item_op(ob, sizeof ob, op, i), it, max_exp_avg_sq != NULL, steps[i]);  /* naming it */
       goto out;
     }
-    if (check_state(iop, params[i], exp_avg[i], "exp_avg") ||
-        check_state(iop, params[i], exp_avg_sq[i], "exp_avg_sq") ||
-        (max_exp_avg_sq && check_state(iop, params[i], max_exp_avg_sq[i], "max_exp_avg_sq")))
-      goto out;
-    if (steps[i] < 1) {
-      dl_err(EM_BADVALUE, iop, "step must be >= 1");
-      goto out;
-    }
-    bias_corrections(&items[m - 1], steps[i], beta1, beta2);
+    /* the parameters of a group mostly share their step count */
+    if (m > 1 && steps[i] == last_step) it->bc1 = items[m - 2].bc1, it->bc2_sqrt = items[m - 2].bc2_sqrt;
+    else bias_corrections(it, steps[i], beta1, beta2);
+    last_step = steps[i];
   }
   rc = adam_items(op, items, m, lr, beta1, beta2, eps, weight_decay, decoupled, maximize);
 out:

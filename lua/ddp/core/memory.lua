@@ -122,9 +122,16 @@ local function end_window(dev, index, made)
   w.start = live
 end
 
--- Called at the end of each optimizer step (ddp.core.steps).
+-- Called at the end of each optimizer step (ddp.core.steps).  Which
+-- gradients a step made is looked at in the first 8 steps and every 16th
+-- after (a look costs ~0.08 us a parameter): whether a loop makes new
+-- ones (zero_grad's set_to_none) or keeps them (DDP's buckets, no
+-- set_to_none) does not change from step to step.
+local n_ends, made_last = 0, {}
 function M.step_end()
-  local made = new_gradients()
+  n_ends = n_ends + 1
+  if n_ends <= 8 or n_ends % 16 == 0 then made_last = new_gradients() end
+  local made = made_last
   end_window(CPU, nil, made)
   if cuda_n == nil then cuda_n = C.dl_cuda_device_count() end
   for i = 0, cuda_n - 1 do end_window("cuda:" .. i, i, made) end
