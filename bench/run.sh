@@ -20,17 +20,26 @@ cd "$(dirname "$0")/.."
 out=bench/out
 mkdir -p "$out"
 ROUNDS=${ROUNDS:-3}
-# Debian's python3, which has python3-torch (1.13); BENCH_PYTHON names
-# another, e.g. a virtual environment's python with PyTorch from PyPI
-PY=${BENCH_PYTHON:-/usr/bin/python3}
-if [ -n "${BENCH_PYTHON:-}" ] && ! $PY -c 'import torch' 2>/dev/null; then
-  echo "bench: $PY has no torch"; exit 1
+# The PyTorch a user would pick today: the current torch from PyPI, in the
+# cached virtual environment scripts/py-venv.sh makes on demand (never in
+# the system's Python); BENCH_PYTHON names another python.  Where PyPI
+# cannot be reached, Debian's python3-torch (1.13, older than anyone would
+# start with now) is the fallback, said so in the header.
+PY_NOTE="PyPI, $HOME/.cache/ddplua/venv"
+if [ -n "${BENCH_PYTHON:-}" ]; then
+  PY=$BENCH_PYTHON PY_NOTE="BENCH_PYTHON"
+  if ! $PY -c 'import torch' 2>/dev/null; then echo "bench: $PY has no torch"; exit 1; fi
+elif ! PY=$(bash scripts/py-venv.sh 2>"$out/venv.err"); then
+  echo "bench: no PyTorch from PyPI ($(tail -n1 "$out/venv.err")); Debian's python3-torch instead, as a fallback"
+  PY=/usr/bin/python3 PY_NOTE="Debian's python3-torch: a fallback, PyPI unreachable"
+  if ! $PY -c 'import torch' 2>/dev/null; then
+    echo "bench: Debian's python3-torch is missing; installing it"
+    sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo
+    $sudo apt-get install -y -qq python3-torch >/dev/null
+  fi
 fi
-if ! $PY -c 'import torch' 2>/dev/null; then
-  echo "bench: Debian's python3-torch is missing; installing it"
-  sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo
-  $sudo apt-get install -y -qq python3-torch >/dev/null
-fi
+TORCH_V=$($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)
+DDPLUA_V=$(build/ddplua -v 2>&1 | head -n1)
 # Both sides get the OpenBLAS kernels ddplua picks (OPENBLAS_CORETYPE: where
 # Debian's OpenBLAS does not know the CPU it falls back to SSE3 kernels,
 # which PyTorch's matrix products, through the same OpenBLAS, would suffer
@@ -41,7 +50,7 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
 fi
 . bench/machine.sh
 bench_machine "$(free -g | awk '/Mem:/{print $2}') GiB"
-echo "torch $($PY -c 'import torch; print(torch.__version__)'), $(build/ddplua -v 2>&1 | head -n1), median of $ROUNDS alternating rounds, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
+echo "torch $TORCH_V ($PY_NOTE), $DDPLUA_V, median of $ROUNDS alternating rounds, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
 
 # median of column 2 per op (column 1) over the files given
 median() {
@@ -51,7 +60,7 @@ median() {
             printf "%s\t%s\t%s\n", k[i], a[int((m + 1) / 2)], u[k[i]] } }' "$@"
 }
 
-for bench in ${BENCHES:-tensor_ops train_mlp train_cnn train_gpt train_gpt_fused allreduce train_ddp train_cnn_ddp train_gpt_ddp startup data_images}; do
+for bench in ${BENCHES:-tensor_ops train_mlp train_cnn train_gpt train_gpt_fused train_gpt_compile allreduce train_ddp train_cnn_ddp train_gpt_ddp startup data_images}; do
   # the twins' commands ($t: threads per process) and the thread counts
   case $bench in
     allreduce)
@@ -73,6 +82,12 @@ for bench in ${BENCHES:-tensor_ops train_mlp train_cnn train_gpt train_gpt_fused
     train_gpt_fused)
       threads="1 2" what=""
       lua="GPT_FUSED=1 build/ddplua bench/train_gpt.lua \$t" py="GPT_FUSED=1 $PY bench/train_gpt.py \$t" ;;
+    train_gpt_compile)
+      # ddplua's GPT as it runs by default (fused attention) against
+      # torch.compile of the same fused twin (torch >= 2.0; 1.13's side fails)
+      threads="1 2" what=""
+      lua="GPT_FUSED=1 build/ddplua bench/train_gpt.lua \$t"
+      py="GPT_FUSED=1 GPT_COMPILE=1 $PY bench/train_gpt.py \$t" ;;
     data_images)
       # the JPEGs both sides decode, written once by PIL
       $PY bench/data_images.py --make || echo "bench: data_images.py --make failed"
@@ -100,8 +115,8 @@ for bench in ${BENCHES:-tensor_ops train_mlp train_cnn train_gpt train_gpt_fused
       median $(seq -f "$out/$bench.$side.$t.%g" "$ROUNDS") >"$out/$bench.$side.$t"
     done
     echo
-    echo "== $bench, ${what:-$t thread(s)}"
-    printf '%-24s %12s %12s %8s  %s\n' op ddplua pytorch ratio unit
+    echo "== $bench, ${what:-$t thread(s)}: $DDPLUA_V against torch $TORCH_V"
+    printf '%-24s %12s %12s %8s  %s\n' op ddplua "torch $TORCH_V" ratio unit
     paste "$out/$bench.lua.$t" "$out/$bench.py.$t" |
       awk -F'\t' 'function f(v) { return sprintf(v > 0 && v < 0.1 ? "%.3g" : "%.2f", v) }
         $3 ~ /\(info\)$/ { printf "%-24s %12s %12s %8s  %s\n", $1, f($2), f($5), "-", $3; next }

@@ -2,7 +2,8 @@
 byte-level GPT (2 pre-LN blocks, n_embd 176, 4 heads, context 64, batch
 32, 849,728 parameters; attention from matmul, masked_fill and softmax, as
 torch 1.13 has no scaled_dot_product_attention; AdamW with weight decay on
-the matrices, clip_grad_norm 1.0).
+the matrices, clip_grad_norm 1.0).  GPT_FUSED=1: torch's
+scaled_dot_product_attention; GPT_COMPILE=1: torch.compile(model).
 
     /usr/bin/python3 bench/train_gpt.py THREADS [STEPS]        one process
     /usr/bin/python3 bench/torchrun.py --nproc_per_node 2 bench/train_gpt.py 1 [STEPS]   DDP (gloo)
@@ -51,6 +52,14 @@ model = GPT({"vocab_size": 256, "block_size": T, "n_layer": 2, "n_head": 4, "n_e
 nparams = sum(p.numel() for p in model.parameters())
 if world > 1:
     model = nn.parallel.DistributedDataParallel(model)
+# GPT_COMPILE=1 (make bench's train_gpt_compile): torch.compile's inductor
+# on the forward (and so its backward), compiled in the warm-up steps;
+# torch 1.13 has no torch.compile
+fwd = model
+if os.environ.get("GPT_COMPILE") == "1":
+    if not hasattr(torch, "compile"):
+        sys.exit("train_gpt.py: torch %s has no torch.compile" % torch.__version__)
+    fwd = torch.compile(model)
 decay = [p for p in model.parameters() if p.dim() >= 2]
 no_decay = [p for p in model.parameters() if p.dim() < 2]
 opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -60,7 +69,7 @@ opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_d
 def step(k):
     x, y = batch(k)
     opt.zero_grad()
-    _, loss = model(x, y)
+    _, loss = fwd(x, y)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
