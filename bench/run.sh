@@ -116,11 +116,11 @@ for bench in ${BENCHES:-tensor_ops train_mlp train_cnn train_gpt train_gpt_fused
     done
     echo
     echo "== $bench, ${what:-$t thread(s)}: $DDPLUA_V against torch $TORCH_V"
-    printf '%-24s %12s %12s %8s  %s\n' op ddplua "torch $TORCH_V" ratio unit
+    printf '%-24s %12s %20s %8s  %s\n' op ddplua "torch $TORCH_V" ratio unit
     paste "$out/$bench.lua.$t" "$out/$bench.py.$t" |
       awk -F'\t' 'function f(v) { return sprintf(v > 0 && v < 0.1 ? "%.3g" : "%.2f", v) }
-        $3 ~ /\(info\)$/ { printf "%-24s %12s %12s %8s  %s\n", $1, f($2), f($5), "-", $3; next }
+        $3 ~ /\(info\)$/ { printf "%-24s %12s %20s %8s  %s\n", $1, f($2), f($5), "-", $3; next }
         { r = $3 ~ /^(us|ms|s)$/ ? ($2 > 0 ? $5 / $2 : 0) : ($5 > 0 ? $2 / $5 : 0)
-          printf "%-24s %12s %12s %7.2fx  %s\n", $1, f($2), f($5), r, $3 }'
+          printf "%-24s %12s %20s %7.2fx  %s\n", $1, f($2), f($5), r, $3 }'
   done
 done

@@ -521,7 +521,8 @@ static void cli_version(void) {
   print_choice("conv", "DDPLUA_CONV", "im2col", "im2col + BLAS",
                "for float32 with 16+ input channels, else im2col + BLAS");
   print_choice("gemm", "DDPLUA_GEMM", "openblas", "OpenBLAS",
-               "for float32 products of 2^20+ multiply-adds at one thread, else OpenBLAS");
+               "for float32 products of 2^20+ multiply-adds (at more than one thread: of 512+ "
+               "rows or a reduction of 2048+), else OpenBLAS");
   fflush(stdout);
 }
 

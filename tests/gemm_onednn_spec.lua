@@ -1,5 +1,7 @@
 -- float32 matrix products on the CPU through oneDNN's sgemm
--- (runtime/ops/linalg.c: products of 2^20+ multiply-adds at one thread),
+-- (runtime/ops/linalg.c: products of 2^20+ multiply-adds at one thread;
+-- at two, those of 512+ rows or a reduction of 2048+, on OpenMP threads
+-- that a forked child must not wait for),
 -- against float64 and against OpenBLAS (DDPLUA_GEMM=openblas, in a ddplua
 -- process): every transposition, strided operands, addmm's alpha and beta,
 -- batched and broadcast products, an output block full of NaN garbage,
@@ -80,5 +82,46 @@ describe("float32 matmul through oneDNN's sgemm at one thread", function()
     local q = shell.q(shell.ddplua)
     assert.matches("\ngemm: oneDNN %d+%.%d+%.%d+ for float32 products", shell.sh("env -u DDPLUA_GEMM " .. q .. " -v"))
     assert.matches("\ngemm: OpenBLAS %(DDPLUA_GEMM=openblas%)", shell.sh("DDPLUA_GEMM=openblas " .. q .. " -v"))
+  end)
+end)
+
+describe("float32 matmul through oneDNN's sgemm at two threads", function()
+  local threads
+  setup(function() threads = ddp.get_num_threads(); ddp.set_num_threads(2) end)
+  teardown(function() ddp.set_num_threads(threads) end)
+
+  it("agrees with float64 on a GPT's shapes: many rows, long reductions, transposed", function()
+    ddp.manual_seed(7)
+    for _, c in ipairs { { 2048, 176, 528, false, true }, { 176, 2048, 528, true, false },
+                         { 700, 300, 90, false, false }, { 64, 2048, 100, false, true } } do
+      local m, k, n, ta, tb = c[1], c[2], c[3], c[4], c[5]
+      local a = ta and ddp.randn(k, m):t() or ddp.randn(m, k)
+      local b = tb and ddp.randn(n, k):t() or ddp.randn(k, n)
+      close(a:matmul(b), a:double():matmul(b:double()), ("%dx%dx%d"):format(m, k, n))
+    end
+  end)
+
+  it("leaves a forked child able to multiply (the parent's OpenMP team is gone there)", function()
+    local script = [[
+      local ffi = require "ffi"
+      ffi.cdef "int fork(void); int waitpid(int, int *, int); void _exit(int);"
+      local ddp = require "ddp"
+      ddp.set_num_threads(2)
+      local a = ddp.randn(1024, 512)
+      local s = a:matmul(a:t()):sum():item()  -- 1024 rows: oneDNN on a team of 2
+      local pid = ffi.C.fork()
+      if pid == 0 then
+        local z = a:matmul(a:t()):sum():item()
+        io.write(z == s and "child same\n" or "child differs\n")
+        io.flush()
+        ffi.C._exit(0)
+      end
+      local st = ffi.new("int[1]")
+      ffi.C.waitpid(pid, st, 0)
+      io.write("parent done\n")]]
+    local file = shell.q(shell.tempfile(script))
+    local out = shell.sh("env -u DDPLUA_GEMM timeout 60 " .. shell.q(shell.ddplua) .. " " .. file .. " 2>&1; echo rc $?")
+    assert.truthy(out:find("child", 1, true), "the child hung or died: " .. out)
+    assert.truthy(out:find("parent done", 1, true) and out:find("rc 0", 1, true), out)
   end)
 end)

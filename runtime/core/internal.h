@@ -5,6 +5,7 @@
 #ifndef DL_INTERNAL_H
 #define DL_INTERNAL_H
 
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stddef.h>
@@ -199,6 +200,18 @@ DL_HIDDEN void parallel_for(int64_t n, int64_t grain, par_fn fn, void *ctx);
 ** the pool stays the training loop's). */
 DL_HIDDEN void threads_serial_here(void);
 DL_HIDDEN int parallel_threads(void);
+/* Nonzero in a child forked from this process (a loader worker): OpenMP's
+** team of the parent did not survive, and a parallel region would hang. */
+DL_HIDDEN int threads_forked(void);
+/* Around every call into oneDNN (sgemm, conv): SIGPROF held on the calling
+** thread, *old its mask before, for signals_restore.  LuaJIT's profiler
+** (jit.p) samples with SIGPROF, which the kernel hands to any thread, and
+** a sample landing inside oneDNN's JIT kernels corrupted the heap (issue
+** 26: an abort or a segfault in free, 3 runs of 3).  Held, a sample waits
+** for the call's end; OpenMP's threads, started inside such a call, keep
+** it held for good (a thread inherits its creator's mask). */
+DL_HIDDEN void signals_hold_prof(sigset_t *old);
+DL_HIDDEN void signals_restore(const sigset_t *old);
 
 /* Elements below which ops stay on one thread. */
 enum { PAR_GRAIN = 32768 };

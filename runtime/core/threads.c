@@ -70,7 +70,10 @@ static int default_threads(void) {
   return n > 0 ? (int)n : 1;
 }
 
+static int forked;
+
 static void after_fork_child(void) {
+  forked = 1;
   /* the workers did not survive the fork */
   pthread_mutex_init(&pool.mu, NULL);
   pthread_mutex_init(&pool.call, NULL);
@@ -100,6 +103,17 @@ DL_API int dl_get_num_threads(void) {
 }
 
 DL_HIDDEN void threads_serial_here(void) { in_pool = 1; }
+
+DL_HIDDEN int threads_forked(void) { return forked; }
+
+DL_HIDDEN void signals_hold_prof(sigset_t *old) {
+  sigset_t prof;
+  sigemptyset(&prof);
+  sigaddset(&prof, SIGPROF);
+  pthread_sigmask(SIG_BLOCK, &prof, old);
+}
+
+DL_HIDDEN void signals_restore(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
 
 DL_HIDDEN int parallel_threads(void) {
   if (in_pool) return 1;

@@ -55,6 +55,7 @@ static struct {
   int teams;            /* an OpenMP team of more than one thread has run */
   int forked;           /* a child forked after that: im2col only */
   uint64_t clock;       /* stamps entries for eviction */
+  sigset_t mask;        /* the caller's signal mask, SIGPROF held from begin() to end() */
 } dn = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* libgomp's team threads do not survive a fork, but its bookkeeping does:
@@ -346,17 +347,22 @@ static entry *begin(const conv_geom *g, int kind, int flags) {
   int64_t key[NKEY];
   make_key(g, kind, flags, threads, key);
   pthread_mutex_lock(&dn.mu);
+  signals_hold_prof(&dn.mask);  /* LuaJIT's profiler: core/internal.h */
   if (dn.omp) {
     omp_set_num_threads(threads);
     if (threads > 1) dn.teams = 1;
   }
   entry *e = entry_get(g, key);
-  if (!e) pthread_mutex_unlock(&dn.mu);
+  if (!e) {
+    signals_restore(&dn.mask);
+    pthread_mutex_unlock(&dn.mu);
+  }
   return e;
 }
 
 static int end(const char *op, int rc) {
   dnnl_status_t s = dnnl_stream_wait(dn.strm);
+  signals_restore(&dn.mask);
   pthread_mutex_unlock(&dn.mu);
   if (rc) return rc;
   return s ? fail(op, "dnnl_stream_wait", s) : 0;

@@ -87,20 +87,32 @@ extern void omp_set_num_threads(int n);
 /* Products of at least this many multiply-adds go to oneDNN at one thread. */
 #define ONEDNN_MIN_MNK (1 << 20)
 
-/* Whether a float32 product runs in oneDNN's sgemm rather than OpenBLAS's:
-** at one thread (a DDP rank, ddp.set_num_threads(1)) its AVX-512 kernels
-** took a GPT step 10% faster (bench/RESULTS.md); with more threads
-** OpenBLAS's own threading stays, and small products (attention's
-** per-head ones) measured as fast or faster in OpenBLAS.  One thread also
-** keeps oneDNN's OpenMP team empty, so a forked child can call it.
-** DDPLUA_GEMM=openblas keeps every product in OpenBLAS. */
-static int use_onednn(double mnk) {
+/* Whether a float32 product runs in oneDNN's sgemm rather than OpenBLAS's,
+** and with how many threads (0: OpenBLAS).  At one thread (a DDP rank,
+** ddp.set_num_threads(1)) its AVX-512 kernels took a GPT step 10% faster
+** (bench/RESULTS.md).  With more threads, by measurement at 2 threads
+** (bench/RESULTS.md, issue 25): oneDNN scales where OpenBLAS gains little
+** on products of many rows or a long reduction (a GPT's [2048, 176] x
+** [176, 528]: 200-225 against 150-180 GFLOP/s, its weight gradients with k
+** = 2048 likewise), while on a few rows OpenBLAS stays ahead (an MLP's
+** [64, 1024] x [1024, 1024]^T: 107 against 67) -- so m >= 512 or k >= 2048.
+** The rule is by shape alone, never by timing: the same product takes the
+** same path in every run and on every rank, so exact resume and DDP equal
+** to one process hold.  In a forked child (a loader worker) the parent's
+** OpenMP team is gone and a parallel region would hang: one thread there.
+** Small products (attention's per-head ones) measured as fast or faster in
+** OpenBLAS.  DDPLUA_GEMM=openblas keeps every product in OpenBLAS. */
+static int onednn_threads(int64_t m, int64_t n, int64_t k) {
   static int off = -1;  /* read once; a race only computes the same value */
   if (off < 0) {
     const char *env = getenv("DDPLUA_GEMM");
     off = env && strcmp(env, "openblas") == 0;
   }
-  return !off && mnk >= ONEDNN_MIN_MNK && parallel_threads() == 1;
+  if (off || (double)m * (double)n * (double)k < ONEDNN_MIN_MNK) return 0;
+  int t = parallel_threads();
+  if (t == 1) return 1;
+  if (threads_forked() || (m < 512 && k < 2048)) return 0;
+  return t;
 }
 
 /* One product into c (m x n, row-major, ldc = n). */
@@ -137,11 +149,15 @@ static void blas_one(const mm_plan *p, const char *a, const char *b, char *c) {
                   ld, (const double *)vec, inc, p->beta, (double *)c, 1);
     return;
   }
-  if (f32 && use_onednn((double)m * (double)n * (double)k)) {
-    omp_set_num_threads(1);  /* this thread's OpenMP count: no team */
+  int dnn = f32 ? onednn_threads(m, n, k) : 0;
+  if (dnn) {
+    omp_set_num_threads(dnn);  /* this thread's OpenMP count (1: no team) */
+    sigset_t mask;
+    signals_hold_prof(&mask);
     dnnl_status_t st = dnnl_sgemm(p->ta == CblasNoTrans ? 'N' : 'T', p->tb == CblasNoTrans ? 'N' : 'T',
                                   m, n, k, (float)p->alpha, (const float *)a, lda,
                                   (const float *)b, ldb, (float)p->beta, (float *)c, n);
+    signals_restore(&mask);
     if (st == dnnl_success) return;
     /* it refuses only arguments OpenBLAS takes too (it checks the same
     ** sizes and leading dimensions): fall through to OpenBLAS */
