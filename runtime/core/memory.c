@@ -90,8 +90,12 @@ static int cache_put(void *p, size_t n) {
   ** a GPT step's temporaries come in ten sizes, and with less the
   ** oldest-first eviction threw out the sizes the next step asked for
   ** (one in seven large blocks came fresh at 2 x slack, none at 4 x, and
-  ** peak RSS fell: 250 -> 150 MiB in bench/train_gpt.lua) */
-  size_t lim = cache_limit(), dyn = 4 * slack();
+  ** peak RSS fell: 250 -> 150 MiB in bench/train_gpt.lua).  Eight: a
+  ** collection that frees a whole step's garbage at once still overflowed
+  ** four, and the next step faulted in fresh huge pages (4% of a GPT
+  ** step in the kernel's clear_page; train_mlp 5% faster at eight, the
+  ** same peak RSS: bench/RESULTS.md, issue 25) */
+  size_t lim = cache_limit(), dyn = 8 * slack();
   if (dyn < lim) lim = dyn;
   if (n > lim) return 0;
   void *evict[CACHE_SLOTS];
