@@ -11,13 +11,9 @@ set -euo pipefail
 ROUNDS=${1:-3}
 THREADS=${2:-1}
 cd "$(dirname "$0")/.."
-PY=${BENCH_PYTHON:-$HOME/.cache/ddplua/venv/bin/python}
-[ -x "$PY" ] || PY=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 . bench/machine.sh
-bench_machine
-echo "$(build/ddplua -v 2>&1 | head -n1); torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo missing); $THREADS thread(s), median of $ROUNDS alternating rounds"
+bench_twins
+echo "$TWINS; $THREADS thread(s), median of $ROUNDS alternating rounds"
 for _ in $(seq "$ROUNDS"); do
   for mode in plain ckpt; do
     build/ddplua bench/checkpoint_gpt.lua "$mode" "$THREADS" >"$tmp/out"

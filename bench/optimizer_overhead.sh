@@ -9,13 +9,9 @@
 set -euo pipefail
 ROUNDS=${1:-3}
 cd "$(dirname "$0")/.."
-PY=${BENCH_PYTHON:-$HOME/.cache/ddplua/venv/bin/python}
-[ -x "$PY" ] || PY=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 . bench/machine.sh
-bench_machine
-echo "$(build/ddplua -v 2>&1 | head -n1); torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo missing); 1 thread, median of $ROUNDS alternating rounds"
+bench_twins
+echo "$TWINS; 1 thread, median of $ROUNDS alternating rounds"
 for _ in $(seq "$ROUNDS"); do
   build/ddplua bench/optimizer_step.lua | sed 's/^/ddplua /' >>"$tmp/all"
   OMP_NUM_THREADS=1 "$PY" bench/optimizer_step.py 2>/dev/null | sed 's/^/torch /' >>"$tmp/all" || true

@@ -13,13 +13,9 @@
 set -euo pipefail
 ROUNDS=${1:-5}
 cd "$(dirname "$0")/.."
-PY=${BENCH_PYTHON:-$HOME/.cache/ddplua/venv/bin/python}
-[ -x "$PY" ] || PY=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 . bench/machine.sh
-bench_machine
-echo "$(build/ddplua -v 2>&1 | head -n1); torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo missing); median of $ROUNDS alternating rounds"
+bench_twins
+echo "$TWINS; median of $ROUNDS alternating rounds"
 for _ in $(seq "$ROUNDS"); do
   for size in small large; do
     build/ddplua bench/trace_cost.lua "$size" alt >>"$tmp/alt-$size"

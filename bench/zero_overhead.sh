@@ -11,13 +11,9 @@ set -euo pipefail
 ROUNDS=${1:-3}
 MODELS=${2:-mlp gpt}
 cd "$(dirname "$0")/.."
-PY=${BENCH_PYTHON:-$HOME/.cache/ddplua/venv/bin/python}
-[ -x "$PY" ] || PY=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 . bench/machine.sh
-bench_machine
-echo "$(build/ddplua -v 2>&1 | head -n1); torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo missing); 2 ranks of 1 thread, median of $ROUNDS alternating rounds"
+bench_twins
+echo "$TWINS; 2 ranks of 1 thread, median of $ROUNDS alternating rounds"
 keys=("AdamW ms/step" "ZeRO AdamW ms/step" "AdamW state per rank" "ZeRO AdamW state per rank" "parameters differ by")
 for _ in $(seq "$ROUNDS"); do
   for m in $MODELS; do

@@ -68,31 +68,6 @@ static dl_flight_header *read_ring(const char *path, size_t *bytes, const char *
 
 /* -- The verdict ------------------------------------------------------------- */
 
-typedef struct out_buf {
-  char *s;
-  size_t len, cap;
-} out_buf;
-
-static void say(out_buf *o, const char *fmt, ...) {
-  char line[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(line, sizeof line, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  size_t len = strlen(line);
-  if (o->len + len + 2 > o->cap) {
-    size_t cap = (o->cap + len + 2) * 2;
-    char *s = realloc(o->s, cap);
-    if (!s) return;
-    o->s = s, o->cap = cap;
-  }
-  memcpy(o->s + o->len, line, len);
-  o->len += len;
-  o->s[o->len++] = '\n';
-  o->s[o->len] = '\0';
-}
-
 /* "rank 3", "ranks 0-2", "ranks 0, 2, 5-7" for the ranks flagged in set. */
 static void rank_list(const int *set, int n, const ring *rs, char *out, size_t cap) {
   int cnt = 0;
@@ -170,7 +145,7 @@ static void stack_lines(out_buf *o, const dl_flight_header *h) {
   for (char *line = strtok(copy, "\n"); line && shown < 10; line = strtok(NULL, "\n")) {
     while (*line == '\t' || *line == ' ') line++;
     if (!*line || strcmp(line, "stack traceback:") == 0) continue;
-    say(o, "    %s", line);
+    out_say(o, "    %s", line);
     shown++;
   }
 }
@@ -195,7 +170,7 @@ static void verdict(out_buf *o, const ring *rs, int n, int g, double now) {
   if (g) snprintf(gname, sizeof gname, " of group %d", g);
   char who[256], d[400];
   if (members == 0) {
-    say(o, "  no rank recorded a collective%s", gname);
+    out_say(o, "  no rank recorded a collective%s", gname);
     goto done;
   }
   /* 1. the first call number whose calls differ between ranks */
@@ -209,7 +184,7 @@ static void verdict(out_buf *o, const ring *rs, int n, int g, double now) {
       else if (!same_call(ref, e)) differ = 1;
     }
     if (!differ) continue;
-    say(o, "  collective #%lld%s differs between ranks (the ranks must make the same calls in the same order):",
+    out_say(o, "  collective #%lld%s differs between ranks (the ranks must make the same calls in the same order):",
         (long long)s, gname);
     int *done_ = calloc((size_t)n, sizeof *done_);
     for (int i = 0; done_ && i < n; i++) {
@@ -222,7 +197,7 @@ static void verdict(out_buf *o, const ring *rs, int n, int g, double now) {
       }
       rank_list(set, n, rs, who, sizeof who);
       describe(e, d, sizeof d);
-      say(o, "  %s called %s", who, d);
+      out_say(o, "  %s called %s", who, d);
     }
     free(done_);
     goto done;
@@ -255,25 +230,25 @@ static void verdict(out_buf *o, const ring *rs, int n, int g, double now) {
     if (e->seq < oldest) oldest = e->seq;
   }
   if (moving && (behind || open)) {
-    say(o, "  every rank is making progress%s: their newest calls are #%lld to #%lld, each within the last second",
+    out_say(o, "  every rank is making progress%s: their newest calls are #%lld to #%lld, each within the last second",
         gname, (long long)oldest, (long long)hi);
     goto done;
   }
   if (behind == 0 && open == 0) {
     describe(at, d, sizeof d);
-    say(o, "  no collective%s diverged: every rank finished %s", gname, d);
+    out_say(o, "  no collective%s diverged: every rank finished %s", gname, d);
   } else if (behind == 0) {
     describe(at, d, sizeof d);
     for (int i = 0; i < n; i++) set[i] = cs[i].n && cs[i].e[cs[i].n - 1]->state != DL_FS_DONE;
     rank_list(set, n, rs, who, sizeof who);
-    say(o, "  every rank reached %s; %s did not finish it", d, who);
+    out_say(o, "  every rank reached %s; %s did not finish it", d, who);
   } else {
     describe(at, d, sizeof d);
     rank_list(set, n, rs, who, sizeof who);
     double since = at->t_start > 0 ? (at->t_end > 0 ? at->t_end : now) - at->t_start : 0;
-    if (at->state == DL_FS_DONE) say(o, "  %s finished %s", who, d);
-    else if (at->state == DL_FS_FAILED) say(o, "  %s gave up in %s after %.1f s", who, d, since > 0 ? since : 0);
-    else say(o, "  %s wait in %s, for %.1f s now", who, d, since > 0 ? since : 0);
+    if (at->state == DL_FS_DONE) out_say(o, "  %s finished %s", who, d);
+    else if (at->state == DL_FS_FAILED) out_say(o, "  %s gave up in %s after %.1f s", who, d, since > 0 ? since : 0);
+    else out_say(o, "  %s wait in %s, for %.1f s now", who, d, since > 0 ? since : 0);
   }
   for (int i = 0; i < n && behind; i++) {
     if (cs[i].n == 0 || cs[i].e[cs[i].n - 1]->seq == hi) continue;
@@ -282,20 +257,20 @@ static void verdict(out_buf *o, const ring *rs, int n, int g, double now) {
     describe(e, d, sizeof d);
     if (e->state == DL_FS_STARTED || e->state == DL_FS_QUEUED) {
       /* still in an earlier call the others left: it waits on its own side */
-      say(o, "  rank %d is still in %s, which the others finished", rs[i].rank, d);
+      out_say(o, "  rank %d is still in %s, which the others finished", rs[i].rank, d);
       continue;
     }
     char when[64] = "";
     if (e->state == DL_FS_DONE && e->t_end > 0) snprintf(when, sizeof when, " %.1f s before this report", now - e->t_end);
     char how[96] = "";
     if (h->status[0] && strcmp(h->status, "running") != 0) snprintf(how, sizeof how, " (it ended: %s)", h->status);
-    say(o, "  rank %d never reached #%lld: its last was %s, %s%s%s", rs[i].rank, (long long)hi, d,
+    out_say(o, "  rank %d never reached #%lld: its last was %s, %s%s%s", rs[i].rank, (long long)hi, d,
         e->state == DL_FS_DONE ? "finished" : state_word(e->state), when, how);
     if (has_stack(h)) {
-      say(o, "  rank %d's Lua stack:", rs[i].rank);
+      out_say(o, "  rank %d's Lua stack:", rs[i].rank);
       stack_lines(o, h);
     } else if (!h->status[0] || strcmp(h->status, "running") == 0) {
-      say(o, "  rank %d gave no Lua stack within a second: it is blocked in a C call, or runs a loop the JIT "
+      out_say(o, "  rank %d gave no Lua stack within a second: it is blocked in a C call, or runs a loop the JIT "
              "compiled, which never stops to answer (jit.off() before a suspect loop lets it)", rs[i].rank);
     }
   }
@@ -312,7 +287,7 @@ static void report(out_buf *o, const ring *rs, int n) {
   for (int i = 0; i < n; i++) {
     const dl_flight_header *h = rs[i].h;
     if (!h) {
-      say(o, "  rank %d: %s", rs[i].rank, rs[i].why ? rs[i].why : "no ring");
+      out_say(o, "  rank %d: %s", rs[i].rank, rs[i].why ? rs[i].why : "no ring");
       continue;
     }
     if (h->t_dump > now) now = h->t_dump;
@@ -325,7 +300,7 @@ static void report(out_buf *o, const ring *rs, int n) {
   int unread = 0;
   for (int i = 0; i < n; i++) unread += !rs[i].h;
   if (unread == n) return;
-  if (unread) say(o, "  (what follows covers the %d readable ring%s of %d)", n - unread, n - unread == 1 ? "" : "s", n);
+  if (unread) out_say(o, "  (what follows covers the %d readable ring%s of %d)", n - unread, n - unread == 1 ? "" : "s", n);
   if (now == 0) now = wall_now();
   if (groups == 0) groups = 1;
   for (int g = 0; g < groups; g++) verdict(o, rs, n, g, now);
@@ -440,10 +415,10 @@ int flight_collect(job *j, const char *why, int keep) {
   }
   out_buf o = {NULL, 0, 0};
   if (dir_ok && written)
-    say(&o, "flight recorder (%s): what every rank did last; %d ring%s written to %s (ddplua analyze %s)", why,
+    out_say(&o, "flight recorder (%s): what every rank did last; %d ring%s written to %s (ddplua analyze %s)", why,
         written, written == 1 ? "" : "s", dir, dir);
   else
-    say(&o, "flight recorder (%s): what every rank did last (cannot write to %s: %s)", why, dir,
+    out_say(&o, "flight recorder (%s): what every rank did last (cannot write to %s: %s)", why, dir,
         dir_ok ? "see above" : strerror(errno));
   size_t head_len = o.len;
   report(&o, rs, n);

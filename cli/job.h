@@ -147,6 +147,14 @@ int job_signal(void);
 /* The status a shell would show: the code, or 128 + the signal. */
 int job_exit_code(int status);
 void job_say(const char *fmt, ...);
+/* A text of lines built up for saying later (the flight recorder's
+** verdict, the peaks at a job's end): out_say appends one line; s is NULL
+** until the first, and short of a line where memory ran out. */
+typedef struct out_buf {
+  char *s;
+  size_t len, cap;
+} out_buf;
+void out_say(out_buf *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 double job_now(void);
 /* One turn of the watch loop: reaps, handles signals, passes on output and
 ** frames, waiting up to timeout_ms; 1 once every worker is gone. */

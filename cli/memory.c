@@ -10,7 +10,6 @@
 ** its last look there.  The launcher on node 0 serves the store and sees
 ** every node's ranks.
 */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,28 +62,6 @@ static void describe(const rank_mem *m, char *out, size_t cap) {
 
 static long long weight(const rank_mem *m) { return m->device >= 0 ? m->cuda : m->resident; }
 
-/* appends to a growing text (silently short on a failed allocation) */
-typedef struct text { char *buf; size_t n, cap; } text;
-static void add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void add(text *t, const char *fmt, ...) {
-  char piece[512];
-  va_list ap;
-  va_start(ap, fmt);
-  int k = vsnprintf(piece, sizeof piece, fmt, ap);
-  va_end(ap);
-  if (k < 0) return;
-  size_t len = (size_t)k < sizeof piece ? (size_t)k : sizeof piece - 1;
-  if (t->n + len + 1 > t->cap) {
-    size_t cap = (t->cap ? 2 * t->cap : 1024) + len;
-    char *b = realloc(t->buf, cap);
-    if (!b) return;
-    t->buf = b, t->cap = cap;
-  }
-  memcpy(t->buf + t->n, piece, len);
-  t->n += len;
-  t->buf[t->n] = 0;
-}
-
 /* Each rank's peaks from the store, as the text memory_say prints: one
 ** line for a few ranks, a row each for more, past MAX_ROWS the largest;
 ** NULL when no rank left its line. */
@@ -93,26 +70,28 @@ char *memory_collect(job *j) {
   int world = j->world, have = 0;
   rank_mem *ms = calloc((size_t)world, sizeof *ms);
   char *picked = calloc((size_t)world, 1);
-  text t = {0};
+  out_buf t = {NULL, 0, 0};
   if (!ms || !picked) goto out;
   for (int r = 0; r < world; r++)
     if (read_mem(j, r, &ms[r]) == 0) have++;
   if (have == 0) goto out;
   char line[200];
   if (world <= 4) {
-    add(&t, "peak memory per rank: ");
-    int first = 1;
+    char all[4 * 200 + 32] = "";
+    size_t n = 0;
     for (int r = 0; r < world; r++) {
       if (!ms[r].have) continue;
       describe(&ms[r], line, sizeof line);
-      add(&t, "%srank %d: %s", first ? "" : "; ", r, line);
-      first = 0;
+      int k = snprintf(all + n, sizeof all - n, "%srank %d: %s", n ? "; " : "", r, line);
+      if (k < 0 || (size_t)k >= sizeof all - n) break;
+      n += (size_t)k;
     }
+    out_say(&t, "peak memory per rank: %s", all);
     goto out;
   }
   int shown = have < MAX_ROWS ? have : MAX_ROWS;
-  add(&t, "peak memory per rank (%d of %d ranks left theirs%s):", have, world,
-      shown < have ? "; the largest" : "");
+  out_say(&t, "peak memory per rank (%d of %d ranks left theirs%s):", have, world,
+          shown < have ? "; the largest" : "");
   for (int k = 0; k < shown; k++) {
     int best = -1;
     for (int r = 0; r < world; r++) {
@@ -123,17 +102,18 @@ char *memory_collect(job *j) {
     if (best < 0) break;
     picked[best] = 1;
     describe(&ms[best], line, sizeof line);
-    add(&t, "\n  rank %-5d %s", best, line);
+    out_say(&t, "  rank %-5d %s", best, line);
   }
 out:
   free(ms);
   free(picked);
-  return t.buf;
+  return t.s;
 }
 
+/* Each line ends in a newline (out_say's). */
 void memory_say(const char *text) {
   if (!text) return;
   fflush(stdout);
-  fprintf(stderr, "%s: %s\n", CLI_NAME, text);
+  fprintf(stderr, "%s: %s", CLI_NAME, text);
   fflush(stderr);
 }

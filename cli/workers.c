@@ -29,6 +29,26 @@ void job_say(const char *fmt, ...) {
   fflush(stderr);
 }
 
+void out_say(out_buf *o, const char *fmt, ...) {
+  char line[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  size_t len = strlen(line);
+  if (o->len + len + 2 > o->cap) {
+    size_t cap = (o->cap + len + 2) * 2;
+    char *s = realloc(o->s, cap);
+    if (!s) return;
+    o->s = s, o->cap = cap;
+  }
+  memcpy(o->s + o->len, line, len);
+  o->len += len;
+  o->s[o->len++] = '\n';
+  o->s[o->len] = '\0';
+}
+
 double job_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -65,6 +65,46 @@ static dl_tensor *grad_of(const dl_tensor *p, int *none) {
   return c;
 }
 
+/* The parameters of a group that have a gradient: their places in the
+** group's arrays and their gradients (new references, contiguous). */
+typedef struct group_grads {
+  int n;
+  int *at;
+  dl_tensor **g;
+} group_grads;
+
+static void grads_release(group_grads *gg) {
+  for (int j = 0; j < gg->n; j++) dl_tensor_release(gg->g[j]);
+  free(gg->at);
+  free(gg->g);
+}
+
+static int grads_collect(const char *op, dl_tensor *const *params, int n, group_grads *gg) {
+  gg->n = 0;
+  gg->at = malloc(sizeof *gg->at * (size_t)n);
+  gg->g = malloc(sizeof *gg->g * (size_t)n);
+  if (!gg->at || !gg->g) {
+    grads_release(gg);
+    return dl_err(EM_NOMEM, op, (long long)(sizeof *gg->g * (size_t)n), (long long)dl_mem_allocated());
+  }
+  for (int i = 0; i < n; i++) {
+    if (!params[i]) {
+      grads_release(gg);
+      return dl_err(EM_BADVALUE, op, "a parameter is NULL");
+    }
+    int none;
+    dl_tensor *g = grad_of(params[i], &none);
+    if (none) continue;
+    if (!g) {
+      grads_release(gg);
+      return -1;
+    }
+    gg->at[gg->n] = i;
+    gg->g[gg->n++] = g;
+  }
+  return 0;
+}
+
 DL_API int dl_grads_present(dl_tensor *const *params, int n, uint8_t *mask) {
   int count = 0;
   for (int i = 0; i < n; i++) {
@@ -193,30 +233,28 @@ DL_API int dl_sgd_step_foreach(dl_tensor *const *params, dl_tensor *const *bufs,
                                double dampening, double weight_decay, int nesterov,
                                int maximize) {
   const char *op = "sgd";
+  group_grads gg;
   if (n <= 0) return 0;
-  sgd_item *items = calloc((size_t)n, sizeof *items);
-  if (!items) return dl_err(EM_NOMEM, op, (long long)(n * sizeof *items), (long long)dl_mem_allocated());
-  int m = 0, rc = -1;
+  if (grads_collect(op, params, n, &gg)) return -1;
+  sgd_item *items = calloc((size_t)(gg.n ? gg.n : 1), sizeof *items);
+  int rc = -1;
   char ob[96];
-  for (int i = 0; i < n; i++) {
-    if (!params[i]) {
-      dl_err(EM_BADVALUE, op, "a parameter is NULL");
-      goto out;
-    }
-    int none;
-    dl_tensor *g = grad_of(params[i], &none);
-    if (none) continue;
-    if (!g) goto out;
-    items[m++] = (sgd_item){params[i], bufs ? bufs[i] : NULL, g, first ? first[i] : 0};
-    if (sgd_check(op, &items[m - 1], bufs != NULL)) {
-      sgd_check(item_op(ob, sizeof ob, op, i), &items[m - 1], bufs != NULL);  /* the message, naming it */
+  if (!items) {
+    dl_err(EM_NOMEM, op, (long long)(n * sizeof *items), (long long)dl_mem_allocated());
+    goto out;
+  }
+  for (int j = 0; j < gg.n; j++) {
+    int i = gg.at[j];
+    items[j] = (sgd_item){params[i], bufs ? bufs[i] : NULL, gg.g[j], first ? first[i] : 0};
+    if (sgd_check(op, &items[j], bufs != NULL)) {
+      sgd_check(item_op(ob, sizeof ob, op, i), &items[j], bufs != NULL);  /* the message, naming it */
       goto out;
     }
   }
-  rc = sgd_items(op, items, m, lr, momentum, dampening, weight_decay, nesterov, maximize);
+  rc = sgd_items(op, items, gg.n, lr, momentum, dampening, weight_decay, nesterov, maximize);
 out:
-  for (int i = 0; i < m; i++) dl_tensor_release((dl_tensor *)items[i].g);
   free(items);
+  grads_release(&gg);
   return rc;
 }
 
@@ -342,36 +380,32 @@ DL_API int dl_adam_step_foreach(dl_tensor *const *params, dl_tensor *const *exp_
                                 double beta2, double eps, double weight_decay, int decoupled,
                                 int maximize) {
   const char *op = decoupled ? "adamw" : "adam";
+  group_grads gg;
   if (n <= 0) return 0;
-  adam_item *items = calloc((size_t)n, sizeof *items);
-  if (!items) return dl_err(EM_NOMEM, op, (long long)(n * sizeof *items), (long long)dl_mem_allocated());
-  int m = 0, rc = -1;
-  int64_t last_step = 0;
+  if (grads_collect(op, params, n, &gg)) return -1;
+  adam_item *items = calloc((size_t)(gg.n ? gg.n : 1), sizeof *items);
+  int rc = -1;
   char ob[96];
-  for (int i = 0; i < n; i++) {
-    if (!params[i]) {
-      dl_err(EM_BADVALUE, op, "a parameter is NULL");
-      goto out;
-    }
-    int none;
-    dl_tensor *g = grad_of(params[i], &none);
-    if (none) continue;
-    if (!g) goto out;
-    adam_item *it = &items[m++];
-    *it = (adam_item){params[i], exp_avg[i], exp_avg_sq[i], max_exp_avg_sq ? max_exp_avg_sq[i] : NULL, g, 0, 0};
+  if (!items) {
+    dl_err(EM_NOMEM, op, (long long)(n * sizeof *items), (long long)dl_mem_allocated());
+    goto out;
+  }
+  for (int j = 0; j < gg.n; j++) {
+    int i = gg.at[j];
+    adam_item *it = &items[j];
+    *it = (adam_item){params[i], exp_avg[i], exp_avg_sq[i], max_exp_avg_sq ? max_exp_avg_sq[i] : NULL, gg.g[j], 0, 0};
     if (adam_check(op, it, max_exp_avg_sq != NULL, steps[i])) {
       adam_check(item_op(ob, sizeof ob, op, i), it, max_exp_avg_sq != NULL, steps[i]);  /* naming it */
       goto out;
     }
     /* the parameters of a group mostly share their step count */
-    if (m > 1 && steps[i] == last_step) it->bc1 = items[m - 2].bc1, it->bc2_sqrt = items[m - 2].bc2_sqrt;
+    if (j > 0 && steps[i] == steps[gg.at[j - 1]]) it->bc1 = items[j - 1].bc1, it->bc2_sqrt = items[j - 1].bc2_sqrt;
     else bias_corrections(it, steps[i], beta1, beta2);
-    last_step = steps[i];
   }
-  rc = adam_items(op, items, m, lr, beta1, beta2, eps, weight_decay, decoupled, maximize);
+  rc = adam_items(op, items, gg.n, lr, beta1, beta2, eps, weight_decay, decoupled, maximize);
 out:
-  for (int i = 0; i < m; i++) dl_tensor_release((dl_tensor *)items[i].g);
   free(items);
+  grads_release(&gg);
   return rc;
 }
 

@@ -327,6 +327,24 @@ fi
 # The summary line of a busted-style run ("N successes / N failures / ...").
 summary() { printf '%s\n' "$1" | grep -E '^[0-9]+ successes / ' | tail -1; }
 
+# spec_row NAME SPEC: one spec file of tests/cuda on the device (also in
+# the "cuda specs" section), as a row of its own, with its first failing
+# line where it fails.
+spec_row() {
+  section "$1"
+  if [ "$HAVE_GPU" != 1 ]; then row "$1" SKIP "no GPU"; return; fi
+  local out rc sum
+  if command -v busted >/dev/null; then
+    out=$(run_limited 120 busted --lua=luajit "$2" 2>&1)
+  else
+    out=$(run_limited 120 "$BUILD/ddplua" tests/gpu/mini_busted.lua "$2" 2>&1)
+  fi
+  rc=$?
+  sum=$(summary "$out")
+  if [ "$rc" -eq 0 ] && [ -n "$sum" ]; then row "$1" PASS "${sum% :*}"
+  else row "$1" FAIL "exit $rc${sum:+, ${sum% :*}}: $(printf '%s\n' "$out" | grep -m1 -E '\.lua:[0-9]+:' | cut -c1-120)"; fi
+}
+
 section "cuda specs"
 if [ "$HAVE_GPU" != 1 ]; then
   echo "SKIP: no GPU (CI runs these specs on the emulator: scripts/run-tests.sh)"
@@ -349,57 +367,18 @@ fi
 # (both on cuda:0 where there is one GPU), the parameters all-gathered
 # (NCCL with a GPU per rank, else staged through host memory), equal to the
 # unsharded optimizer, and a sharded checkpoint back onto the device.
-section "zero_cuda"
-if [ "$HAVE_GPU" != 1 ]; then
-  row zero_cuda SKIP "no GPU"
-else
-  if command -v busted >/dev/null; then
-    out=$(run_limited 120 busted --lua=luajit tests/cuda/zero_spec.lua 2>&1)
-  else
-    out=$(run_limited 120 "$BUILD/ddplua" tests/gpu/mini_busted.lua tests/cuda/zero_spec.lua 2>&1)
-  fi
-  rc=$?
-  sum=$(summary "$out")
-  if [ "$rc" -eq 0 ] && [ -n "$sum" ]; then row zero_cuda PASS "${sum% :*}"
-  else row zero_cuda FAIL "exit $rc${sum:+, ${sum% :*}}: $(printf '%s\n' "$out" | grep -m1 -E '\.lua:[0-9]+:' | cut -c1-120)"; fi
-fi
+spec_row zero_cuda tests/cuda/zero_spec.lua
 
 # ddp.memory_summary on the device (tests/cuda/memory_spec.lua, also in the
 # specs above): parameters, gradients and AdamW's state counted on cuda:0,
 # activations from the device allocator's per-step window peak
 # (dl_cuda_memory_window_peak), and out-of-memory errors that name sizes.
-section "memory_summary_cuda"
-if [ "$HAVE_GPU" != 1 ]; then
-  row memory_summary_cuda SKIP "no GPU"
-else
-  if command -v busted >/dev/null; then
-    out=$(run_limited 120 busted --lua=luajit tests/cuda/memory_spec.lua 2>&1)
-  else
-    out=$(run_limited 120 "$BUILD/ddplua" tests/gpu/mini_busted.lua tests/cuda/memory_spec.lua 2>&1)
-  fi
-  rc=$?
-  sum=$(summary "$out")
-  if [ "$rc" -eq 0 ] && [ -n "$sum" ]; then row memory_summary_cuda PASS "${sum% :*}"
-  else row memory_summary_cuda FAIL "exit $rc${sum:+, ${sum% :*}}: $(printf '%s\n' "$out" | grep -m1 -E '\.lua:[0-9]+:' | cut -c1-120)"; fi
-fi
+spec_row memory_summary_cuda tests/cuda/memory_spec.lua
 
 # The optimizers' group-at-once steps on the device (tests/cuda/optim_spec.lua,
 # also in the specs above): SGD and AdamW over 40 tensors in one launch per
 # 32 (runtime/cuda/kernels/optim.cu), the same bits as a launch per tensor.
-section "optim_foreach_cuda"
-if [ "$HAVE_GPU" != 1 ]; then
-  row optim_foreach_cuda SKIP "no GPU"
-else
-  if command -v busted >/dev/null; then
-    out=$(run_limited 120 busted --lua=luajit tests/cuda/optim_spec.lua 2>&1)
-  else
-    out=$(run_limited 120 "$BUILD/ddplua" tests/gpu/mini_busted.lua tests/cuda/optim_spec.lua 2>&1)
-  fi
-  rc=$?
-  sum=$(summary "$out")
-  if [ "$rc" -eq 0 ] && [ -n "$sum" ]; then row optim_foreach_cuda PASS "${sum% :*}"
-  else row optim_foreach_cuda FAIL "exit $rc${sum:+, ${sum% :*}}: $(printf '%s\n' "$out" | grep -m1 -E '\.lua:[0-9]+:' | cut -c1-120)"; fi
-fi
+spec_row optim_foreach_cuda tests/cuda/optim_spec.lua
 
 # A Fashion-MNIST directory: the system's, else the staged test split, as
 # both splits (a copy made here: links do not travel in the bundle).
