@@ -202,7 +202,11 @@ fi
 # -- memory: an example under valgrind must show no invalid access and no
 # leak from the runtime (LuaJIT's own allocator is suppressed).
 if command -v valgrind >/dev/null; then
-  if valgrind --quiet --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite \
+  # DDPLUA_GEMM=openblas: oneDNN's JIT sgemm kernels (at 2 threads, the
+  # tour's long reductions) read a vector past the end of oneDNN's own
+  # scratch blocks, code without symbols that no suppression can name;
+  # ddplua's own accesses are what this checks
+  if DDPLUA_GEMM=openblas valgrind --quiet --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite \
        --suppressions=tests/valgrind.supp "$BUILD/ddplua" examples/tensor_tour.lua --epochs 1 \
        >"$out/valgrind.log" 2>&1; then
     echo "valgrind examples/tensor_tour.lua: clean"; count 1 0 0

@@ -1,18 +1,18 @@
 /*
 ** optim.c -- the optimizers' update rules as fused loops: SGD (momentum,
 ** dampening, Nesterov, weight decay) and Adam/AdamW (amsgrad), for one
-** parameter or for a whole parameter group at once (PyTorch's foreach: one
-** pass of the thread pool over every parameter's elements, or on CUDA one
-** launch per 32 tensors, instead of a call per parameter from Lua).
+** parameter or for a list of them at once (one pass of the thread pool over
+** every parameter's elements, or on CUDA one launch per 32 tensors): what
+** autograd/optim_foreach.c steps a whole group with (PyTorch's foreach).
 ** Arithmetic follows PyTorch 1.13's single-tensor code step by step, in
 ** the parameter's dtype, so trajectories match it closely, and both paths
 ** give the same bits.
 */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "nn/nn.h"
+#include "nn/optim.h"
 #include "core/simd.h"
 
 /* Every state tensor must be a contiguous float tensor of p's shape. */
@@ -47,75 +47,6 @@ static int check_param(const char *op, const dl_tensor *p) {
 }
 
 /* -- A group at once ---------------------------------------------------------- */
-
-/* "adamw: parameter 3", for a group's errors */
-static const char *item_op(char *buf, size_t cap, const char *op, int i) {
-  snprintf(buf, cap, "%s: parameter %d", op, i);
-  return buf;
-}
-
-/* The gradient of p as the kernels take it (contiguous), a new reference;
-** *none = 1 and NULL when it has none, NULL with the error set on failure. */
-static dl_tensor *grad_of(const dl_tensor *p, int *none) {
-  dl_tensor *g = dl_grad(p);
-  *none = g == NULL;
-  if (!g || dl_tensor_is_contiguous(g)) return g;
-  dl_tensor *c = dl_contiguous(g);
-  dl_tensor_release(g);
-  return c;
-}
-
-/* The parameters of a group that have a gradient: their places in the
-** group's arrays and their gradients (new references, contiguous). */
-typedef struct group_grads {
-  int n;
-  int *at;
-  dl_tensor **g;
-} group_grads;
-
-static void grads_release(group_grads *gg) {
-  for (int j = 0; j < gg->n; j++) dl_tensor_release(gg->g[j]);
-  free(gg->at);
-  free(gg->g);
-}
-
-static int grads_collect(const char *op, dl_tensor *const *params, int n, group_grads *gg) {
-  gg->n = 0;
-  gg->at = malloc(sizeof *gg->at * (size_t)n);
-  gg->g = malloc(sizeof *gg->g * (size_t)n);
-  if (!gg->at || !gg->g) {
-    grads_release(gg);
-    return dl_err(EM_NOMEM, op, (long long)(sizeof *gg->g * (size_t)n), (long long)dl_mem_allocated());
-  }
-  for (int i = 0; i < n; i++) {
-    if (!params[i]) {
-      grads_release(gg);
-      return dl_err(EM_BADVALUE, op, "a parameter is NULL");
-    }
-    int none;
-    dl_tensor *g = grad_of(params[i], &none);
-    if (none) continue;
-    if (!g) {
-      grads_release(gg);
-      return -1;
-    }
-    gg->at[gg->n] = i;
-    gg->g[gg->n++] = g;
-  }
-  return 0;
-}
-
-DL_API int dl_grads_present(dl_tensor *const *params, int n, uint8_t *mask) {
-  int count = 0;
-  for (int i = 0; i < n; i++) {
-    if (!params[i]) return dl_err(EM_BADVALUE, "optimizer step", "a parameter is NULL");
-    dl_tensor *g = dl_grad(params[i]);
-    mask[i] = g != NULL;
-    count += g != NULL;
-    if (g) dl_tensor_release(g);
-  }
-  return count;
-}
 
 /* Runs items of one device and dtype through that device's kernel: a group
 ** of several kinds (rare: a model half on the GPU) a pass per kind, the
@@ -196,7 +127,7 @@ typedef struct {
 HOT static void sgd_f32(void *ctx, int64_t b, int64_t e) { const sgd_ctx *c = ctx; SGD_BODY(float) }
 HOT static void sgd_f64(void *ctx, int64_t b, int64_t e) { const sgd_ctx *c = ctx; SGD_BODY(double) }
 
-static int sgd_items(const char *op, sgd_item *items, int n, double lr, double momentum,
+DL_HIDDEN int optim_sgd_items(const char *op, sgd_item *items, int n, double lr, double momentum,
                      double dampening, double wd, int nesterov, int maximize) {
   for (int i = 0; i < n; i++) {
     tensor_bump_version(items[i].p);
@@ -217,45 +148,13 @@ DL_API int dl_sgd_step(dl_tensor *p, const dl_tensor *grad, dl_tensor *buf,
       (buf && check_state(op, p, buf, "momentum_buffer")))
     return -1;
   sgd_item it = {p, buf, grad, first};
-  return sgd_items(op, &it, 1, lr, momentum, dampening, weight_decay, nesterov, maximize);
+  return optim_sgd_items(op, &it, 1, lr, momentum, dampening, weight_decay, nesterov, maximize);
 }
 
-/* An item's checks; op names it in the error (formatted only on failure:
-** a step checks every parameter). */
-static int sgd_check(const char *op, const sgd_item *it, int momentum) {
+DL_HIDDEN int optim_sgd_check(const char *op, const sgd_item *it, int momentum) {
   if (check_param(op, it->p) || check_state(op, it->p, it->g, "grad")) return -1;
   if (momentum && !it->buf) return dl_err(EM_BADVALUE, op, "has a gradient but no momentum_buffer");
   return momentum ? check_state(op, it->p, it->buf, "momentum_buffer") : 0;
-}
-
-DL_API int dl_sgd_step_foreach(dl_tensor *const *params, dl_tensor *const *bufs,
-                               const uint8_t *first, int n, double lr, double momentum,
-                               double dampening, double weight_decay, int nesterov,
-                               int maximize) {
-  const char *op = "sgd";
-  group_grads gg;
-  if (n <= 0) return 0;
-  if (grads_collect(op, params, n, &gg)) return -1;
-  sgd_item *items = calloc((size_t)(gg.n ? gg.n : 1), sizeof *items);
-  int rc = -1;
-  char ob[96];
-  if (!items) {
-    dl_err(EM_NOMEM, op, (long long)(n * sizeof *items), (long long)dl_mem_allocated());
-    goto out;
-  }
-  for (int j = 0; j < gg.n; j++) {
-    int i = gg.at[j];
-    items[j] = (sgd_item){params[i], bufs ? bufs[i] : NULL, gg.g[j], first ? first[i] : 0};
-    if (sgd_check(op, &items[j], bufs != NULL)) {
-      sgd_check(item_op(ob, sizeof ob, op, i), &items[j], bufs != NULL);  /* the message, naming it */
-      goto out;
-    }
-  }
-  rc = sgd_items(op, items, gg.n, lr, momentum, dampening, weight_decay, nesterov, maximize);
-out:
-  free(items);
-  grads_release(&gg);
-  return rc;
 }
 
 /* The CPU's fused step (core/device.h): one pass over every item. */
@@ -329,7 +228,7 @@ typedef struct {
 HOT static void adam_f32(void *ctx, int64_t b, int64_t e) { const adam_ctx *c = ctx; ADAM_BODY(float, sqrtf) }
 HOT static void adam_f64(void *ctx, int64_t b, int64_t e) { const adam_ctx *c = ctx; ADAM_BODY(double, sqrt) }
 
-static int adam_items(const char *op, adam_item *items, int n, double lr, double beta1,
+DL_HIDDEN int optim_adam_items(const char *op, adam_item *items, int n, double lr, double beta1,
                       double beta2, double eps, double wd, int decoupled, int maximize) {
   for (int i = 0; i < n; i++) {
     dl_tensor *bump[4] = {items[i].p, items[i].m, items[i].v, items[i].vmax};
@@ -342,7 +241,7 @@ static int adam_items(const char *op, adam_item *items, int n, double lr, double
   return 0;
 }
 
-static void bias_corrections(adam_item *it, int64_t step, double beta1, double beta2) {
+DL_HIDDEN void optim_bias_corrections(adam_item *it, int64_t step, double beta1, double beta2) {
   it->bc1 = 1 - pow(beta1, (double)step);
   it->bc2_sqrt = sqrt(1 - pow(beta2, (double)step));
 }
@@ -359,12 +258,11 @@ DL_API int dl_adam_step(dl_tensor *p, const dl_tensor *grad, dl_tensor *exp_avg,
     return -1;
   if (step < 1) return dl_err(EM_BADVALUE, op, "step must be >= 1");
   adam_item it = {p, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, 0, 0};
-  bias_corrections(&it, step, beta1, beta2);
-  return adam_items(op, &it, 1, lr, beta1, beta2, eps, weight_decay, decoupled, maximize);
+  optim_bias_corrections(&it, step, beta1, beta2);
+  return optim_adam_items(op, &it, 1, lr, beta1, beta2, eps, weight_decay, decoupled, maximize);
 }
 
-/* An item's checks; op names it in the error (formatted only on failure). */
-static int adam_check(const char *op, const adam_item *it, int amsgrad, int64_t step) {
+DL_HIDDEN int optim_adam_check(const char *op, const adam_item *it, int amsgrad, int64_t step) {
   if (check_param(op, it->p) || check_state(op, it->p, it->g, "grad")) return -1;
   if (!it->m || !it->v || (amsgrad && !it->vmax))
     return dl_err(EM_BADVALUE, op, "has a gradient but no exp_avg, exp_avg_sq or max_exp_avg_sq");
@@ -372,41 +270,6 @@ static int adam_check(const char *op, const adam_item *it, int amsgrad, int64_t 
       (amsgrad && check_state(op, it->p, it->vmax, "max_exp_avg_sq")))
     return -1;
   return step < 1 ? dl_err(EM_BADVALUE, op, "step must be >= 1") : 0;
-}
-
-DL_API int dl_adam_step_foreach(dl_tensor *const *params, dl_tensor *const *exp_avg,
-                                dl_tensor *const *exp_avg_sq, dl_tensor *const *max_exp_avg_sq,
-                                const int64_t *steps, int n, double lr, double beta1,
-                                double beta2, double eps, double weight_decay, int decoupled,
-                                int maximize) {
-  const char *op = decoupled ? "adamw" : "adam";
-  group_grads gg;
-  if (n <= 0) return 0;
-  if (grads_collect(op, params, n, &gg)) return -1;
-  adam_item *items = calloc((size_t)(gg.n ? gg.n : 1), sizeof *items);
-  int rc = -1;
-  char ob[96];
-  if (!items) {
-    dl_err(EM_NOMEM, op, (long long)(n * sizeof *items), (long long)dl_mem_allocated());
-    goto out;
-  }
-  for (int j = 0; j < gg.n; j++) {
-    int i = gg.at[j];
-    adam_item *it = &items[j];
-    *it = (adam_item){params[i], exp_avg[i], exp_avg_sq[i], max_exp_avg_sq ? max_exp_avg_sq[i] : NULL, gg.g[j], 0, 0};
-    if (adam_check(op, it, max_exp_avg_sq != NULL, steps[i])) {
-      adam_check(item_op(ob, sizeof ob, op, i), it, max_exp_avg_sq != NULL, steps[i]);  /* naming it */
-      goto out;
-    }
-    /* the parameters of a group mostly share their step count */
-    if (j > 0 && steps[i] == steps[gg.at[j - 1]]) it->bc1 = items[j - 1].bc1, it->bc2_sqrt = items[j - 1].bc2_sqrt;
-    else bias_corrections(it, steps[i], beta1, beta2);
-  }
-  rc = adam_items(op, items, gg.n, lr, beta1, beta2, eps, weight_decay, decoupled, maximize);
-out:
-  free(items);
-  grads_release(&gg);
-  return rc;
 }
 
 /* The CPU's fused step (core/device.h): one pass over every item. */
