@@ -31,24 +31,29 @@ static dl_tensor *grad_of(const dl_tensor *p, int *none) {
 }
 
 /* The parameters of a group that have a gradient: their places in the
-** group's arrays and their gradients (new references, contiguous). */
+** group's arrays, their gradients (new references, contiguous), and room
+** for the items the step fills in for them (item_size each). */
 typedef struct group_grads {
   int n;
   int *at;
   dl_tensor **g;
+  void *items;
 } group_grads;
 
 static void grads_release(group_grads *gg) {
   for (int j = 0; j < gg->n; j++) dl_tensor_release(gg->g[j]);
   free(gg->at);
   free(gg->g);
+  free(gg->items);
 }
 
-static int grads_collect(const char *op, dl_tensor *const *params, int n, group_grads *gg) {
+static int grads_collect(const char *op, dl_tensor *const *params, int n, size_t item_size,
+                         group_grads *gg) {
   gg->n = 0;
   gg->at = malloc(sizeof *gg->at * (size_t)n);
   gg->g = malloc(sizeof *gg->g * (size_t)n);
-  if (!gg->at || !gg->g) {
+  gg->items = calloc((size_t)n, item_size);
+  if (!gg->at || !gg->g || !gg->items) {
     grads_release(gg);
     return dl_err(EM_NOMEM, op, (long long)(sizeof *gg->g * (size_t)n), (long long)dl_mem_allocated());
   }
@@ -89,14 +94,10 @@ DL_API int dl_sgd_step_foreach(dl_tensor *const *params, dl_tensor *const *bufs,
   const char *op = "sgd";
   group_grads gg;
   if (n <= 0) return 0;
-  if (grads_collect(op, params, n, &gg)) return -1;
-  sgd_item *items = calloc((size_t)(gg.n ? gg.n : 1), sizeof *items);
+  if (grads_collect(op, params, n, sizeof(sgd_item), &gg)) return -1;
+  sgd_item *items = gg.items;
   int rc = -1;
   char ob[96];
-  if (!items) {
-    dl_err(EM_NOMEM, op, (long long)(n * sizeof *items), (long long)dl_mem_allocated());
-    goto out;
-  }
   for (int j = 0; j < gg.n; j++) {
     int i = gg.at[j];
     items[j] = (sgd_item){params[i], bufs ? bufs[i] : NULL, gg.g[j], first ? first[i] : 0};
@@ -107,7 +108,6 @@ DL_API int dl_sgd_step_foreach(dl_tensor *const *params, dl_tensor *const *bufs,
   }
   rc = optim_sgd_items(op, items, gg.n, lr, momentum, dampening, weight_decay, nesterov, maximize);
 out:
-  free(items);
   grads_release(&gg);
   return rc;
 }
@@ -120,14 +120,10 @@ DL_API int dl_adam_step_foreach(dl_tensor *const *params, dl_tensor *const *exp_
   const char *op = decoupled ? "adamw" : "adam";
   group_grads gg;
   if (n <= 0) return 0;
-  if (grads_collect(op, params, n, &gg)) return -1;
-  adam_item *items = calloc((size_t)(gg.n ? gg.n : 1), sizeof *items);
+  if (grads_collect(op, params, n, sizeof(adam_item), &gg)) return -1;
+  adam_item *items = gg.items;
   int rc = -1;
   char ob[96];
-  if (!items) {
-    dl_err(EM_NOMEM, op, (long long)(n * sizeof *items), (long long)dl_mem_allocated());
-    goto out;
-  }
   for (int j = 0; j < gg.n; j++) {
     int i = gg.at[j];
     adam_item *it = &items[j];
@@ -142,7 +138,6 @@ DL_API int dl_adam_step_foreach(dl_tensor *const *params, dl_tensor *const *exp_
   }
   rc = optim_adam_items(op, items, gg.n, lr, beta1, beta2, eps, weight_decay, decoupled, maximize);
 out:
-  free(items);
   grads_release(&gg);
   return rc;
 }

@@ -9,6 +9,7 @@
 ** give the same bits.
 */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "nn/nn.h"
@@ -91,11 +92,19 @@ static void multi_run(void *ctx, int64_t b, int64_t e) {
   }
 }
 
-static int multi_for(const char *op, int n, const void *ctxs, size_t ctx_size, int64_t *off,
-                     void (*run)(void *, int64_t, int64_t)) {
-  (void)op;
+/* Both item types start with their parameter: its size places the item. */
+_Static_assert(offsetof(sgd_item, p) == 0 && offsetof(adam_item, p) == 0, "items start with p");
+
+static int multi_for(const char *op, const void *items, size_t item_size, int n, const void *ctxs,
+                     size_t ctx_size, void (*run)(void *, int64_t, int64_t)) {
+  int64_t *off = malloc(sizeof *off * (size_t)(n + 1));
+  if (!off) return dl_err(EM_NOMEM, op, (long long)(sizeof *off * (size_t)(n + 1)), (long long)dl_mem_allocated());
+  off[0] = 0;
+  for (int k = 0; k < n; k++)
+    off[k + 1] = off[k] + dl_tensor_numel(*(dl_tensor *const *)((const char *)items + (size_t)k * item_size));
   multi_pass mp = {n, off, ctxs, ctx_size, run};
   parallel_for(off[n], PAR_GRAIN, multi_run, &mp);
+  free(off);
   return 0;
 }
 
@@ -144,10 +153,8 @@ DL_API int dl_sgd_step(dl_tensor *p, const dl_tensor *grad, dl_tensor *buf,
                        double weight_decay, int nesterov, int first,
                        int maximize) {
   const char *op = "sgd";
-  if (check_param(op, p) || check_state(op, p, grad, "grad") ||
-      (buf && check_state(op, p, buf, "momentum_buffer")))
-    return -1;
   sgd_item it = {p, buf, grad, first};
+  if (optim_sgd_check(op, &it, buf != NULL)) return -1;
   return optim_sgd_items(op, &it, 1, lr, momentum, dampening, weight_decay, nesterov, maximize);
 }
 
@@ -161,22 +168,14 @@ DL_HIDDEN int optim_sgd_check(const char *op, const sgd_item *it, int momentum) 
 DL_HIDDEN int cpu_sgd(const char *op, const sgd_item *items, int n, double lr, double momentum,
                       double dampening, double wd, int nesterov, int maximize) {
   sgd_ctx *cs = malloc(sizeof *cs * (size_t)n);
-  int64_t *off = malloc(sizeof *off * (size_t)(n + 1));
-  if (!cs || !off) {
-    free(cs);
-    free(off);
-    return dl_err(EM_NOMEM, op, (long long)(sizeof *cs * (size_t)n), (long long)dl_mem_allocated());
-  }
-  off[0] = 0;
+  if (!cs) return dl_err(EM_NOMEM, op, (long long)(sizeof *cs * (size_t)n), (long long)dl_mem_allocated());
   for (int k = 0; k < n; k++) {
     const sgd_item *it = &items[k];
     cs[k] = (sgd_ctx){tensor_first(it->p), tensor_first(it->g), it->buf ? tensor_first(it->buf) : NULL,
                       lr, momentum, dampening, wd, nesterov, it->first, maximize};
-    off[k + 1] = off[k] + dl_tensor_numel(it->p);
   }
-  int rc = multi_for(op, n, cs, sizeof *cs, off, items[0].p->dtype == DL_FLOAT32 ? sgd_f32 : sgd_f64);
+  int rc = multi_for(op, items, sizeof *items, n, cs, sizeof *cs, items[0].p->dtype == DL_FLOAT32 ? sgd_f32 : sgd_f64);
   free(cs);
-  free(off);
   return rc;
 }
 
@@ -252,12 +251,8 @@ DL_API int dl_adam_step(dl_tensor *p, const dl_tensor *grad, dl_tensor *exp_avg,
                         double eps, double weight_decay, int decoupled,
                         int maximize) {
   const char *op = decoupled ? "adamw" : "adam";
-  if (check_param(op, p) || check_state(op, p, grad, "grad") ||
-      check_state(op, p, exp_avg, "exp_avg") || check_state(op, p, exp_avg_sq, "exp_avg_sq") ||
-      (max_exp_avg_sq && check_state(op, p, max_exp_avg_sq, "max_exp_avg_sq")))
-    return -1;
-  if (step < 1) return dl_err(EM_BADVALUE, op, "step must be >= 1");
   adam_item it = {p, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, 0, 0};
+  if (optim_adam_check(op, &it, max_exp_avg_sq != NULL, step)) return -1;
   optim_bias_corrections(&it, step, beta1, beta2);
   return optim_adam_items(op, &it, 1, lr, beta1, beta2, eps, weight_decay, decoupled, maximize);
 }
@@ -276,22 +271,14 @@ DL_HIDDEN int optim_adam_check(const char *op, const adam_item *it, int amsgrad,
 DL_HIDDEN int cpu_adam(const char *op, const adam_item *items, int n, double lr, double b1,
                        double b2, double eps, double wd, int decoupled, int maximize) {
   adam_ctx *cs = malloc(sizeof *cs * (size_t)n);
-  int64_t *off = malloc(sizeof *off * (size_t)(n + 1));
-  if (!cs || !off) {
-    free(cs);
-    free(off);
-    return dl_err(EM_NOMEM, op, (long long)(sizeof *cs * (size_t)n), (long long)dl_mem_allocated());
-  }
-  off[0] = 0;
+  if (!cs) return dl_err(EM_NOMEM, op, (long long)(sizeof *cs * (size_t)n), (long long)dl_mem_allocated());
   for (int k = 0; k < n; k++) {
     const adam_item *it = &items[k];
     cs[k] = (adam_ctx){tensor_first(it->p), tensor_first(it->g), tensor_first(it->m), tensor_first(it->v),
                        it->vmax ? tensor_first(it->vmax) : NULL, lr, b1, b2, eps, wd, it->bc1, it->bc2_sqrt,
                        decoupled, maximize};
-    off[k + 1] = off[k] + dl_tensor_numel(it->p);
   }
-  int rc = multi_for(op, n, cs, sizeof *cs, off, items[0].p->dtype == DL_FLOAT32 ? adam_f32 : adam_f64);
+  int rc = multi_for(op, items, sizeof *items, n, cs, sizeof *cs, items[0].p->dtype == DL_FLOAT32 ? adam_f32 : adam_f64);
   free(cs);
-  free(off);
   return rc;
 }

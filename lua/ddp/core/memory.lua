@@ -300,7 +300,6 @@ local function human(n)
   until n < 1024 or u == #units
   return (n < 10 and "%.2f %s" or n < 100 and "%.1f %s" or "%.0f %s"):format(n, units[u])
 end
-M.human = human
 
 local ROWS = {
   { "parameters", "parameters" }, { "buffers", "buffers" }, { "gradients", "gradients" },
