@@ -75,6 +75,46 @@ describe("scaled_dot_product_attention", function()
     end
   end)
 
+  -- A GPT's heads: views of one [B, T, 3C] projection, [B, H, T, D] at
+  -- strides [T*3C, D, 3C, 1].  They are read where they lie, and the
+  -- results (out, and dQ, dK, dV) are laid out as the heads' memory, so the
+  -- transpose back to [B, T, H, D] is contiguous and nothing is copied.
+  it("reads heads in place from a fused projection and lays out its results as their memory", function()
+    local B, T, Hn, D = 3, 70, 4, 11
+    local C = Hn * D
+    local function heads(t) return t:view(B, T, Hn, D):transpose(1, 2) end
+    for _, dt in ipairs { "float32", "float64" } do
+      ddp.manual_seed(5)
+      local x = ddp.randn(B, T, 3 * C, { dtype = dt })
+      local g = ddp.randn(B, T, Hn, D, { dtype = dt })
+      local function run(copy, opts)
+        local qkv = x:clone():requires_grad_()
+        local p = qkv:split(C, 2)
+        local q, k, v = heads(p[1]), heads(p[2]), heads(p[3])
+        if copy then q, k, v = q:contiguous(), k:contiguous(), v:contiguous() end
+        local y = F.scaled_dot_product_attention(q, k, v, opts)
+        y:backward(copy and g:transpose(1, 2):contiguous() or g:transpose(1, 2))
+        return y, qkv.grad
+      end
+      for _, opts in ipairs { { is_causal = true }, { attn_mask = ddp.randn(T, T, { dtype = dt }) } } do
+        local y, gx = run(false, opts)
+        local y0, gx0 = run(true, opts)
+        assert.is_true(y:transpose(1, 2):is_contiguous(), "out in [B, T, H, D] memory")
+        assert.is_true(y:equal(y0), dt .. ": out equals the contiguous operands' bit for bit")
+        assert.is_true(gx:equal(gx0), dt .. ": the projection's gradient likewise")
+      end
+    end
+    -- in float64 a strided head, a transposed one (rows not at a stride:
+    -- copied) and a broadcast one have the gradients of finite differences
+    local qkv = ddp.randn(2, 9, 3 * 6, { dtype = "float64" })
+    local p = qkv:split(6, 2)
+    local q = p[1]:view(2, 9, 2, 3):transpose(1, 2):detach():requires_grad_()
+    local k = ddp.randn(2, 2, 3, 9, { dtype = "float64" }):transpose(-2, -1):detach():requires_grad_()
+    local v = p[3]:narrow(0, 0, 1):view(1, 9, 2, 3):transpose(1, 2):detach():requires_grad_()
+    local f = function(a, b, c) return F.scaled_dot_product_attention(a, b, c, { is_causal = true }) end
+    assert.is_true(ddp.autograd.gradcheck(f, { q, k, v }, { eps = 1e-6, atol = 1e-5, rtol = 1e-4 }))
+  end)
+
   it("drops with the Philox stream: the same seed gives the same mask, dropout_p = 0 is exact", function()
     local q, k, v = ddp.randn(2, 2, 9, 4), ddp.randn(2, 2, 11, 4), ddp.randn(2, 2, 11, 5)
     local plain = F.scaled_dot_product_attention(q, k, v)

@@ -59,6 +59,9 @@ typedef struct sdpa_geom {
   int64_t nb, L, S, E, Ev;
   /* per batch dim, each operand's stride in elements (0: broadcast) */
   int64_t qbs[DL_MAX_DIMS], kbs[DL_MAX_DIMS], vbs[DL_MAX_DIMS], mbs[DL_MAX_DIMS];
+  /* q's, k's and v's row strides (their columns are adjacent): a head's
+  ** rows read in place from a fused [B, T, 3C] projection */
+  int64_t qrs, krs, vrs;
   int64_t m_ls, m_ss;               /* the mask's strides along L and S */
   int mask;                         /* SDPA_MASK_* */
   int causal;                       /* row i sees keys j <= i (top-left) */

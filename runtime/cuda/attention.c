@@ -1,7 +1,7 @@
 /*
 ** cuda/attention.c -- scaled dot-product attention on CUDA tensors: the
-** operands nn/attention.c worked out (contiguous, batch dims broadcast by
-** stride 0) expanded to one [batch x heads, rows, dim] block each, a
+** operands nn/attention.c worked out (rows at a stride, batch dims
+** broadcast by stride 0) expanded to one [batch x heads, rows, dim] block each, a
 ** boolean mask turned additive (0 / -inf), and the flash-attention
 ** launchers of kernels/attention.cu called.  Dropout is not on CUDA yet.
 */
@@ -68,9 +68,9 @@ static int operands(const char *op, const sdpa_geom *g, const dl_tensor *q, cons
                     const dl_tensor *v, const dl_tensor *mask, dl_tensor **t, int64_t *mask_bh) {
   memset(t, 0, 4 * sizeof *t);
   *mask_bh = 0;
-  if ((t[0] = expand_full(g, q, g->qbs, g->L, g->E, g->E, 1)) &&
-      (t[1] = expand_full(g, k, g->kbs, g->S, g->E, g->E, 1)) &&
-      (t[2] = expand_full(g, v, g->vbs, g->S, g->Ev, g->Ev, 1)) &&
+  if ((t[0] = expand_full(g, q, g->qbs, g->L, g->E, g->qrs, 1)) &&
+      (t[1] = expand_full(g, k, g->kbs, g->S, g->E, g->krs, 1)) &&
+      (t[2] = expand_full(g, v, g->vbs, g->S, g->Ev, g->vrs, 1)) &&
       (!mask || (t[3] = kernel_mask(op, g, mask, mask_bh))))
     return 0;
   for (int i = 0; i < 4; i++) dl_tensor_release(t[i]);
@@ -114,16 +114,20 @@ DL_HIDDEN int cuda_sdpa_backward(const char *op, const struct sdpa_geom *g,
            void *, void *, void *) = DLC(op, sdpa_backward);
   if (!f) return -1;
   int dev = q->storage->device;
-  dl_tensor *t[4], *ds = NULL, *tq = NULL, *tk = NULL, *tv = NULL;
+  dl_tensor *t[4], *ds = NULL, *tq = NULL, *tk = NULL, *tv = NULL, *co = NULL, *cg = NULL;
   int64_t mask_bh;
   if (operands(op, g, q, k, v, mask, t, &mask_bh)) return -1;
+  /* the kernels read out and grad_out as [nb, L, Ev] blocks */
+  int rc = !(co = fw_contiguous(out)) || !(cg = fw_contiguous(grad_out));
   /* the kernels write all three; the ones not asked for are dropped */
-  int rc = !(ds = sdpa_batch_tensor(g, dev, g->L, -1)) || !(tq = sdpa_batch_tensor(g, dev, g->L, g->E)) ||
+  rc = rc || !(ds = sdpa_batch_tensor(g, dev, g->L, -1)) || !(tq = sdpa_batch_tensor(g, dev, g->L, g->E)) ||
            !(tk = sdpa_batch_tensor(g, dev, g->S, g->E)) || !(tv = sdpa_batch_tensor(g, dev, g->S, g->Ev)) ||
            cuda_err(op, dev, f(dev, g->kd, g->nb, g->L, g->S, (int)g->E, (int)g->Ev, g->scale,
-                               g->causal, dp(t[0]), dp(t[1]), dp(t[2]), dp(t[3]), mask_bh, dp(out),
-                               dp(grad_out), dp(lse), dp(ds), dp(tq), dp(tk), dp(tv)));
+                               g->causal, dp(t[0]), dp(t[1]), dp(t[2]), dp(t[3]), mask_bh, dp(co),
+                               dp(cg), dp(lse), dp(ds), dp(tq), dp(tk), dp(tv)));
   for (int i = 0; i < 4; i++) dl_tensor_release(t[i]);
+  dl_tensor_release(co);
+  dl_tensor_release(cg);
   dl_tensor_release(ds);
   if (rc) {
     dl_tensor_release(tq), dl_tensor_release(tk), dl_tensor_release(tv);

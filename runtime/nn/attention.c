@@ -15,16 +15,51 @@
 
 static const char *const OP = "scaled_dot_product_attention";
 
-/* Batch strides of a contiguous operand of shape s (nd dims, the last
+/* Batch strides of an operand of shape s and strides st (nd dims, the last
 ** `inner` of them not batch) against bshape (0 where broadcast). */
-static void batch_strides(const sdpa_geom *g, const int64_t *s, int nd, int inner,
-                          int64_t *bs) {
-  int64_t st = 1;
-  for (int d = nd - 1; d >= nd - inner; d--) st *= s[d];
-  for (int d = g->bnd - 1, e = nd - inner - 1; d >= 0; d--, e--) {
-    bs[d] = (e >= 0 && s[e] != 1) ? st : 0;
-    if (e >= 0) st *= s[e];
+static void batch_strides(const sdpa_geom *g, const int64_t *s, const int64_t *st, int nd,
+                          int inner, int64_t *bs) {
+  for (int d = g->bnd - 1, e = nd - inner - 1; d >= 0; d--, e--)
+    bs[d] = (e >= 0 && s[e] != 1) ? st[e] : 0;
+}
+
+static void operand_rows(const sdpa_geom *g, const dl_tensor *t, int64_t *bs, int64_t *rs) {
+  batch_strides(g, t->shape, t->stride, t->ndim, 2, bs);
+  *rs = nn_row_stride(t);
+}
+
+/* A new [bshape, rows, cols] tensor in the compute dtype, uninitialised,
+** dense with its dims in the order of a source's strides (batch strides
+** bs, row stride rs; broadcast dims outermost): PyTorch's empty_like, so
+** heads read from [B, T, H, D] memory give results in that memory too and
+** the transpose back to [B, T, H, D] is contiguous, copied by no one.  Its
+** own batch and row strides go to obs and *ors. */
+DL_HIDDEN dl_tensor *sdpa_tensor_like(const sdpa_geom *g, int dev, const int64_t *bs,
+                                      int64_t rs, int64_t rows, int64_t cols, int64_t *obs,
+                                      int64_t *ors) {
+  int n = g->bnd, order[DL_MAX_DIMS + 1];
+  int64_t size[DL_MAX_DIMS + 2], key[DL_MAX_DIMS + 1], st[DL_MAX_DIMS + 2];
+  for (int d = 0; d <= n; d++) {
+    size[d] = d < n ? g->bshape[d] : rows;
+    int64_t s = d < n ? bs[d] : rs;
+    key[d] = s == 0 || size[d] == 1 ? INT64_MAX : s;
+    int i = d;  /* insertion, stable: largest stride first */
+    for (; i > 0 && key[order[i - 1]] < key[d]; i--) order[i] = order[i - 1];
+    order[i] = d;
   }
+  size[n + 1] = cols, st[n + 1] = 1;
+  int64_t total = cols;
+  for (int i = n; i >= 0; i--) {
+    st[order[i]] = total;
+    total *= size[order[i]];
+  }
+  dl_tensor *flat = tensor_new_on(dev, g->kd, &total, 1);
+  dl_tensor *t = flat ? tensor_alias(flat, size, st, n + 2, 0) : NULL;
+  dl_tensor_release(flat);
+  if (!t) return NULL;
+  for (int d = 0; d < n; d++) obs[d] = size[d] == 1 ? 0 : st[d];
+  *ors = rows <= 1 ? (cols > 1 ? cols : 1) : st[n];
+  return t;
 }
 
 static int check_ndim(const dl_tensor *t, const char *what, const char *last) {
@@ -92,21 +127,26 @@ static int setup(const dl_tensor *q, const dl_tensor *k, const dl_tensor *v,
   g->scale = isnan(scale) ? 1 / sqrt((double)g->E) : scale;
   g->dropout_p = dropout_p;
   g->seed = g->base = 0;
-  if (!(c[0] = nn_prep(q, g->kd)) || !(c[1] = nn_prep(k, g->kd)) || !(c[2] = nn_prep(v, g->kd)))
+  /* q, k and v are read where they lie when their rows allow it */
+  if (!(c[0] = nn_prep_rows(q, g->kd)) || !(c[1] = nn_prep_rows(k, g->kd)) ||
+      !(c[2] = nn_prep_rows(v, g->kd)))
     return -1;
-  batch_strides(g, q->shape, qn, 2, g->qbs);
-  batch_strides(g, k->shape, kn, 2, g->kbs);
-  batch_strides(g, v->shape, vn, 2, g->vbs);
+  operand_rows(g, c[0], g->qbs, &g->qrs);
+  operand_rows(g, c[1], g->kbs, &g->krs);
+  operand_rows(g, c[2], g->vbs, &g->vrs);
   if (mask) {
     g->mask = mask->dtype == DL_BOOL ? SDPA_MASK_BOOL : SDPA_MASK_ADD;
     if (!(c[3] = nn_prep(mask, g->mask == SDPA_MASK_BOOL ? DL_BOOL : g->kd))) return -1;
     /* the mask padded with leading 1s to the scores' dims */
-    int64_t ms[DL_MAX_DIMS + 2];
+    int64_t ms[DL_MAX_DIMS + 2], mst[DL_MAX_DIMS + 2];
     int sn = g->bnd + 2, pad = sn - mask->ndim;
-    for (int d = 0; d < sn; d++) ms[d] = d < pad ? 1 : mask->shape[d - pad];
-    batch_strides(g, ms, sn, 2, g->mbs);
-    g->m_ss = ms[sn - 1] == 1 ? 0 : 1;
-    g->m_ls = ms[sn - 2] == 1 ? 0 : ms[sn - 1];
+    for (int d = 0; d < sn; d++) {
+      ms[d] = d < pad ? 1 : mask->shape[d - pad];
+      mst[d] = d < pad ? 0 : c[3]->stride[d - pad];
+    }
+    batch_strides(g, ms, mst, sn, 2, g->mbs);
+    g->m_ss = ms[sn - 1] == 1 ? 0 : mst[sn - 1];
+    g->m_ls = ms[sn - 2] == 1 ? 0 : mst[sn - 2];
   }
   return 0;
 }
@@ -174,7 +214,7 @@ DL_API int dl_sdpa_backward(const dl_tensor *grad_out, const dl_tensor *q, const
          nn_device(op, q, grad_out, out, lse, NULL) < -1;
   const dl_device *dv = rc ? NULL : device_of(op, q);
   if (dv && dropout_p > 0) g.seed = rng[0], g.base = rng[1];
-  if (dv && (cg = nn_prep(grad_out, g.kd)) && (co = nn_prep(out, g.kd)) &&
+  if (dv && (cg = nn_prep_rows(grad_out, g.kd)) && (co = nn_prep_rows(out, g.kd)) &&
       (cl = nn_prep(lse, g.kd)))
     rc = dv->sdpa_backward(op, &g, cg, c[0], c[1], c[2], c[3], co, cl, need_q && grad_q,
                            need_k && grad_k, need_v && grad_v, &gq, &gk, &gv);

@@ -30,6 +30,12 @@ static inline dl_tensor *sdpa_batch_tensor(const sdpa_geom *g, int dev, int64_t 
   return tensor_new_on(dev, g->kd, s, n);
 }
 
+/* [bshape, rows, cols] laid out as a source with batch strides bs and row
+** stride rs (nn/attention.c); its own strides to obs and *ors. */
+DL_HIDDEN dl_tensor *sdpa_tensor_like(const sdpa_geom *g, int dev, const int64_t *bs,
+                                      int64_t rs, int64_t rows, int64_t cols, int64_t *obs,
+                                      int64_t *ors);
+
 /* Philox blocks per row of the dropout stream. */
 static inline int64_t sdpa_row_blocks(const sdpa_geom *g) { return (g->S + 3) / 4; }
 

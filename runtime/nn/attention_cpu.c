@@ -22,12 +22,20 @@ enum { BQ = 64, BK = 64 };
 
 enum { SDPA_BY_HEAD, SDPA_BY_KEYS, SDPA_BY_QUERIES };
 
+/* Where an operand's rows lie: strides per batch dim (0: broadcast) and
+** between rows; columns are adjacent. */
+typedef struct rows_at {
+  int64_t bs[DL_MAX_DIMS];
+  int64_t rs;
+} rows_at;
+
 typedef struct sdpa_ctx {
   const sdpa_geom *g;
   const void *q, *k, *v, *mask;
   void *out, *lse;                /* forward: written; backward: read */
   const void *gout;               /* backward */
   void *D, *gq, *gk, *gv;         /* backward (gq, gk, gv NULL when not asked) */
+  rows_at at_out, at_gout, at_gq, at_gk, at_gv;  /* lse and D are [nb, L] */
   double inv_keep;                /* 1 / (1 - p), 0 for p = 1 */
   int mode;
   atomic_llong nomem;             /* bytes a task failed to get */
@@ -98,12 +106,25 @@ static dl_tensor *batch_tensor(const sdpa_geom *g, int64_t a, int64_t b) {
   return sdpa_batch_tensor(g, -1, a, b);
 }
 
+/* A result laid out as the operand it belongs to (q for out and dQ). */
+static dl_tensor *like(const sdpa_geom *g, const int64_t *bs, int64_t rs, int64_t rows,
+                       int64_t cols, rows_at *at) {
+  return sdpa_tensor_like(g, -1, bs, rs, rows, cols, at->bs, &at->rs);
+}
+
+/* The rows of t, [bshape, rows, cols] with adjacent columns. */
+static void rows_of(const sdpa_geom *g, const dl_tensor *t, rows_at *at) {
+  for (int d = 0; d < g->bnd; d++) at->bs[d] = t->shape[d] == 1 ? 0 : t->stride[d];
+  at->rs = nn_row_stride(t);
+}
+
 DL_HIDDEN int cpu_sdpa(const char *op, const sdpa_geom *g, const dl_tensor *q,
                        const dl_tensor *k, const dl_tensor *v, const dl_tensor *mask,
                        dl_tensor **out, dl_tensor **lse) {
   sdpa_ctx c;
   base_ctx(&c, g, q, k, v, mask);
-  dl_tensor *o = batch_tensor(g, g->L, g->Ev), *ls = o ? batch_tensor(g, g->L, -1) : NULL;
+  dl_tensor *o = like(g, g->qbs, g->qrs, g->L, g->Ev, &c.at_out);
+  dl_tensor *ls = o ? batch_tensor(g, g->L, -1) : NULL;
   int rc = ls ? 0 : -1;
   if (!rc) {
     c.out = tensor_first(o), c.lse = tensor_first(ls);
@@ -119,8 +140,9 @@ DL_HIDDEN int cpu_sdpa(const char *op, const sdpa_geom *g, const dl_tensor *q,
   return 0;
 }
 
-static dl_tensor *zeros(const sdpa_geom *g, int64_t a, int64_t b) {
-  dl_tensor *t = batch_tensor(g, a, b);
+static dl_tensor *zeros(const sdpa_geom *g, const int64_t *bs, int64_t rs, int64_t rows,
+                        int64_t cols, rows_at *at) {
+  dl_tensor *t = like(g, bs, rs, rows, cols, at);  /* dense: numel elements from the first */
   if (t) memset(tensor_first(t), 0, (size_t)dl_tensor_numel(t) * (size_t)dl_dtype_sizes[g->kd]);
   return t;
 }
@@ -134,9 +156,12 @@ DL_HIDDEN int cpu_sdpa_backward(const char *op, const sdpa_geom *g, const dl_ten
   base_ctx(&c, g, q, k, v, mask);
   int f64 = g->kd == DL_FLOAT64;
   dl_tensor *D = batch_tensor(g, g->L, -1), *tq = NULL, *tk = NULL, *tv = NULL;
-  int rc = !D || (need_q && !(tq = zeros(g, g->L, g->E))) ||
-           (need_k && !(tk = zeros(g, g->S, g->E))) || (need_v && !(tv = zeros(g, g->S, g->Ev)));
+  int rc = !D || (need_q && !(tq = zeros(g, g->qbs, g->qrs, g->L, g->E, &c.at_gq))) ||
+           (need_k && !(tk = zeros(g, g->kbs, g->krs, g->S, g->E, &c.at_gk))) ||
+           (need_v && !(tv = zeros(g, g->vbs, g->vrs, g->S, g->Ev, &c.at_gv)));
   if (!rc) {
+    rows_of(g, out, &c.at_out);
+    rows_of(g, grad_out, &c.at_gout);
     c.out = tensor_first(out), c.lse = tensor_first(lse), c.gout = tensor_first(grad_out);
     c.D = tensor_first(D);
     c.gq = tq ? tensor_first(tq) : NULL;

@@ -30,9 +30,9 @@ static void FN(gemm)(int ta, int tb, int64_t m, int64_t n, int64_t k, double alp
 static void FN(scores)(const sdpa_ctx *c, int64_t b, int64_t i0, int64_t nq, int64_t j0,
                        int64_t nk, T *s) {
   const sdpa_geom *g = c->g;
-  const T *Q = (const T *)c->q + sdpa_offset(g, g->qbs, b) + i0 * g->E;
-  const T *K = (const T *)c->k + sdpa_offset(g, g->kbs, b) + j0 * g->E;
-  FN(gemm)(0, 1, nq, nk, g->E, g->scale, Q, g->E, K, g->E, 0, s, nk);
+  const T *Q = (const T *)c->q + sdpa_offset(g, g->qbs, b) + i0 * g->qrs;
+  const T *K = (const T *)c->k + sdpa_offset(g, g->kbs, b) + j0 * g->krs;
+  FN(gemm)(0, 1, nq, nk, g->E, g->scale, Q, g->qrs, K, g->krs, 0, s, nk);
   if (g->mask == SDPA_MASK_BOOL) {
     const uint8_t *m = (const uint8_t *)c->mask + sdpa_offset(g, g->mbs, b);
     for (int64_t r = 0; r < nq; r++) {
@@ -123,14 +123,16 @@ HOT static void FN(forward)(void *p, int64_t t0, int64_t t1) {
           FN(drop_row)(row, keep, nk, c->inv_keep);
         }
       }
-      FN(gemm)(0, 0, nq, Ev, nk, 1, s, nk, V + j0 * Ev, Ev, 1, acc, Ev);
+      FN(gemm)(0, 0, nq, Ev, nk, 1, s, nk, V + j0 * g->vrs, g->vrs, 1, acc, Ev);
     }
-    T *o = (T *)c->out + (b * L + i0) * Ev, *ls = (T *)c->lse + b * L + i0;
+    const rows_at *ao = &c->at_out;
+    T *o = (T *)c->out + sdpa_offset(g, ao->bs, b) + i0 * ao->rs;
+    T *ls = (T *)c->lse + b * L + i0;
     for (int64_t r = 0; r < nq; r++) {
       /* l = 0: every key masked (NaN, as softmax), or no keys at all (0, as
       ** an empty product) */
       T inv = S == 0 ? 0 : 1 / l[r];
-      for (int64_t e = 0; e < Ev; e++) o[r * Ev + e] = acc[r * Ev + e] * inv;
+      for (int64_t e = 0; e < Ev; e++) o[r * ao->rs + e] = acc[r * Ev + e] * inv;
       ls[r] = m[r] + (T)log((double)l[r]);
     }
   }
@@ -143,12 +145,16 @@ HOT static void FN(forward)(void *p, int64_t t0, int64_t t1) {
 ** correction; with dropout it is the same sum). */
 HOT static void FN(row_dots)(void *p, int64_t r0, int64_t r1) {
   const sdpa_ctx *c = p;
-  int64_t Ev = c->g->Ev;
+  const sdpa_geom *g = c->g;
+  int64_t Ev = g->Ev, L = g->L;
+  const rows_at *ag = &c->at_gout, *ao = &c->at_out;
   const T *go = (const T *)c->gout, *o = (const T *)c->out;
   T *D = (T *)c->D;
   for (int64_t r = r0; r < r1; r++) {
     T dl[8] = {0}, d = 0;  /* 8 lanes, as row_sum */
-    const T *a = go + r * Ev, *bo = o + r * Ev;
+    int64_t b = r / L, i = r % L;
+    const T *a = go + sdpa_offset(g, ag->bs, b) + i * ag->rs;
+    const T *bo = o + sdpa_offset(g, ao->bs, b) + i * ao->rs;
     int64_t e = 0;
     for (; e + 8 <= Ev; e += 8)
       for (int k = 0; k < 8; k++) dl[k] += a[e + k] * bo[e + k];
@@ -182,13 +188,17 @@ HOT static void FN(block)(const sdpa_ctx *c, int64_t b, int64_t it, int64_t jt, 
       FN(drop_row)(Pd + r * nk, keep + r * nk, nk, c->inv_keep);
     }
   }
-  const T *gO = (const T *)c->gout + (b * L + i0) * Ev;
-  const T *V = (const T *)c->v + sdpa_offset(g, g->vbs, b) + j0 * Ev;
-  if (want_v)
-    FN(gemm)(1, 0, nk, Ev, nq, 1, drop ? Pd : P, nk, gO, Ev, 1, (T *)c->gv + (b * S + j0) * Ev, Ev);
+  int64_t grs = c->at_gout.rs;
+  const T *gO = (const T *)c->gout + sdpa_offset(g, c->at_gout.bs, b) + i0 * grs;
+  const T *V = (const T *)c->v + sdpa_offset(g, g->vbs, b) + j0 * g->vrs;
+  if (want_v) {
+    const rows_at *at = &c->at_gv;
+    T *dV = (T *)c->gv + sdpa_offset(g, at->bs, b) + j0 * at->rs;
+    FN(gemm)(1, 0, nk, Ev, nq, 1, drop ? Pd : P, nk, gO, grs, 1, dV, at->rs);
+  }
   if (!want_q && !want_k) return;
   /* dS = P * (dP - D), dP = grad_out v^T through the dropout */
-  FN(gemm)(0, 1, nq, nk, Ev, 1, gO, Ev, V, Ev, 0, dS, nk);
+  FN(gemm)(0, 1, nq, nk, Ev, 1, gO, grs, V, g->vrs, 0, dS, nk);
   for (int64_t r = 0; r < nq; r++) {
     T *ds = dS + r * nk;
     const T *pr = P + r * nk;
@@ -203,12 +213,16 @@ HOT static void FN(block)(const sdpa_ctx *c, int64_t b, int64_t it, int64_t jt, 
     for (int64_t j = 0; j < nk; j++) ds[j] = pr[j] * (ds[j] - D[r]);
   }
   if (want_q) {
-    const T *K = (const T *)c->k + sdpa_offset(g, g->kbs, b) + j0 * E;
-    FN(gemm)(0, 0, nq, E, nk, g->scale, dS, nk, K, E, 1, (T *)c->gq + (b * L + i0) * E, E);
+    const rows_at *at = &c->at_gq;
+    const T *K = (const T *)c->k + sdpa_offset(g, g->kbs, b) + j0 * g->krs;
+    T *dQ = (T *)c->gq + sdpa_offset(g, at->bs, b) + i0 * at->rs;
+    FN(gemm)(0, 0, nq, E, nk, g->scale, dS, nk, K, g->krs, 1, dQ, at->rs);
   }
   if (want_k) {
-    const T *Q = (const T *)c->q + sdpa_offset(g, g->qbs, b) + i0 * E;
-    FN(gemm)(1, 0, nk, E, nq, g->scale, dS, nk, Q, E, 1, (T *)c->gk + (b * S + j0) * E, E);
+    const rows_at *at = &c->at_gk;
+    const T *Q = (const T *)c->q + sdpa_offset(g, g->qbs, b) + i0 * g->qrs;
+    T *dK = (T *)c->gk + sdpa_offset(g, at->bs, b) + j0 * at->rs;
+    FN(gemm)(1, 0, nk, E, nq, g->scale, dS, nk, Q, g->qrs, 1, dK, at->rs);
   }
 }
 

@@ -68,6 +68,31 @@ static inline dl_tensor *nn_prep(const dl_tensor *t, int kd) {
   return nn_copy(t, kd);
 }
 
+/* t in dtype kd with adjacent columns and rows BLAS can step over (row
+** stride >= columns, no negative stride): t itself when it is so (a view of
+** heads into a fused projection), else a contiguous copy. */
+static inline dl_tensor *nn_prep_rows(const dl_tensor *t, int kd) {
+  int n = t->ndim, ok = t->dtype == kd && n >= 2;
+  for (int d = 0; ok && d < n; d++) ok = t->stride[d] >= 0;
+  if (ok) {
+    int64_t rows = t->shape[n - 2], cols = t->shape[n - 1];
+    ok = (cols <= 1 || t->stride[n - 1] == 1) &&
+         (rows <= 1 || (t->stride[n - 2] >= cols && t->stride[n - 2] <= INT32_MAX));
+  }
+  if (ok) {
+    dl_tensor_retain((dl_tensor *)t);
+    return (dl_tensor *)t;
+  }
+  return nn_copy(t, kd);
+}
+
+/* The row stride of such a t ([..., rows, cols]): any stride of a single
+** row is as good, and BLAS wants at least the columns. */
+static inline int64_t nn_row_stride(const dl_tensor *t) {
+  int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
+  return rows <= 1 ? (cols > 1 ? cols : 1) : t->stride[t->ndim - 2];
+}
+
 /* Indices as contiguous int64. */
 static inline dl_tensor *nn_prep_index(const dl_tensor *t) {
   return nn_prep(t, DL_INT64);

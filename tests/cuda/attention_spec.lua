@@ -1,7 +1,8 @@
 -- scaled_dot_product_attention and nn.MultiheadAttention on CUDA tensors
 -- equal the CPU's fused kernel, forward and backward: both dtypes, batch and
 -- head dims broadcast, L != S, E != Ev, causal, boolean and additive masks
--- (one for every head, or per batch); dropout and head dims over 128 are
+-- (one for every head, or per batch), heads as strided views of one
+-- projection; dropout and head dims over 128 are
 -- refused by name.  On the emulator the flash-attention kernels run with the
 -- race checker on (make test).
 local ddp = require "ddp"
@@ -72,6 +73,18 @@ H.describe("attention on CUDA", function()
     dev_out:sum():backward()
     H.same(x.grad, dx.grad, "mha grad x", TOL.float32)
     H.same(mha.in_proj_weight.grad, dmha.in_proj_weight.grad, "mha grad in_proj_weight", TOL.float32)
+  end)
+
+  it("heads read as views of one fused projection (rows at a stride) follow the CPU", function()
+    for _, dt in ipairs {"float32", "float64"} do
+      local B, T, Hn, D = 2, 40, 3, 8
+      local qkv = leaf(randn({B, T, 3 * Hn * D}, dt, 41))
+      H.fwd_bwd("sdpa strided heads " .. dt, function(x)
+        local p = x:split(Hn * D, 2)
+        local function heads(t) return t:view(B, T, Hn, D):transpose(1, 2) end
+        return F.scaled_dot_product_attention(heads(p[1]), heads(p[2]), heads(p[3]), {is_causal = true})
+      end, {qkv}, TOL[dt])
+    end
   end)
 
   it("refuses dropout and head dims over 128 by name", function()

@@ -380,6 +380,12 @@ spec_row memory_summary_cuda tests/cuda/memory_spec.lua
 # 32 (runtime/cuda/kernels/optim.cu), the same bits as a launch per tensor.
 spec_row optim_foreach_cuda tests/cuda/optim_spec.lua
 
+# Attention on the device (tests/cuda/attention_spec.lua, also in the specs
+# above): heads as strided views of one [B, T, 3C] projection, rows read at
+# their stride (runtime/cuda/attention.c expands them), forward and backward
+# equal to the CPU's kernel, which reads them in place.
+spec_row sdpa_strided_cuda tests/cuda/attention_spec.lua
+
 # A Fashion-MNIST directory: the system's, else the staged test split, as
 # both splits (a copy made here: links do not travel in the bundle).
 fm_data() {
