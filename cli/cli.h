@@ -75,6 +75,8 @@ int frame_parse(const char *buf, size_t len, frame *f);
 /* The worker's end: taken from DDPLUA_CTRL at start; 1 if there is one. */
 int link_open(void);
 int link_active(void);
+/* 1 while the launcher's prompt runs chunks here (cli/link.c). */
+int link_in_prompt(void);
 /* Loads the script the launcher read from stdin (`ddplua --nproc N -`). */
 int link_load_script(lua_State *L);
 /* -i under a launcher: serves the launcher's prompt until it says quit. */

@@ -12,6 +12,7 @@
 #include <luajit.h>
 
 #include "cli.h"
+#include "ddplua.h"
 
 /* -- Frames ------------------------------------------------------------------ */
 
@@ -123,6 +124,10 @@ int link_open(void) {
 
 int link_active(void) { return link_rfd >= 0; }
 
+/* While the launcher's prompt drives this rank (link_serve). */
+static int link_serving;
+int link_in_prompt(void) { return link_serving; }
+
 /* The script the launcher read from its stdin (`ddplua --nproc N -`),
 ** loaded as "=stdin"; the load status as luaL_loadbuffer's. */
 int link_load_script(lua_State *L) {
@@ -172,6 +177,7 @@ static int link_serve(lua_State *L, int session, const char *first, long seq, co
   sigemptyset(&act.sa_mask);
   sigaction(SIGINT, &act, &old);
   int rc = -1;
+  link_serving = 1;
   fflush(stdout);
   fflush(stderr);
   if (frame_write(link_wfd, first, seq, note, strlen(note)) != 0) goto out;
@@ -184,13 +190,27 @@ static int link_serve(lua_State *L, int session, const char *first, long seq, co
       rc = 0;
       goto out;
     }
-    int is_run = strcmp(f.kind, "run") == 0;
+    /* "runf": a chunk for some ranks only, after the fence's text and a
+    ** newline (cli/repl_dist.c): its collectives fail at once, naming why */
+    int fence = strcmp(f.kind, "runf") == 0, is_run = fence || strcmp(f.kind, "run") == 0;
     if (!is_run && strcmp(f.kind, "complete") != 0) {
       free(p);
       continue;
     }
+    const char *text = p;
+    size_t tlen = f.len;
+    if (fence) {
+      char *nl = memchr(p, '\n', f.len);
+      if (nl) {
+        *nl = '\0';
+        dl_pg_set_fence(p);
+        text = nl + 1;
+        tlen = f.len - (size_t)(nl + 1 - p);
+      }
+    }
     int status = lua_isnil(L, console) ? (lua_pushliteral(L, "ddp.console did not load"), 1)
-                 : link_call(L, console, session, is_run ? "run" : "complete_text", p, f.len, 2);
+                 : link_call(L, console, session, is_run ? "run" : "complete_text", text, tlen, 2);
+    if (fence) dl_pg_set_fence(NULL);
     free(p);
     int ok = 0;
     size_t len = 0;
@@ -211,6 +231,7 @@ static int link_serve(lua_State *L, int session, const char *first, long seq, co
     lua_settop(L, console);
   }
 out:
+  link_serving = 0;
   sigaction(SIGINT, &old, NULL);
   lua_settop(L, top);
   return rc;

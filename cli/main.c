@@ -262,8 +262,11 @@ static void cli_arm(void) {
 
 static void cli_on_sigint(int sig) {
   /* A second Ctrl-C before the hook runs (a long C call, a JIT-compiled
-  ** loop, which never checks hooks) kills the process the default way. */
-  signal(sig, SIG_DFL);
+  ** loop, which never checks hooks) kills the process the default way --
+  ** but not a rank at the prompt over ranks: there the launcher passes on
+  ** every press, and its third kills the ranks, as it says (a rank dead at
+  ** the second would lose the session's state for nothing). */
+  if (!link_in_prompt()) signal(sig, SIG_DFL);
   cli_want_stop = 1;
   cli_arm();
 }

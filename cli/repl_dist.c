@@ -241,21 +241,65 @@ static void start_streaming(job *j, const char *ran) {
   fflush(stdout);
 }
 
+/* Why a collective cannot run in a chunk for some ranks only (the ranks
+** left out never join it), into why; 0 when the chunk runs on every rank
+** still alive.  The ranks put it up as a fence (dl_pg_set_fence) while the
+** chunk runs, so such a collective fails at once instead of hanging. */
+static int fence_text(const session *s, const char *ran, char *why, size_t cap) {
+  job *j = s->j;
+  if (j->world <= 1) return 0;
+  char ranks[512];
+  format_ranks(j, ran, ranks, sizeof ranks);
+  if (s->target >= 0) {
+    snprintf(why, cap,
+             "at ddp.breakpoint() chunks run on rank %s alone while the other ranks wait in it, "
+             "so a collective here would never complete; Ctrl-D lets every rank go on",
+             ranks);
+    return 1;
+  }
+  int left_out = 0, n = 0;
+  for (int i = 0; i < j->nproc; i++) {
+    left_out |= !ran[i] && j->w[i].pid > 0;
+    n += ran[i];
+  }
+  if (!left_out) return 0;
+  snprintf(why, cap,
+           "this chunk runs on %s %s of %d (@%s), and a collective waits for every rank; "
+           "type it without @ to run it on all of them",
+           n == 1 ? "rank" : "ranks", ranks, j->world, ranks);
+  return 1;
+}
+
 static void run_chunk(session *s, const char *text) {
   job *j = s->j;
   char ran[j->nproc];
   j->seq++;
+  for (int i = 0; i < j->nproc; i++) ran[i] = s->mask[i] && j->w[i].pid > 0;
+  /* "runf": the fence's text, a newline, the chunk */
+  char why[1400];
+  size_t tlen = strlen(text), flen = 0;
+  char *framed = NULL;
+  if (fence_text(s, ran, why, sizeof why)) {
+    flen = strlen(why);
+    if ((framed = malloc(flen + 1 + tlen))) {
+      memcpy(framed, why, flen);
+      framed[flen] = '\n';
+      memcpy(framed + flen + 1, text, tlen);
+    }
+  }
   for (int i = 0; i < j->nproc; i++) {
     worker *w = &j->w[i];
-    ran[i] = s->mask[i] && w->pid > 0;
     w->replied = 0;
     w->reply_len = 0;
     w->cap_len = 0;
     if (!ran[i]) continue;
     w->capture = 1;
     w->busy = 1;
-    if (job_send(w, "run", j->seq, text, strlen(text)) != 0) ran[i] = w->busy = 0;
+    int rc = framed ? job_send(w, "runf", j->seq, framed, flen + 1 + tlen)
+                    : job_send(w, "run", j->seq, text, tlen);
+    if (rc != 0) ran[i] = w->busy = 0;
   }
+  free(framed);
   struct sigaction prompt_sigint;
   job_catch_sigint(&prompt_sigint);
   j->interrupts = 0;

@@ -95,6 +95,51 @@ describe("the prompt over ranks", function()
     assert.truthy(out:match("EXIT 0%s*$"), out)
   end)
 
+  -- A collective typed for some ranks used to wait for the others until
+  -- its timeout (600 s) and leave the group unusable; the ranks it runs on
+  -- now refuse it at once, naming why, and the group goes on.
+  it("refuses a collective typed for some ranks at once; the group stays usable", function()
+    local out = prompt.run({
+      "ddp.init()",
+      "x = ddp.ones(2)",
+      "@0 ddp.all_reduce(x)",
+      "@1 ddp.barrier()",
+      "@1 ddp.all_gather_object(1)",
+      "@0 m = ddp.DDP(ddp.nn.Linear(2, 2))",
+      "ddp.all_reduce(x)",
+      "@0,1 ddp.barrier(); print('all')",
+      "^D",
+    }, "--nproc 2")
+    has(out, "[0] stdin:1: ddp.all_reduce: this chunk runs on rank 0 of 2 (@0), and a collective "
+          .. "waits for every rank; type it without @ to run it on all of them")
+    has(out, "[1] stdin:1: ddp.barrier: this chunk runs on rank 1 of 2 (@1)")
+    has(out, "[1] stdin:1: ddp.all_gather_object: this chunk runs on rank 1 of 2 (@1)")
+    has(out, "[0] stdin:1: ddp.DDP: this chunk runs on rank 0 of 2 (@0)")
+    has(out, "[0-1]> ddp.all_reduce(x)\n[0-1] tensor([2., 2.])\n")
+    has(out, "[0-1] all")
+    assert.truthy(out:match("EXIT 0%s*$"), out)
+  end)
+
+  -- The launcher passes on each Ctrl-C and says a third kills a rank stuck
+  -- in a C call; the second used to kill it already (SIGINT's default
+  -- action).  A collective every rank was sent but one skipped times out,
+  -- and ddp.shutdown(); ddp.init() makes the group anew in place.
+  it("a rank stuck in a collective lives through a second Ctrl-C; shutdown and init recover", function()
+    local out = prompt.run({ "ddp.init({timeout = 4})", "x = ddp.ones(2)",
+                             "if ddp.rank() == 0 then ddp.all_reduce(x) end",
+                             "@sleep 1", "^C", "@sleep 0.5", "^C",
+                             "print('after two')", "ddp.shutdown(); ddp.init()", "ddp.all_reduce(x)", "^D" },
+                           "--nproc 2", { timeout = 60 })
+    has(out, "a third Ctrl-C kills the ranks still running")
+    -- the wait ends at the timeout (4 s), and the Ctrl-C hook stops the chunk after it
+    has(out, "[0] ")
+    has(out, "interrupted!")
+    has(out, "[0-1] after two")
+    has(out, "[0-1]> ddp.all_reduce(x)\n[0-1] tensor([2., 2.])\n")
+    hasnt(out, "exited (")
+    assert.truthy(out:match("EXIT 0%s*$"), out)
+  end)
+
   it("interrupts every rank with Ctrl-C, and the session goes on", function()
     local out = prompt.run({ "while true do end", "@sleep 1", "^C", "print('after')", "^D" }, "--nproc 2")
     has(out, "[0-1] stdin:1: interrupted!")
@@ -170,6 +215,17 @@ ddp.barrier()
     has(out, "[0] rank 0: step 7 inner 14")
     -- rank 0 waited for the prompt to end
     assert.truthy(out:find("[0] rank 0:", 1, true) > out:find("^D", 1, true), out)
+    assert.truthy(out:match("EXIT 0%s*$"), out)
+  end)
+
+  it("refuses a collective typed at the breakpoint, where the other ranks wait", function()
+    local s = jobs.script(BODY, "bp_coll")
+    local out = prompt.run({ "ddp.all_reduce(ddp.ones(1))", "inner", "^D" }, "--nproc 2 " .. q(s))
+    has(out, "[1] stdin:1: ddp.all_reduce: at ddp.breakpoint() chunks run on rank 1 alone while the "
+          .. "other ranks wait in it, so a collective here would never complete; Ctrl-D lets every rank go on")
+    has(out, "[1]> inner\n[1] 14\n")
+    -- the job's own collectives after it still run (ddp.barrier at its end)
+    has(out, "[0] rank 0: step 7 inner 14")
     assert.truthy(out:match("EXIT 0%s*$"), out)
   end)
 

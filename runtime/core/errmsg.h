@@ -275,6 +275,7 @@ ERRDEF(STORE_LIMIT, DL_EINVAL, "%s: %s of %lld bytes exceeds the limit of %d byt
 ERRDEF(PG_OS, DL_EIO, "%s: %s: %s")
 ERRDEF(PG_TIMEOUT, DL_ESTATE, "%s #%lld: timed out after %g s waiting for %s")
 ERRDEF(PG_BROKEN, DL_ESTATE, "%s: the process group is unusable after an earlier error (%s)")
+ERRDEF(PG_FENCED, DL_ESTATE, "%s: %s")
 ERRDEF(PG_ARENA, DL_EIO, "%s: shared arena %s does not match (%s); are all ranks on one node running the same build?")
 ERRDEF(PG_MISMATCH, DL_ESTATE, "%s #%lld: mismatched collectives: %s")
 ERRDEF(PG_OP, DL_EINVAL, "%s: unknown reduce op %d (expected sum, avg, max, min or prod)")

@@ -373,14 +373,35 @@ static int inplace(dl_pg *pg, dl_tensor *t, int arg, int (*fn)(void *, dl_tensor
 
 /* -- Calls ------------------------------------------------------------------------ */
 
+/* The fence (dl_pg_set_fence): set and read on the thread that calls the
+** collectives (the prompt's); the flag is atomic so the async queue's
+** thread never reads a half-written text. */
+static char fence_why[512];
+static _Atomic int fence_up;
+
+DL_API void dl_pg_set_fence(const char *why) {
+  atomic_store(&fence_up, 0);
+  if (!why) return;
+  snprintf(fence_why, sizeof fence_why, "%s", why);
+  atomic_store(&fence_up, 1);
+}
+
+DL_API const char *dl_pg_fence(void) { return atomic_load(&fence_up) ? fence_why : NULL; }
+
+static int fenced(const char *name) {
+  return atomic_load(&fence_up) ? dl_err(EM_PG_FENCED, name, fence_why) : 0;
+}
+
 DL_API int dl_pg_all_reduce(dl_pg *pg, dl_tensor *t, dl_pg_op op) {
-  if (check_tensor_any("all_reduce", t) || check_op("all_reduce", t, op)) return -1;
+  if (fenced("all_reduce") || check_tensor_any("all_reduce", t) || check_op("all_reduce", t, op)) return -1;
   int64_t k = record(pg, DL_FK_ALL_REDUCE, op, t, 0);
   return recorded(k, inplace(pg, t, op, pg->ops->all_reduce));
 }
 
 DL_API dl_work *dl_pg_all_reduce_async(dl_pg *pg, dl_tensor *t, dl_pg_op op) {
-  if (check_tensor_any("all_reduce_async", t) || check_op("all_reduce_async", t, op)) return NULL;
+  if (fenced("all_reduce_async") || check_tensor_any("all_reduce_async", t) ||
+      check_op("all_reduce_async", t, op))
+    return NULL;
   pg_queue *q = queue_of(pg);
   if (!q) return NULL;
   dl_work *w = calloc(1, sizeof *w);
@@ -443,14 +464,14 @@ DL_API int dl_work_wait(dl_work *w) {
 DL_API void dl_work_free(dl_work *w) { work_release(w); }
 
 DL_API int dl_pg_broadcast(dl_pg *pg, dl_tensor *t, int src) {
-  if (check_tensor_any("broadcast", t)) return -1;
+  if (fenced("broadcast") || check_tensor_any("broadcast", t)) return -1;
   if (src < 0 || src >= pg->world) return dl_err(EM_PG_SRC, "broadcast", pg->world - 1, src);
   int64_t k = record(pg, DL_FK_BROADCAST, src, t, 0);
   return recorded(k, inplace(pg, t, src, pg->ops->broadcast));
 }
 
 DL_API int dl_pg_send(dl_pg *pg, const dl_tensor *t, int dst) {
-  if (check_tensor_any("send", t) || check_peer(pg, "send", "dst", dst)) return -1;
+  if (fenced("send") || check_tensor_any("send", t) || check_peer(pg, "send", "dst", dst)) return -1;
   int64_t k = record(pg, DL_FK_SEND, dst, t, 0);
   settle(pg);
   dl_tensor *c = backend_copy(pg, t);
@@ -461,7 +482,7 @@ DL_API int dl_pg_send(dl_pg *pg, const dl_tensor *t, int dst) {
 }
 
 DL_API int dl_pg_recv(dl_pg *pg, dl_tensor *t, int src) {
-  if (check_tensor_any("recv", t) || check_peer(pg, "recv", "src", src)) return -1;
+  if (fenced("recv") || check_tensor_any("recv", t) || check_peer(pg, "recv", "src", src)) return -1;
   int64_t k = record(pg, DL_FK_RECV, src, t, 0);
   return recorded(k, inplace(pg, t, src, pg->ops->recv));
 }
@@ -469,7 +490,7 @@ DL_API int dl_pg_recv(dl_pg *pg, dl_tensor *t, int src) {
 static dl_tensor *gather(dl_pg *pg, const dl_tensor *t);
 
 DL_API dl_tensor *dl_pg_all_gather(dl_pg *pg, const dl_tensor *t) {
-  if (check_tensor_any("all_gather", t)) return NULL;
+  if (fenced("all_gather") || check_tensor_any("all_gather", t)) return NULL;
   int64_t k = record(pg, DL_FK_ALL_GATHER, -1, t, 0);
   dl_tensor *r = gather(pg, t);
   recorded(k, r ? 0 : -1);
@@ -511,7 +532,7 @@ static int gather_inplace(dl_pg *pg, dl_tensor *c) {
 
 DL_API int dl_pg_all_gather_inplace(dl_pg *pg, dl_tensor *t) {
   const char *op = "all_gather_inplace";
-  if (check_tensor_any(op, t)) return -1;
+  if (fenced(op) || check_tensor_any(op, t)) return -1;
   if (t->ndim != 1) return dl_err(EM_BADVALUE, op, "expected a 1-D tensor");
   if (t->shape[0] % pg->world) return dl_err(EM_PG_DIVIDE, op, fmt_tshape(t), pg->world);
   int64_t n = t->shape[0] / pg->world;
@@ -531,7 +552,9 @@ DL_API int dl_pg_all_gather_inplace(dl_pg *pg, dl_tensor *t) {
 static dl_tensor *scatter(dl_pg *pg, const dl_tensor *t, dl_pg_op op);
 
 DL_API dl_tensor *dl_pg_reduce_scatter(dl_pg *pg, const dl_tensor *t, dl_pg_op op) {
-  if (check_tensor_any("reduce_scatter", t) || check_op("reduce_scatter", t, op)) return NULL;
+  if (fenced("reduce_scatter") || check_tensor_any("reduce_scatter", t) ||
+      check_op("reduce_scatter", t, op))
+    return NULL;
   if (t->ndim == 0) return dl_errp(EM_PG_SCALAR, "reduce_scatter");
   if (t->shape[0] % pg->world)
     return dl_errp(EM_PG_DIVIDE, "reduce_scatter", fmt_tshape(t), pg->world);
@@ -560,6 +583,7 @@ static dl_tensor *scatter(dl_pg *pg, const dl_tensor *t, dl_pg_op op) {
 
 DL_API dl_tensor *dl_pg_shared_zeros(dl_pg *pg, int64_t numel, dl_dtype dtype) {
   int64_t n = numel;
+  if (fenced("shared_zeros")) return NULL;
   if (numel < 0) return dl_errp(EM_NEG_SIZE, "shared_zeros", (long long)numel, "");
   const char *env = getenv("DDP_SHM_ZERO_COPY");  /* "0": private buffers (to compare) */
   if (pg->ops != &shm_ops || (env && !strcmp(env, "0"))) return dl_zeros(&n, 1, dtype);
@@ -568,6 +592,7 @@ DL_API dl_tensor *dl_pg_shared_zeros(dl_pg *pg, int64_t numel, dl_dtype dtype) {
 }
 
 DL_API int dl_pg_barrier(dl_pg *pg) {
+  if (fenced("barrier")) return -1;
   int64_t k = record(pg, DL_FK_BARRIER, -1, NULL, 0);
   settle(pg);
   return recorded(k, pg->ops->barrier(pg->impl));

@@ -176,6 +176,15 @@ DL_API dl_tensor *dl_pg_reduce_scatter(dl_pg *pg, const dl_tensor *t, dl_pg_op o
 ** arena); a different place on some rank is a call mismatch. */
 DL_API int dl_pg_all_gather_inplace(dl_pg *pg, dl_tensor *t);
 DL_API int dl_pg_barrier(dl_pg *pg);
+/* A fence over every process group of this process: while it is up (why
+** not NULL), each collective (barrier, shared_zeros and the async all-reduce
+** included) fails at once, DL_ESTATE "NAME: why", before any rank waits,
+** and the group stays usable.  The prompt over ranks puts it up while a
+** chunk runs on some ranks only, where a collective would wait for ranks
+** that never join it.  The text is copied; NULL takes the fence down. */
+DL_API void dl_pg_set_fence(const char *why);
+/* The fence's text, or NULL when it is down. */
+DL_API const char *dl_pg_fence(void);
 /* Point to point: t's bytes to rank dst / into t from rank src.  Sizes
 ** must agree (DL_ESHAPE otherwise); the k-th send from a to b meets the
 ** k-th recv at b from a. */

@@ -335,6 +335,15 @@ leave_store = function(st, e)
   end
 end
 
+-- While the prompt runs a chunk on some ranks only (@0 ...; the stopped
+-- rank of ddp.breakpoint), a collective would wait for ranks that never
+-- join it: the prompt puts up a fence (dl_pg_set_fence) and every
+-- collective, store-based ones included, fails at once naming why.
+local function fence_check(op)
+  local why = C.dl_pg_fence()
+  if why ~= nil then raise(op .. ": " .. ffi.string(why)) end
+end
+
 -- ddp.init([{backend=, timeout=}]): joins the process group.
 function M.init(opts)
   if opts ~= nil and type(opts) ~= "table" then
@@ -352,6 +361,7 @@ function M.init(opts)
   if state then return end
   local timeout = timeout_arg("ddp.init", opts.timeout)
   local e = env()
+  if e.world_size > 1 then fence_check("ddp.init") end
   -- the flight recorder: the launcher reads the ring of a rank from the
   -- file it named, hung or dead (cli/flight.c); elsewhere a private ring
   local fr = os.getenv("DDP_FLIGHT_FILE") or ""
@@ -477,8 +487,9 @@ end
 -- -- For the collectives and objects ------------------------------------------
 
 -- The state of the group joined ({store=, timeout=, backend=, pg=}), or an
--- error under op's name.
+-- error under op's name (or the prompt's fence's).
 local function need_init(op)
+  fence_check(op)
   if not state then
     raise(op .. ": call ddp.init() first")
   end
@@ -539,6 +550,7 @@ end
 -- group): the names ddp.dist itself does not give out start with _.
 M._need_init, M._group, M._timed, M._timeout_arg = need_init, group, timed, timeout_arg
 M._wait_keys, M._wait_all, M._flight_dump = wait_keys, wait_all, flight_dump
+M._fence_check = fence_check
 -- The number of the next call through the store (every rank counts alike).
 function M._next_seq()
   seq = seq + 1

@@ -129,6 +129,7 @@ function M.DDP(model, opts)
     raise("ddp.DDP: this model was already wrapped by ddp.DDP; use that wrapper (wrapping twice would reduce twice)")
   end
   if opts ~= nil and type(opts) ~= "table" then raise("ddp.DDP: options must be a table, got " .. show(opts)) end
+  group._fence_check("ddp.DDP")  -- its first collective, named as the user's call
   opts = opts or {}
   for k in pairs(opts) do
     if not options[k] then
