@@ -29,6 +29,10 @@ typedef struct dl_device {
   /* Elementwise kernels read and write bfloat16/float16 themselves (one
   ** rounding, no float32 copies); else the op computes in float32. */
   int half_native;
+  /* Its optimizer kernels (sgd, adam) step bfloat16/float16 parameters
+  ** themselves, rounding after each op as PyTorch's CPU steps do; else
+  ** such a parameter steps in float32 chunks (nn/optim_half.c). */
+  int optim_half;
   /* Its tensors lie in host memory (a shared mapping can hold them). */
   int host_memory;
   /* The kernels, one member each (core/device_slots.h). */

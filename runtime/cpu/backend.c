@@ -15,6 +15,7 @@ DL_HIDDEN dl_tensor *cpu_move(const dl_tensor *t, int to) {
 static const dl_device cpu_device = {
   .name = "cpu",
   .half_native = 0,
+  .optim_half = 1,
   .host_memory = 1,
 #define DL_SLOT(ret, name, params) .name = cpu_##name,
 #include "core/device_slots.h"

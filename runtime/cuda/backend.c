@@ -8,6 +8,7 @@
 DL_HIDDEN const dl_device cuda_device = {
   .name = "cuda",
   .half_native = 1,
+  .optim_half = 0,  /* bfloat16/float16 parameters step in float32 chunks */
   .host_memory = 0,
 #define DL_SLOT(ret, name, params) .name = cuda_##name,
 #include "core/device_slots.h"

@@ -6,7 +6,8 @@
 ** autograd/optim_foreach.c steps a whole group with (PyTorch's foreach).
 ** Arithmetic follows PyTorch 1.13's single-tensor code step by step, in
 ** the parameter's dtype, so trajectories match it closely, and both paths
-** give the same bits.
+** give the same bits; bfloat16 and float16 parameters step in float32
+** (nn/optim_half.c).
 */
 #include <math.h>
 #include <stddef.h>
@@ -41,7 +42,7 @@ static int check_state(const char *op, const dl_tensor *p, const dl_tensor *t,
 
 static int check_param(const char *op, const dl_tensor *p) {
   if (check_tensor_any(op, p)) return -1;
-  if (p->dtype != DL_FLOAT32 && p->dtype != DL_FLOAT64)
+  if (p->dtype != DL_FLOAT32 && p->dtype != DL_FLOAT64 && !is_half_dtype(p->dtype))
     return dl_err(EM_DTYPE_UNSUP, op, fmt_dtype(p->dtype));
   if (!dl_tensor_is_contiguous(p)) return dl_err(EM_OPT_CONTIG, op, fmt_tshape(p));
   return 0;
@@ -110,11 +111,6 @@ static int multi_for(const char *op, const void *items, size_t item_size, int n,
 
 /* -- SGD -------------------------------------------------------------------- */
 
-typedef struct {
-  char *p, *g, *buf;
-  double lr, momentum, dampening, wd;
-  int nesterov, first, maximize;
-} sgd_ctx;
 
 #define SGD_BODY(T)                                                          \
   {                                                                         \
@@ -142,6 +138,18 @@ DL_HIDDEN int optim_sgd_items(const char *op, sgd_item *items, int n, double lr,
     tensor_bump_version(items[i].p);
     if (items[i].buf) tensor_bump_version(items[i].buf);
   }
+  int m = 0;  /* half-precision items the device cannot step step apart; the others move up */
+  for (int i = 0; i < n; i++) {
+    const dl_device *d = is_half_dtype(items[i].p->dtype) ? device_of(op, items[i].p) : NULL;
+    if (!d || d->optim_half) {
+      if (is_half_dtype(items[i].p->dtype) && !d) return -1;
+      items[m++] = items[i];
+      continue;
+    }
+    if (optim_chunks_sgd(op, d, &items[i], lr, momentum, dampening, wd, nesterov, maximize))
+      return -1;
+  }
+  n = m;
 #define SGD_RUN(run, nrun) d->sgd(op, run, nrun, lr, momentum, dampening, wd, nesterov, maximize)
   BY_KIND(sgd_item, items, n, SGD_RUN)
 #undef SGD_RUN
@@ -172,20 +180,18 @@ DL_HIDDEN int cpu_sgd(const char *op, const sgd_item *items, int n, double lr, d
   for (int k = 0; k < n; k++) {
     const sgd_item *it = &items[k];
     cs[k] = (sgd_ctx){tensor_first(it->p), tensor_first(it->g), it->buf ? tensor_first(it->buf) : NULL,
-                      lr, momentum, dampening, wd, nesterov, it->first, maximize};
+                      lr, momentum, dampening, wd, nesterov, it->first, maximize,
+                      it->p->dtype == DL_BFLOAT16};
   }
-  int rc = multi_for(op, items, sizeof *items, n, cs, sizeof *cs, items[0].p->dtype == DL_FLOAT32 ? sgd_f32 : sgd_f64);
+  int dt = items[0].p->dtype;
+  int rc = multi_for(op, items, sizeof *items, n, cs, sizeof *cs,
+                     dt == DL_FLOAT32 ? sgd_f32 : dt == DL_FLOAT64 ? sgd_f64 : optim_sgd_half);
   free(cs);
   return rc;
 }
 
 /* -- Adam and AdamW ---------------------------------------------------------- */
 
-typedef struct {
-  char *p, *g, *m, *v, *vmax;
-  double lr, b1, b2, eps, wd, bc1, bc2_sqrt;
-  int decoupled, maximize;
-} adam_ctx;
 
 /* Branch-free in the element loop (the flags become multipliers that are
 ** exact: x * 1, x + 0) so GCC vectorises it; amsgrad has its own loop. */
@@ -234,6 +240,18 @@ DL_HIDDEN int optim_adam_items(const char *op, adam_item *items, int n, double l
     for (int j = 0; j < 4; j++)
       if (bump[j]) tensor_bump_version(bump[j]);
   }
+  int m = 0;  /* as SGD's */
+  for (int i = 0; i < n; i++) {
+    const dl_device *d = is_half_dtype(items[i].p->dtype) ? device_of(op, items[i].p) : NULL;
+    if (!d || d->optim_half) {
+      if (is_half_dtype(items[i].p->dtype) && !d) return -1;
+      items[m++] = items[i];
+      continue;
+    }
+    if (optim_chunks_adam(op, d, &items[i], lr, beta1, beta2, eps, wd, decoupled, maximize))
+      return -1;
+  }
+  n = m;
 #define ADAM_RUN(run, nrun) d->adam(op, run, nrun, lr, beta1, beta2, eps, wd, decoupled, maximize)
   BY_KIND(adam_item, items, n, ADAM_RUN)
 #undef ADAM_RUN
@@ -276,9 +294,11 @@ DL_HIDDEN int cpu_adam(const char *op, const adam_item *items, int n, double lr,
     const adam_item *it = &items[k];
     cs[k] = (adam_ctx){tensor_first(it->p), tensor_first(it->g), tensor_first(it->m), tensor_first(it->v),
                        it->vmax ? tensor_first(it->vmax) : NULL, lr, b1, b2, eps, wd, it->bc1, it->bc2_sqrt,
-                       decoupled, maximize};
+                       decoupled, maximize, it->p->dtype == DL_BFLOAT16};
   }
-  int rc = multi_for(op, items, sizeof *items, n, cs, sizeof *cs, items[0].p->dtype == DL_FLOAT32 ? adam_f32 : adam_f64);
+  int dt = items[0].p->dtype;
+  int rc = multi_for(op, items, sizeof *items, n, cs, sizeof *cs,
+                     dt == DL_FLOAT32 ? adam_f32 : dt == DL_FLOAT64 ? adam_f64 : optim_adam_half);
   free(cs);
   return rc;
 }

@@ -54,4 +54,40 @@ H.describe("optimizer foreach steps on CUDA", function()
       if c[2] == optim.AdamW then assert.equal(2, oa.state[6].step, "parameter 7 stepped twice") end
     end)
   end
+
+  -- bfloat16 / float16 parameters on CUDA step in float32 chunks of 2^20
+  -- elements through the float32 kernels (nn/optim_half.c): the float32
+  -- step of the same values, rounded once at the end, to the bit; state
+  -- stays in the parameter's dtype.
+  it("steps bfloat16 and float16 parameters in float32 chunks, rounding once", function()
+    for _, dt in ipairs { "bfloat16", "float16" } do
+      for _, c in ipairs { { optim.AdamW, { lr = 1e-2, weight_decay = 0.1 } },
+                           { optim.SGD, { lr = 0.05, momentum = 0.9, nesterov = true } } } do
+        ddp.manual_seed(9)
+        local n = 2 ^ 20 + 4099  -- two chunks
+        local p = ddp.randn(n):to(dt):cuda():requires_grad_(true)
+        local q = p:detach():float():requires_grad_(true)
+        local oh, of = c[1]({ p }, c[2]), c[1]({ q }, c[2])
+        for step = 1, 2 do
+          local g = ddp.randn(n):to(dt):cuda()
+          p.grad, q.grad = g, g:float()
+          oh:step()
+          of:step()
+          -- the float32 run keeps unrounded state; round it as the half run stores it
+          ddp.no_grad(function() q:copy_(q:to(dt):float()) end)
+          for k, v in pairs(of.state[0]) do
+            if ddp.is_tensor(v) then of.state[0][k] = v:to(dt):float() end
+          end
+        end
+        assert.equal(dt, p:dtype())
+        assert.is_true(p:float():equal(q), dt .. ": parameter")
+        for k, v in pairs(oh.state[0]) do
+          if ddp.is_tensor(v) then
+            assert.equal(dt, v:dtype(), k)
+            assert.is_true(v:float():equal(of.state[0][k]), dt .. ": " .. k)
+          end
+        end
+      end
+    end
+  end)
 end)

@@ -377,7 +377,9 @@ spec_row memory_summary_cuda tests/cuda/memory_spec.lua
 
 # The optimizers' group-at-once steps on the device (tests/cuda/optim_spec.lua,
 # also in the specs above): SGD and AdamW over 40 tensors in one launch per
-# 32 (runtime/cuda/kernels/optim.cu), the same bits as a launch per tensor.
+# 32 (runtime/cuda/kernels/optim.cu), the same bits as a launch per tensor;
+# bfloat16 and float16 parameters in float32 chunks (nn/optim_half.c), the
+# float32 step rounded once, to the bit.
 spec_row optim_foreach_cuda tests/cuda/optim_spec.lua
 
 # Attention on the device (tests/cuda/attention_spec.lua, also in the specs
