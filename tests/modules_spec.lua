@@ -25,7 +25,7 @@ local LAYERS = {
     "ddp.dist.preempt", "ddp.dist" },
   { "ddp.nn.checkpoint", "ddp.nn.module", "ddp.nn.weight_init", "ddp.nn.layers", "ddp.nn.containers", "ddp.nn.utils", "ddp.nn.attention",
     "ddp.nn.sync_bn", "ddp.nn.parallel", "ddp.nn" },
-  { "ddp.optim.shards", "ddp.optim.optimizer", "ddp.optim.foreach", "ddp.optim.lr_scheduler", "ddp.optim.zero", "ddp.optim" },
+  { "ddp.optim.shards", "ddp.optim.optimizer", "ddp.optim.foreach", "ddp.optim.lr_scheduler", "ddp.optim.zero", "ddp.optim.grad_scaler", "ddp.optim" },
   { "ddp.data.files", "ddp.checkpoint", "ddp.data.checks", "ddp.data.sample_rng", "ddp.data.worker_codec", "ddp.data.collate",
     "ddp.data.worker_main", "ddp.data.workers", "ddp.data.dataset", "ddp.data.idx", "ddp.data.samplers",
     "ddp.data.loader", "ddp.data.metrics", "ddp.data.npy", "ddp.data.json", "ddp.data.image",

@@ -21,7 +21,7 @@
 --   ddp.nn.module, .weight_init, .layers, .containers, .utils, .attention,
 --     .sync_bn, .parallel (ddp.DDP); ddp.nn (above ddp.dist: SyncBatchNorm and DDP use it)
 --   ddp.optim.shards, .optimizer (the base), .lr_scheduler, .zero
---     (ZeroRedundancyOptimizer); ddp.optim
+--     (ZeroRedundancyOptimizer), .grad_scaler (GradScaler); ddp.optim
 --   ddp.checkpoint (its all_ranks saves gather), ddp.data.checks, .sample_rng,
 --     .worker_codec, .collate, .worker_main, .workers (loader worker threads), .dataset,
 --     .idx, .samplers, .loader, .metrics, .npy, .transforms_functional, .transforms,
@@ -188,6 +188,10 @@ end
 -- ddp.autocast(dtype, fn, ...): mixed precision (ddp.autocast).
 ddp.autocast = autocast.autocast
 ddp.autocast_dtype = autocast.get_dtype
+-- ddp.GradScaler([opts]) (ddp.optim.grad_scaler): torch.amp.GradScaler;
+-- ddp.amp.GradScaler and ddp.amp.autocast as torch.amp names them.
+ddp.GradScaler = optim.GradScaler
+ddp.amp = { GradScaler = optim.GradScaler, autocast = autocast.autocast }
 
 -- The submodules, as ddp.nn etc. (require "ddp.nn" gives the same table).
 ddp.nn, ddp.optim, ddp.data, ddp.dist, ddp.store, ddp.argparse = nn, optim, data, dist, store, argparse

@@ -142,3 +142,61 @@ out:
   return rc;
 }
 
+
+/* -- Gradient scaling (GradScaler's unscale_) ---------------------------------- */
+
+/* Whether every element of g is finite, as a 0-dim bool on g's device. */
+static dl_tensor *all_finite(const dl_tensor *g) {
+  dl_tensor *f = dl_unary(DL_ISFINITE, g);
+  dl_tensor *a = f ? dl_reduce(DL_ALL, f, NULL, 0, 0, 0) : NULL;
+  dl_tensor_release(f);
+  return a;
+}
+
+enum { AMP_DEVICES = 65 };  /* the CPU and cuda:0..63 */
+
+DL_API int dl_amp_unscale_grads(dl_tensor *const *params, int n, double inv_scale, int allow_fp16,
+                                int *found_inf) {
+  const char *op = "GradScaler.unscale_";
+  dl_tensor *ok[AMP_DEVICES] = {0}, *s = dl_scalar((double)(float)inv_scale, 1);
+  int rc = s ? 0 : -1;
+  *found_inf = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    if (!params[i]) {
+      rc = dl_err(EM_BADVALUE, op, "a parameter is NULL");
+      break;
+    }
+    dl_tensor *g = dl_grad(params[i]);
+    if (!g) continue;
+    int slot = g->storage->device + 1;
+    if (!dl_dtype_is_float(g->dtype))
+      rc = dl_err(EM_BADVALUE, op, "a gradient is not floating point");
+    else if (g->dtype == DL_FLOAT16 && !allow_fp16)
+      rc = dl_err(EM_AMP_FP16, op, i);
+    else if (slot < 0 || slot >= AMP_DEVICES)
+      rc = dl_err(EM_BADVALUE, op, "a gradient lies on a device past cuda:63");
+    dl_tensor *a = rc ? NULL : all_finite(g);
+    if (!rc && !a) rc = -1;
+    if (!rc && ok[slot]) {  /* one flag a device, read once at the end */
+      dl_tensor *both = dl_binary(DL_LOGICAL_AND, ok[slot], a);
+      dl_tensor_release(a);
+      a = both;
+      if (!a) rc = -1;
+    }
+    if (!rc) {
+      dl_tensor_release(ok[slot]);
+      ok[slot] = a;
+      rc = dl_binary_(DL_MUL, g, s);  /* in place: the gradient the optimizer steps with */
+    }
+    dl_tensor_release(g);
+  }
+  for (int d = 0; d < AMP_DEVICES; d++) {
+    if (!ok[d]) continue;
+    double v = 1;
+    if (!rc && dl_get_double(ok[d], 0, &v)) rc = -1;
+    else if (!rc && v == 0) *found_inf = 1;
+    dl_tensor_release(ok[d]);
+  }
+  dl_tensor_release(s);
+  return rc;
+}

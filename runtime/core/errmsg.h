@@ -255,6 +255,7 @@ ERRDEF(ST_HDR_SIZE, DL_EINVAL, "%s: %s: the header would take %lld bytes, more t
 
 /* Optimizers */
 ERRDEF(OPT_STATE, DL_ESHAPE, "%s: %s is %s %s but the parameter is %s %s (state tensors must match the parameter and be contiguous)")
+ERRDEF(AMP_FP16, DL_EINVAL, "%s: parameter %d has a float16 gradient, which PyTorch's GradScaler refuses to unscale too; keep the parameters float32 and run the forward under ddp.autocast(\"fp16\") (PyTorch's recipe)")
 ERRDEF(OPT_CONTIG, DL_EINVAL, "%s: parameter of shape %s is not contiguous; optimizers update parameters in place")
 
 /* Rendezvous store: "store.op: problem" */

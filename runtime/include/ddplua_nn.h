@@ -308,6 +308,13 @@ DL_API int dl_adam_step(dl_tensor *p, const dl_tensor *grad,
 ** index in the arrays.  dl_grads_present sets mask[i] to whether params[i]
 ** has a gradient and returns how many do. */
 DL_API int dl_grads_present(dl_tensor *const *params, int n, uint8_t *mask);
+/* GradScaler's unscale_ (torch's _amp_foreach_non_finite_check_and_unscale_):
+** every gradient of params multiplied in place by inv_scale (as float32),
+** and *found_inf set when any element of any was inf or NaN (read once a
+** device).  A float16 gradient is refused, as PyTorch does, unless
+** allow_fp16. */
+DL_API int dl_amp_unscale_grads(dl_tensor *const *params, int n, double inv_scale, int allow_fp16,
+                                int *found_inf);
 DL_API int dl_sgd_step_foreach(dl_tensor *const *params, dl_tensor *const *bufs,
                                const uint8_t *first, int n, double lr, double momentum,
                                double dampening, double weight_decay, int nesterov,

@@ -97,5 +97,9 @@ optim.lr_scheduler = require "ddp.optim.lr_scheduler"
 -- sharded over the ranks (ddp.optim.zero), as torch.distributed.optim's.
 optim.ZeroRedundancyOptimizer = require("ddp.optim.zero").ZeroRedundancyOptimizer
 
+-- optim.GradScaler([opts]): loss scaling for float16 (ddp.optim.grad_scaler),
+-- as torch.amp.GradScaler.
+optim.GradScaler = require("ddp.optim.grad_scaler").GradScaler
+
 optim.Optimizer = Optimizer
 return optim
