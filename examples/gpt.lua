@@ -8,7 +8,7 @@
 -- continues exactly (mid-epoch: the loader's place goes with them), and a
 -- sample of text at the end.
 --
---   ddplua --nproc 2 examples/gpt.lua                 (about 3 to 6 minutes on 2 cores)
+--   ddplua --nproc 2 examples/gpt.lua                 (about a minute on 2 cores)
 --   ddplua --nproc 2 examples/gpt.lua --resume        (after an interruption: the same flags)
 --          [--text FILE,FILE...] [--batch-size 32 (per rank)] [--block-size 64]
 --          [--n-layer 2] [--n-head 4] [--n-embd 128] [--lr 3e-3] [--out gpt]

@@ -551,12 +551,22 @@ describe("schedulers", function()
     assert.same({ 1, 1, 0.5, 0.5, 0.25 }, lrs(function(o) return optim.lr_scheduler.StepLR(o, { step_size = 2, gamma = 0.5 }) end, 5))
   end)
 
-  it("CosineWithWarmup warms up linearly then follows the cosine", function()
-    local r = lrs(function(o) return optim.lr_scheduler.CosineWithWarmup(o, { warmup_steps = 2, total_steps = 6 }) end, 7)
-    assert.is_true(math.abs(r[1] - 0.5) < 1e-12 and math.abs(r[2] - 1) < 1e-12)
-    assert.is_true(math.abs(r[3] - 1) < 1e-12)          -- cosine starts at the top
-    assert.is_true(math.abs(r[5] - 0.5) < 1e-12)        -- half way
-    assert.is_true(math.abs(r[7]) < 1e-12)              -- and ends at min_lr
+  it("CosineWithWarmup warms up linearly, peaks once, then follows the cosine", function()
+    local r = lrs(function(o) return optim.lr_scheduler.CosineWithWarmup(o, { warmup_steps = 2, total_steps = 6 }) end, 8)
+    -- base * f(e), f(e) = (e + 1) / 2 before the peak at e = 1, then
+    -- 0.5 * (1 + cos(pi * (e - 1) / 5)) to total_steps = 6, held after
+    local want = {}
+    for e = 0, 7 do
+      want[e + 1] = e < 1 and (e + 1) / 2 or 0.5 * (1 + math.cos(math.pi * math.min(1, (e - 1) / 5)))
+    end
+    for i = 1, 8 do assert(math.abs(r[i] - want[i]) < 1e-12, ("step %d: lr %g, expected %g"):format(i - 1, r[i], want[i])) end
+    assert.equal(1, r[2])                               -- the peak, once
+    assert.is_true(r[3] < 1)
+    assert.is_true(math.abs(r[7]) < 1e-12 and math.abs(r[8]) < 1e-12)  -- min_lr at total_steps and after
+    -- without warm-up it starts at the peak
+    local c = lrs(function(o) return optim.lr_scheduler.CosineWithWarmup(o, { total_steps = 4 }) end, 3)
+    assert.equal(1, c[1])
+    assert.is_true(math.abs(c[3] - 0.5) < 1e-12)
   end)
 
   it("LinearDecay goes to end_factor and the state round-trips", function()

@@ -80,15 +80,24 @@ end, function(self, base, e)
   return base * self.gamma ^ math.floor(e / self.step_size)
 end)
 
--- linear warm-up from 0 over warmup_steps, then cosine down to min_lr at total_steps
+-- Linear warm-up, base * (e + 1) / warmup_steps for the first warmup_steps
+-- steps (no step at lr 0), the peak reached once at e = warmup_steps - 1,
+-- then cosine from there down to min_lr at total_steps and held after:
+-- PyTorch's LambdaLR(opt, f) with f that function of e over base (the
+-- lr used to be held at its peak for two steps, the cosine starting one
+-- step after the warm-up's end).
 M.CosineWithWarmup = scheduler_class("CosineWithWarmup", function(o)
   local total = need(o, "total_steps", "CosineWithWarmup", 1)
   local warm = o.warmup_steps or 0
+  if type(warm) ~= "number" or warm < 0 or warm % 1 ~= 0 then
+    raise("CosineWithWarmup: warmup_steps must be a non-negative integer, got " .. tostring(warm))
+  end
   if warm >= total then raise("CosineWithWarmup: warmup_steps must be less than total_steps") end
   return { total_steps = total, warmup_steps = warm, min_lr = o.min_lr or 0 }
 end, function(self, base, e)
-  if e < self.warmup_steps then return base * (e + 1) / self.warmup_steps end
-  local t = math.min(1, (e - self.warmup_steps) / (self.total_steps - self.warmup_steps))
+  local top = math.max(self.warmup_steps - 1, 0)  -- the step at the peak
+  if e < top then return base * (e + 1) / self.warmup_steps end
+  local t = math.min(1, (e - top) / (self.total_steps - top))
   return self.min_lr + (base - self.min_lr) * 0.5 * (1 + math.cos(math.pi * t))
 end)
 
