@@ -133,4 +133,31 @@ describe("ddp.store", function()
     for _ = 1, 3 do c:barrier("solo", 1, 1) end
     assert.are.equal("3", c:get("solo/arrived"))
   end)
+
+  -- The launcher's store held whatever its clients set, until the kernel
+  -- killed it; past its bound a set is refused by name, and the job goes on.
+  it("refuses keys past its bound (DDP_STORE_MAX_MB) and goes on", function()
+    local jobs = require "helpers.jobs"
+    local script = jobs.script([[
+ddp.init()
+local st = ddp._store and ddp._store() or require("ddp.dist.group")._store()
+if ddp.rank() == 0 then
+  local big = string.rep("x", 1024 * 1024)
+  local ok, err
+  for i = 1, 8 do
+    ok, err = pcall(st.set, st, "mine/" .. i, big)
+    if not ok then print("refused at " .. i .. ": " .. tostring(err)) break end
+  end
+  for i = 1, 8 do pcall(st.delete, st, "mine/" .. i) end
+end
+ddp.barrier()
+print("rank " .. ddp.rank() .. " after the barrier")
+]], "store_bound")
+    local out, err, rc = jobs.run("--nproc 2 " .. jobs.q(script), "DDP_STORE_MAX_MB=4")
+    assert.equal(0, rc, err)
+    assert.matches("refused at 4: [^\n]*the store refused key \"mine/4\" %(a value of 1048576 bytes%): "
+                   .. "it would hold 4%.%d MiB in %d+ keys, past its bound of 4 MiB %(DDP_STORE_MAX_MB%)", out)
+    assert.matches("rank 0 after the barrier", out)
+    assert.matches("rank 1 after the barrier", out)
+  end)
 end)

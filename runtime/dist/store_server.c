@@ -1,8 +1,9 @@
 /*
 ** store_server.c -- the rendezvous store's server (store.c has the
 ** clients): a poll loop on its own thread over non-blocking connections,
-** a chained hash of byte-string keys, and requests parked until the key
-** they wait for is set.  All store state lives on the server thread, so it
+** a chained hash of byte-string keys (dist/store_table.c, with the bound
+** on what it holds), and requests parked until the key they wait for is
+** set.  All store state lives on the server thread, so it
 ** needs no lock.
 */
 #include <arpa/inet.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "dist/store.h"
+#include "dist/store_table.h"
 
 /* Bytes a parked connection (blocked in get or wait) may send before it
 ** is a protocol violation: a real client sends nothing until it has its
@@ -47,96 +49,6 @@ static double mono_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* -- Table (chained hash of byte-string keys) ------------------------- */
-
-typedef struct entry {
-  struct entry *next;
-  uint64_t hash;
-  char *val;
-  size_t vlen;
-  uint32_t klen;
-  char key[];
-} entry;
-
-typedef struct { entry **b; size_t nb, n; } table;
-
-static uint64_t hash_key(const char *k, uint32_t n) {
-  uint64_t h = 1469598103934665603ull;  /* FNV-1a */
-  for (uint32_t i = 0; i < n; i++) h = (h ^ (unsigned char)k[i]) * 1099511628211ull;
-  return h;
-}
-
-static entry **tab_slot(table *t, const char *k, uint32_t n) {
-  if (!t->nb) return NULL;
-  uint64_t h = hash_key(k, n);
-  entry **pp = &t->b[h & (t->nb - 1)];
-  for (; *pp; pp = &(*pp)->next)
-    if ((*pp)->hash == h && (*pp)->klen == n && !memcmp((*pp)->key, k, n)) break;
-  return pp;
-}
-
-static entry *tab_find(table *t, const char *k, uint32_t n) {
-  entry **pp = tab_slot(t, k, n);
-  return pp ? *pp : NULL;
-}
-
-static int tab_grow(table *t) {
-  size_t nb = t->nb ? t->nb * 2 : 64;
-  entry **b = calloc(nb, sizeof *b);
-  if (!b) return -1;
-  for (size_t i = 0; i < t->nb; i++)
-    for (entry *e = t->b[i], *next; e; e = next) {
-      next = e->next;
-      e->next = b[e->hash & (nb - 1)];
-      b[e->hash & (nb - 1)] = e;
-    }
-  free(t->b);
-  t->b = b, t->nb = nb;
-  return 0;
-}
-
-/* Stores a copy of the value; -1 when out of memory (the table is unchanged). */
-static int tab_put(table *t, const char *k, uint32_t n, const void *v, size_t vlen) {
-  char *copy = malloc(vlen ? vlen : 1);
-  if (!copy) return -1;
-  memcpy(copy, v, vlen);
-  entry *e = tab_find(t, k, n);
-  if (!e) {
-    if (t->n >= t->nb && tab_grow(t)) { free(copy); return -1; }
-    if (!(e = malloc(sizeof *e + n))) { free(copy); return -1; }
-    memcpy(e->key, k, n);
-    e->klen = n, e->hash = hash_key(k, n), e->val = NULL;
-    e->next = t->b[e->hash & (t->nb - 1)];
-    t->b[e->hash & (t->nb - 1)] = e;
-    t->n++;
-  }
-  free(e->val);
-  e->val = copy, e->vlen = vlen;
-  return 0;
-}
-
-static int tab_del(table *t, const char *k, uint32_t n) {
-  entry **pp = tab_slot(t, k, n);
-  if (!pp || !*pp) return 0;
-  entry *e = *pp;
-  *pp = e->next;
-  free(e->val);
-  free(e);
-  t->n--;
-  return 1;
-}
-
-static void tab_free(table *t) {
-  for (size_t i = 0; i < t->nb; i++)
-    for (entry *e = t->b[i], *next; e; e = next) {
-      next = e->next;
-      free(e->val);
-      free(e);
-    }
-  free(t->b);
-  memset(t, 0, sizeof *t);
-}
-
 /* -- Server: connections and frames ----------------------------------- */
 
 typedef struct conn {
@@ -156,7 +68,7 @@ struct store_server {
   atomic_int stop;
   char *token;
   size_t tlen;
-  table tab;
+  store_table tab;
   conn **conns;
   int nconns, capconns;
   int nunauth;          /* live connections still owing the token */
@@ -241,8 +153,21 @@ static int reply_err(conn *c, const char *fmt, const char *key, uint32_t klen) {
   return reply(c, ST_ERR, msg, (size_t)(n < 0 ? 0 : n >= (int)sizeof msg ? (int)sizeof msg - 1 : n));
 }
 
+/* Stores key = v: 0; else answers the client why not (out of memory, or
+** the table's bound: dist/store_table.c): 1, or -1 when even that failed. */
+static int put(server *s, conn *c, const char *k, uint32_t kn, const void *v, size_t vn) {
+  char why[300];
+  int rc = store_table_put(&s->tab, k, kn, v, vn, why, sizeof why);
+  if (!rc) return 0;
+  if (rc == -1) return reply_err(c, "out of memory storing key \"%.*s\"", k, kn) ? -1 : 1;
+  char msg[600];
+  int n = snprintf(msg, sizeof msg, "the store refused key \"%.*s\" (a value of %zu bytes): %s",
+                   (int)(kn > 200 ? 200 : kn), k, vn, why);
+  return reply(c, ST_ERR, msg, (size_t)(n < 0 ? 0 : n >= (int)sizeof msg ? (int)sizeof msg - 1 : n)) ? -1 : 1;
+}
+
 /* Answers every connection parked on key (the key now exists). */
-static void notify(server *s, const entry *e) {
+static void notify(server *s, const store_entry *e) {
   for (int i = 0; i < s->nconns; i++) {
     conn *c = s->conns[i];
     if (c->dead || !c->wait_key || c->wait_klen != e->klen ||
@@ -295,7 +220,8 @@ static int conn_flush(conn *c);
 /* One complete frame.  Returns -1 to close the connection (logged). */
 static int handle(server *s, conn *c, int op, const char *k, uint32_t kn,
                   const unsigned char *v, uint32_t vn) {
-  entry *e;
+  store_entry *e;
+  int pr;
   unsigned char b8[8];
   switch (op) {
   case OP_AUTH:
@@ -313,25 +239,25 @@ static int handle(server *s, conn *c, int op, const char *k, uint32_t kn,
     atomic_fetch_add(&s->authed, 1);
     return reply(c, ST_OK, STORE_HELLO, sizeof STORE_HELLO - 1);
   case OP_SET:
-    if (tab_put(&s->tab, k, kn, v, vn)) return reply_err(c, "out of memory storing key \"%.*s\"", k, kn);
-    notify(s, tab_find(&s->tab, k, kn));
+    if ((pr = put(s, c, k, kn, v, vn)) != 0) return pr < 0 ? -1 : 0;
+    notify(s, store_table_find(&s->tab, k, kn));
     return reply(c, ST_OK, NULL, 0);
   case OP_GET:
-    if ((e = tab_find(&s->tab, k, kn))) return reply(c, ST_OK, e->val, e->vlen);
+    if ((e = store_table_find(&s->tab, k, kn))) return reply(c, ST_OK, e->val, e->vlen);
     return park(c, OP_GET, k, kn, v, vn);
   case OP_WAIT:
-    if (tab_find(&s->tab, k, kn)) return reply(c, ST_OK, NULL, 0);
+    if (store_table_find(&s->tab, k, kn)) return reply(c, ST_OK, NULL, 0);
     return park(c, OP_WAIT, k, kn, v, vn);
   case OP_ADD: {
     int64_t cur = 0, delta = (int64_t)get64(v), sum;
-    if ((e = tab_find(&s->tab, k, kn)) && parse_i64(e->val, e->vlen, &cur))
+    if ((e = store_table_find(&s->tab, k, kn)) && parse_i64(e->val, e->vlen, &cur))
       return reply_err(c, "the value of key \"%.*s\" is not an integer", k, kn);
     if (__builtin_add_overflow(cur, delta, &sum))
       return reply_err(c, "the counter \"%.*s\" would overflow int64", k, kn);
     char txt[24];
     int n = snprintf(txt, sizeof txt, "%lld", (long long)sum);
-    if (tab_put(&s->tab, k, kn, txt, (size_t)n)) return reply_err(c, "out of memory storing key \"%.*s\"", k, kn);
-    notify(s, tab_find(&s->tab, k, kn));
+    if ((pr = put(s, c, k, kn, txt, (size_t)n)) != 0) return pr < 0 ? -1 : 0;
+    notify(s, store_table_find(&s->tab, k, kn));
     return reply(c, ST_OK, txt, (size_t)n);
   }
   case OP_CAS: {
@@ -339,20 +265,20 @@ static int handle(server *s, conn *c, int op, const char *k, uint32_t kn,
     if (en > vn - 4) { conn_log(c, "compare_set: expected value runs past the frame"); return -1; }
     const unsigned char *exp = v + 4, *des = v + 4 + en;
     uint32_t dn = vn - 4 - en;
-    e = tab_find(&s->tab, k, kn);
+    e = store_table_find(&s->tab, k, kn);
     /* As PyTorch: a missing key is created only when expected is empty. */
     if ((!e && en == 0) || (e && e->vlen == en && !memcmp(e->val, exp, en))) {
-      if (tab_put(&s->tab, k, kn, des, dn)) return reply_err(c, "out of memory storing key \"%.*s\"", k, kn);
-      e = tab_find(&s->tab, k, kn);
+      if ((pr = put(s, c, k, kn, des, dn)) != 0) return pr < 0 ? -1 : 0;
+      e = store_table_find(&s->tab, k, kn);
       notify(s, e);
     }
     return e ? reply(c, ST_OK, e->val, e->vlen) : reply(c, ST_OK, NULL, 0);
   }
   case OP_CHECK:
-    b8[0] = tab_find(&s->tab, k, kn) != NULL;
+    b8[0] = store_table_find(&s->tab, k, kn) != NULL;
     return reply(c, ST_OK, b8, 1);
   case OP_DELETE:
-    b8[0] = (unsigned char)tab_del(&s->tab, k, kn);
+    b8[0] = (unsigned char)store_table_del(&s->tab, k, kn);
     return reply(c, ST_OK, b8, 1);
   case OP_NUMKEYS:
     put64(b8, (uint64_t)s->tab.n);
@@ -671,7 +597,7 @@ DL_HIDDEN void store_server_free(server *s) {
   if (s->wake[0] >= 0) close(s->wake[0]);
   if (s->wake[1] >= 0) close(s->wake[1]);
   if (s->spare >= 0) close(s->spare);
-  tab_free(&s->tab);
+  store_table_free(&s->tab);
   free(s->rbuf);
   free(s->token);
   free(s);
@@ -685,6 +611,7 @@ DL_HIDDEN store_server *store_server_start(const char *host, int port, const cha
   if (!sv) return dl_errp(EM_NOMEM, op, (long long)sizeof *sv, 0ll);
   sv->lfd = sv->wake[0] = sv->wake[1] = sv->spare = -1;
   sv->hs_timeout = HANDSHAKE_S;
+  store_table_bound(&sv->tab);  /* DDP_STORE_MAX_MB, DDP_STORE_MAX_KEYS */
   const char *hs = getenv("DDPLUA_STORE_HANDSHAKE_TIMEOUT");  /* for tests */
   if (hs && atof(hs) > 0) sv->hs_timeout = atof(hs);
   struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
@@ -740,6 +667,6 @@ DL_HIDDEN int store_fuzz_feed(const uint8_t *data, size_t n, size_t chunk) {
   c->fd = -1;
   conn_free(c);
   s.token = NULL;
-  tab_free(&s.tab);
+  store_table_free(&s.tab);
   return rc;
 }

@@ -200,7 +200,44 @@ static int count_lines(const char *path, const char *needle, int *matches) {
   return n;
 }
 
+/* The bound on what the store holds (DDP_STORE_MAX_MB, _KEYS): a set past
+** it is refused by name and the store goes on; deleting makes room;
+** overwriting a key counts its new size only. */
+static void test_bound(void) {
+  setenv("DDP_STORE_MAX_MB", "1", 1);
+  setenv("DDP_STORE_MAX_KEYS", "5", 1);
+  dl_store *bsrv = dl_store_server("127.0.0.1", 0, "secret");
+  unsetenv("DDP_STORE_MAX_MB");
+  unsetenv("DDP_STORE_MAX_KEYS");
+  CHECK(bsrv != NULL);
+  if (bsrv) {
+    dl_store *bc = dl_store_connect("127.0.0.1", dl_store_port(bsrv), "secret", 5);
+    static char big[400 * 1024];
+    memset(big, 'x', sizeof big);
+    CHECK(bc && dl_store_set(bc, "a", big, sizeof big) == 0 && dl_store_set(bc, "b", big, sizeof big) == 0);
+    CHECK(dl_store_set(bc, "c", big, sizeof big) != 0, "a third 400 KiB value is past 1 MiB");
+    const char *msg = dl_last_error();
+    CHECK(strstr(msg, "the store refused key \"c\" (a value of 409600 bytes)") &&
+          strstr(msg, "past its bound of 1 MiB (DDP_STORE_MAX_MB); delete the keys no longer needed"),
+          "the refusal names the key, its size and the bound: %s", msg);
+    CHECK(dl_store_set(bc, "a", big, 1000) == 0, "overwriting a key frees its old size");
+    CHECK(dl_store_set(bc, "c", big, sizeof big) == 0, "then the third fits");
+    CHECK(dl_store_delete(bc, "b") == 1 && dl_store_set(bc, "d", big, 1) == 0, "deleting makes room");
+    for (int i = 0; i < 2; i++) {
+      char k[8];
+      snprintf(k, sizeof k, "k%d", i);
+      CHECK(dl_store_set(bc, k, "1", 1) == 0);
+    }
+    CHECK(dl_store_set(bc, "k9", "1", 1) != 0 && strstr(dl_last_error(), "holds 5 keys, its bound (DDP_STORE_MAX_KEYS)"),
+          "a sixth key is refused: %s", dl_last_error());
+    CHECK(dl_store_set(bc, "a", "2", 1) == 0, "an existing key may still change");
+    dl_store_close(bc);
+    dl_store_close(bsrv);
+  }
+}
+
 int main(void) {
+  test_bound();
   /* This process holds both ends of many connections. */
   struct rlimit rl;
   getrlimit(RLIMIT_NOFILE, &rl);
@@ -335,5 +372,6 @@ int main(void) {
   printf("test_store_limits: 1,024 clients connected and passed a barrier in %.2f s\n", secs);
   CHECK(st == 0, "1,024 clients rendezvous once the limit is raised (status %d)", st);
   end_child(sp);
+
   return check_report("test_store_limits");
 }
