@@ -68,6 +68,9 @@ typedef struct frame {
   const char *payload;
   size_t len;
 } frame;
+/* The largest payload a frame carries (a reply past it is refused by the
+** worker, by name, before it is sent). */
+enum { FRAME_MAX = 1 << 30 };
 int frame_write(int fd, const char *kind, long seq, const char *payload, size_t len);
 /* Parses a frame at the start of buf: its size, 0 if incomplete, -1 if bad. */
 int frame_parse(const char *buf, size_t len, frame *f);

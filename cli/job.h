@@ -33,6 +33,8 @@ typedef struct worker {
   /* the control channel (cli/link.c): commands to it, frames from it */
   int ctl_w;      /* -1 when closed */
   line_buf ctl;
+  double ctl_progress; /* job_now() when its last control bytes came */
+  int ctl_off;    /* its frames no longer parse: what comes is read and dropped */
   int ready;      /* serves the prompt (said "ready") */
   int bp_calls;   /* how many times it reached ddp.breakpoint */
   int bp_waiting; /* waits for "continue" */

@@ -55,7 +55,7 @@ static int frame_head(const char *buf, size_t len, frame *f) {
   if (end == sp + 1 || *end != ' ') return -1;
   char *lenp = end + 1;
   unsigned long long plen = strtoull(lenp, &end, 10);
-  if (end == lenp || *end || plen > (1ull << 30)) return -1;
+  if (end == lenp || *end || plen > FRAME_MAX) return -1;
   f->len = (size_t)plen;
   f->payload = NULL;
   return (int)(nl - buf) + 1;
@@ -98,6 +98,20 @@ static int frame_read(int fd, frame *f, char **payload) {
   f->payload = p;
   *payload = p;
   return 0;
+}
+
+/* "812 bytes", "5.0 KiB", "1.5 GiB" */
+static const char *human_bytes(char *out, size_t cap, size_t n) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (n < 1024) {
+    snprintf(out, cap, "%zu bytes", n);
+    return out;
+  }
+  double v = (double)n / 1024;
+  int u = 0;
+  while (v >= 1024 && u < 3) v /= 1024, u++;
+  snprintf(out, cap, "%.1f %s", v, units[u]);
+  return out;
 }
 
 /* -- The worker's end ------------------------------------------------------ */
@@ -222,6 +236,19 @@ static int link_serve(lua_State *L, int session, const char *first, long seq, co
       out = lua_tolstring(L, -1, &len);
     }
     if (!out) out = "", len = 0;
+    /* a result past what a frame carries: refused here, by name (the
+    ** launcher would see a garbled frame and turn this rank's prompt off) */
+    char big[300];
+    const char *max_env = getenv("DDPLUA_PROMPT_REPLY_MAX");  /* for tests */
+    size_t max = max_env && atoll(max_env) > 0 ? (size_t)atoll(max_env) : FRAME_MAX;
+    if (len > max) {
+      char a[32], b[32];
+      snprintf(big, sizeof big,
+               "the result is %s of text, more than the prompt carries (%s); show a part of it "
+               "(x:narrow(0, 0, 10), s:sub(1, 1000)) or write it to a file",
+               human_bytes(a, sizeof a, len), human_bytes(b, sizeof b, max));
+      out = big, len = strlen(big), ok = 0, status = 0;
+    }
     fflush(stdout); /* what the chunk printed reaches the launcher first */
     fflush(stderr);
     if (frame_write(link_wfd, is_run ? (ok ? "ok" : "error") : "completion", f.seq, out, len) != 0) {

@@ -274,7 +274,13 @@ static void run_chunk(session *s, const char *text) {
   job *j = s->j;
   char ran[j->nproc];
   j->seq++;
-  for (int i = 0; i < j->nproc; i++) ran[i] = s->mask[i] && j->w[i].pid > 0;
+  for (int i = 0; i < j->nproc; i++) {
+    int off = j->w[i].ctl.fd < 0 || j->w[i].ctl_off;
+    ran[i] = s->mask[i] && j->w[i].pid > 0 && !off;
+    if (s->mask[i] && j->w[i].pid > 0 && off)
+      job_say("rank %d's prompt is off (its control channel failed); the chunk runs without it",
+              j->w[i].rank);
+  }
   /* "runf": the fence's text, a newline, the chunk */
   char why[1400];
   size_t tlen = strlen(text), flen = 0;

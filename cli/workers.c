@@ -300,6 +300,34 @@ static void on_frame(job *j, worker *w, const frame *f) {
   }
 }
 
+/* A worker's control channel is of no more use (a garbled frame, one cut
+** off): what comes on it is dropped from now on (read, so the worker's
+** writes neither block nor meet a closed pipe), and a request it was
+** running is answered for it, so the prompt goes on with the other ranks. */
+static void ctl_lost(worker *w, const char *why) {
+  job_say("rank %d: %s; its prompt is off", w->rank, why);
+  w->ctl_off = 1;
+  w->ctl.len = 0;
+  if (w->busy && !w->replied) {
+    char msg[200];
+    int n = snprintf(msg, sizeof msg, "this rank's prompt is off: %s", why);
+    free(w->reply);
+    w->reply = strdup(msg);
+    w->reply_len = w->reply ? (size_t)n : 0;
+    w->reply_ok = 0;
+    w->replied = 1;
+    w->busy = 0;
+  }
+}
+
+/* Seconds a frame begun on a control pipe may wait for its next bytes: a
+** worker writes a frame in one go, so a pause this long is one that never
+** ends (DDPLUA_CTL_STALL_S for tests). */
+static double ctl_stall_s(void) {
+  const char *v = getenv("DDPLUA_CTL_STALL_S");
+  return v && atof(v) > 0 ? atof(v) : 10.0;
+}
+
 /* Reads frames from a worker's control pipe, each handled when whole. */
 static int drain_ctl(job *j, worker *w) {
   line_buf *lb = &w->ctl;
@@ -312,20 +340,19 @@ static int drain_ctl(job *j, worker *w) {
     lb->len = 0;
     return 0;
   }
+  if (w->ctl_off) return 1;
   char *grown = realloc(lb->buf, lb->len + (size_t)n + 1);
   if (!grown) return 0;
   lb->buf = grown;
   memcpy(lb->buf + lb->len, chunk, (size_t)n);
   lb->len += (size_t)n;
+  w->ctl_progress = job_now();
   for (;;) {
     frame f;
     int used = frame_parse(lb->buf, lb->len, &f);
     if (used == 0) break;
     if (used < 0) {
-      job_say("rank %d: garbled control frame; its prompt is off", w->rank);
-      close(lb->fd);
-      lb->fd = -1;
-      lb->len = 0;
+      ctl_lost(w, "garbled control frame");
       return 0;
     }
     on_frame(j, w, &f);
@@ -665,6 +692,12 @@ int job_turn(job *j, int timeout_ms) {
   for (int i = 0; i < j->nproc; i++) {
     worker *w = &j->w[i];
     running += w->pid > 0;
+    if (w->ctl.fd >= 0 && !w->ctl_off && w->ctl.len > 0 && job_now() - w->ctl_progress > ctl_stall_s()) {
+      char why[120];
+      snprintf(why, sizeof why, "it sent part of a control frame and nothing more for %g s",
+               ctl_stall_s());
+      ctl_lost(w, why);
+    }
     line_buf *lb[3] = {&w->out, &w->err, &w->ctl};
     for (int k = 0; k < 3; k++)
       if (lb[k]->fd >= 0) {

@@ -140,6 +140,39 @@ describe("the prompt over ranks", function()
     assert.truthy(out:match("EXIT 0%s*$"), out)
   end)
 
+  -- A result past what a control frame carries (1 GiB; lowered here) used
+  -- to kill its rank ("garbled control frame", then SIGPIPE); it is
+  -- refused by name, and the rank and its prompt go on.
+  it("refuses a result too big to carry, by name, and goes on", function()
+    local out = prompt.run({ "@1 string.rep('x', 5000)", "@1 print('next')", "^D" }, "--nproc 2",
+                           { env = { DDPLUA_PROMPT_REPLY_MAX = "1000" } })
+    has(out, "[1] the result is 4.9 KiB of text, more than the prompt carries (1000 bytes); show a part of it")
+    has(out, "[1] next")
+    hasnt(out, "garbled")
+    assert.truthy(out:match("EXIT 0%s*$"), out)
+  end)
+
+  -- A rank that writes a frame's header and never its payload used to hang
+  -- the prompt until the third Ctrl-C; the wait for the rest is bounded
+  -- (10 s; 1 s here), the rank's prompt turns off, the others go on.
+  it("bounds the wait for a frame a rank began and never finished", function()
+    local stall = table.concat({
+      "local ffi = require('ffi');",
+      "pcall(ffi.cdef, 'int fcntl(int, int, ...); long write(int, const void *, unsigned long);');",
+      "for fd = 3, 255 do",
+      "  local fl = ffi.C.fcntl(fd, 3)",  -- F_GETFL: the control pipe is the one write-only descriptor
+      "  if fl >= 0 and fl % 4 == 1 then ffi.C.write(fd, 'ok 99 100\\nabc', 13) end",
+      "end;",
+      "os.execute('sleep 3')" }, " ")
+    local out = prompt.run({ "@1 " .. stall, "@sleep 0.5", "print('others')", "^D" }, "--nproc 2",
+                           { env = { DDPLUA_CTL_STALL_S = "1" } })
+    has(out, "rank 1: it sent part of a control frame and nothing more for 1 s; its prompt is off")
+    has(out, "[1] this rank's prompt is off: it sent part of a control frame")
+    has(out, "rank 1's prompt is off (its control channel failed); the chunk runs without it")
+    has(out, "[0] others")
+    hasnt(out, "exited (")
+  end)
+
   it("interrupts every rank with Ctrl-C, and the session goes on", function()
     local out = prompt.run({ "while true do end", "@sleep 1", "^C", "print('after')", "^D" }, "--nproc 2")
     has(out, "[0-1] stdin:1: interrupted!")
