@@ -27,9 +27,11 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -165,4 +167,72 @@ void guardian_stop(job *j) {
   if (j->guard_pid > 0)
     while (waitpid(j->guard_pid, NULL, 0) < 0 && errno == EINTR) {}
   j->guard_pid = 0;
+}
+
+/* -- Orphans: what a worker's children leave behind ------------------------ */
+
+/* A process that leaves its worker's group (setsid, a daemon) escapes the
+** group kill at a worker's end.  As the launcher is the workers' child
+** subreaper, such a process, once its parent ends, is the launcher's child
+** rather than init's: job_reap_orphans reaps those that end during the
+** job, and job_kill_orphans, once every worker has ended, kills the rest
+** (and what they leave in turn, which comes to us too). */
+void job_adopt_orphans(void) { prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); }
+
+static int is_ours(const job *j, pid_t pid) {
+  if (pid == j->guard_pid) return 1;
+  for (int i = 0; i < j->nproc; i++)
+    if (j->w[i].pid == pid) return 1;
+  return 0;
+}
+
+void job_reap_orphans(job *j) {
+  for (int n = 0; n < 64; n++) {
+    siginfo_t info;
+    info.si_pid = 0;
+    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+    if (is_ours(j, info.si_pid)) return;  /* reap() takes a worker's; the guardian is waited for */
+    waitpid(info.si_pid, NULL, 0);
+  }
+}
+
+/* The children of this process (its parent pid in /proc/PID/stat), but the
+** guardian, into pids (cap): how many. */
+static int children(const job *j, pid_t *pids, int cap) {
+  DIR *d = opendir("/proc");
+  if (!d) return 0;
+  pid_t self = getpid();
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < cap) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end || pid <= 0 || pid == j->guard_pid) continue;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ssize_t r = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (r <= 0) continue;
+    buf[r] = '\0';
+    char *paren = strrchr(buf, ')');  /* the name may hold spaces and parentheses */
+    int ppid = 0;
+    char state;
+    if (paren && sscanf(paren + 1, " %c %d", &state, &ppid) == 2 && ppid == self) pids[n++] = (pid_t)pid;
+  }
+  closedir(d);
+  return n;
+}
+
+void job_kill_orphans(job *j) {
+  pid_t pids[256];
+  for (int round = 0; round < 100; round++) {  /* 100 x 20 ms at most */
+    int n = children(j, pids, 256);
+    if (n == 0) return;
+    for (int k = 0; k < n; k++) kill(pids[k], SIGKILL);
+    for (int k = 0; k < n; k++) waitpid(pids[k], NULL, WNOHANG);
+    pause_ms(20);
+    for (int k = 0; k < n; k++) waitpid(pids[k], NULL, WNOHANG);
+  }
 }

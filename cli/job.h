@@ -189,6 +189,11 @@ int guardian_start(job *j);
 void guardian_watch(job *j, pid_t pid);
 void guardian_forget(job *j, pid_t pid);
 void guardian_stop(job *j);
+/* Processes that left a worker's group (setsid): adopted as the workers'
+** subreaper, reaped when they end, killed at the job's end (cli/guardian.c). */
+void job_adopt_orphans(void);
+void job_reap_orphans(job *j);
+void job_kill_orphans(job *j);
 /* Removes /dev/shm/<prefix><n> and point-to-point links <prefix><n>p<g>x<a>x<b>. */
 void job_remove_shm(const char *prefix);
 

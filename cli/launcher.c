@@ -416,6 +416,7 @@ static int prepare_start(job *j, const launch_opts *o) {
   if (guardian_start(j) != 0)
     job_say("warning: cannot start the guardian process (%s); if the launcher is killed, "
             "processes its workers started and files in /dev/shm may be left", strerror(errno));
+  job_adopt_orphans();  /* after the guardian: it is no worker's */
   if (o->stdin_script && read_script(j) != 0) return -1;
   if (job_install_signals(j) != 0) {
     job_say("cannot set up signals: %s", strerror(errno));
@@ -557,6 +558,7 @@ int launcher_run(const launch_opts *o, char **argv) {
   }
   setup_threads(&j);
   int status = prepare_start(&j, o) == 0 ? run_with_restarts(&j) : 1;
+  job_kill_orphans(&j);
   guardian_stop(&j);
   free_job(&j);
   return status;

@@ -636,6 +636,7 @@ static int collective_trouble(job *j, worker *w) {
 
 int job_turn(job *j, int timeout_ms) {
   reap(j, &j->first_failed);
+  job_reap_orphans(j);
   if (nsignals > j->handled) {
     if (j->session && got_signal == SIGINT) { /* the prompt's: it interrupts a chunk */
       j->interrupts += (int)(nsignals - j->handled);

@@ -277,6 +277,40 @@ describe("testing.run", function()
     no_strays()
   end)
 
+  -- A rank SIGKILLed at once (what the out-of-memory killer sends) was told
+  -- as "timed out after 30 s": the launcher's exit code 137 read as
+  -- timeout's.  It is a death, named with its signal.
+  it("names a rank killed by SIGKILL as such, not as a timeout", function()
+    local t0 = os.time()
+    local msg = located(function()
+      testing.run(2, "io.stderr:write('before\\n'); if os.getenv('RANK') == '1' then "
+                     .. "os.execute('kill -9 $PPID') end; return 1", { timeout = 30, tmpdir = tmp })
+    end)
+    has_all(msg, "rank 1: failed with signal SIGKILL (SIGKILL: the out-of-memory killer's signal, or a kill -9) "
+                 .. "before returning", "[1] before")
+    assert.falsy(msg:find("timed out", 1, true), msg)
+    assert.truthy(os.time() - t0 <= 10, "took " .. (os.time() - t0) .. " s")
+    no_strays()
+  end)
+
+  -- The docs promise every process of the job has ended when run returns;
+  -- one that left its worker's process group (setsid) used to stay.
+  it("leaves no process behind, a setsid one included", function()
+    local mark = tmp .. "/setsid_mark"
+    local res = testing.run(2, ("os.execute('setsid sh -c \"sleep 60; touch %s\" >/dev/null 2>&1 &'); "
+                                .. "return 1"):format(mark), { tmpdir = tmp })
+    assert.equal(1, res[1])
+    local left = ""
+    for _ = 1, 20 do
+      left = shell.sh("pgrep -f " .. shell.q("[s]leep 60; touch " .. mark) .. " || true")
+      if left == "" then break end
+      os.execute("sleep 0.1")
+    end
+    if left ~= "" then os.execute("pkill -KILL -f " .. shell.q("[s]leep 60; touch " .. mark)) end
+    assert.equal("", left, "the setsid child outlived the job")
+    no_strays()
+  end)
+
   it("stops at the timeout, naming the ranks that did not finish", function()
     local t0 = os.time()
     local msg = located(function()

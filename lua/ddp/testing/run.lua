@@ -163,7 +163,7 @@ end
 local RUN_OPTS = { args = true, timeout = true, env = true, program = true, tmpdir = true }
 
 -- After the job: each rank's value, or the error naming the ranks.
-local function collect(dir, n, rc, secs)
+local function collect(dir, n, rc, secs, elapsed)
   local results, errors, missing = { n = n }, {}, {}
   local output = slurp(dir .. "/output") or ""
   results.output = {}
@@ -189,7 +189,16 @@ local function collect(dir, n, rc, secs)
     for _, m in ipairs(order) do lines[#lines + 1] = ranks_text(by_msg[m]) .. ": " .. m end
     raise(concat(lines, "\n"))
   end
-  if rc == 124 or rc == 137 then
+  -- the launcher names a rank that died: "ddplua: rank 1 (local rank 1) failed with signal SIGKILL";
+  -- timeout's 124 (or 137 after its -k) only once the time is up: a rank
+  -- SIGKILLed early (the out-of-memory killer) is a death, not a timeout
+  local dead, how = output:match("ddplua: rank (%d+) %(local rank %d+%) failed with ([^\n]+)")
+  if #missing > 0 and dead and not (elapsed >= secs) then
+    local t = tail(results.output[tonumber(dead) + 1], 5, "  [" .. dead .. "] ")
+    local why = how:find("SIGKILL", 1, true) and " (SIGKILL: the out-of-memory killer's signal, or a kill -9)" or ""
+    raise(("rank %s: failed with %s%s before returning%s"):format(dead, how, why, t ~= "" and "\n" .. t or ""))
+  end
+  if (rc == 124 or rc == 137) and elapsed >= secs then
     local lines = { ("testing.run: timed out after %g s; %s of %d did not finish"):format(secs, ranks_text(missing), n) }
     for _, r in ipairs(missing) do
       local t = tail(results.output[r + 1], 5, ("  [%d] "):format(r))
@@ -198,12 +207,6 @@ local function collect(dir, n, rc, secs)
     raise(concat(lines, "\n"))
   end
   if #missing > 0 then
-    -- the launcher names a rank that died: "ddplua: rank 1 (local rank 1) failed with exit code 3"
-    local dead, how = output:match("ddplua: rank (%d+) %(local rank %d+%) failed with ([^\n]+)")
-    if dead then
-      local t = tail(results.output[tonumber(dead) + 1], 5, "  [" .. dead .. "] ")
-      raise(("rank %s: failed with %s before returning%s"):format(dead, how, t ~= "" and "\n" .. t or ""))
-    end
     if rc == 0 then
       raise(("testing.run: %s of %d exited without returning (os.exit?)"):format(ranks_text(missing), n))
     end
@@ -285,14 +288,16 @@ function M.run(n, chunk, opts)
     local cmd = CLEAN .. concat(env, " ") .. " timeout -k 5 " .. secs .. " " .. q(program)
       .. " --nproc " .. n .. " --grace 2 --log-dir " .. q(dir .. "/logs") .. " " .. q(dir .. "/main.lua")
       .. " </dev/null >" .. q(dir .. "/output") .. " 2>&1; echo $?"
+    local t0 = core.clock()
     local p = assert(io.popen(cmd))
     local rc = tonumber(p:read("*a"):match("(%d+)%s*$"))
     p:close()
+    local elapsed = core.clock() - t0
     if rc == 127 and not (slurp(dir .. "/output") or ""):find("ddplua", 1, true) then
       raise("testing.run: cannot run " .. program .. " under `timeout` (coreutils):\n"
             .. tail(slurp(dir .. "/output"), 5, "  "))
     end
-    return collect(dir, n, rc, secs)
+    return collect(dir, n, rc, secs, elapsed)
   end)
   os.execute("rm -rf " .. q(dir))
   if not ok then error(res, 0) end
