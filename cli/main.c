@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -608,11 +609,42 @@ static const char *blas_core_for_cpu(void) {
 /* OpenBLAS and libgomp read these settings once, when they load -- before
 ** main -- so set what is missing and start again (once: the second start
 ** finds them set); the user's own values win (GOMP_SPINCOUNT too). */
+/* The least address space (ulimit -v) ddplua runs in: the program and its
+** libraries (~100 MiB), OpenBLAS's 128 MiB buffer for its products, and
+** room for tensors.  Below it OpenBLAS would retry its buffer forever. */
+#define MIN_AS_MIB 288
+
+/* Under an address-space limit: refused below MIN_AS_MIB, by name, before
+** OpenBLAS hangs; above, OpenBLAS's threads as many as it leaves room for
+** (dl_blas_thread_cap) and malloc's per-thread arenas (64 MiB of address
+** space each) two.  Returns whether the environment changed. */
+static int fit_address_space(void) {
+  struct rlimit as;
+  if (getrlimit(RLIMIT_AS, &as) != 0 || as.rlim_cur == RLIM_INFINITY) return 0;
+  unsigned long long mib = (unsigned long long)(as.rlim_cur >> 20);
+  if (mib < MIN_AS_MIB) {
+    fprintf(stderr,
+            "ddplua: the address-space limit (ulimit -v) is %llu MiB; ddplua needs at least %d MiB "
+            "(OpenBLAS keeps a 128 MiB buffer for its products and waits forever when it cannot "
+            "have it): raise it (ulimit -v %d) or lift it\n",
+            mib, MIN_AS_MIB, MIN_AS_MIB * 1024);
+    _exit(1);  /* not exit(): OpenBLAS's exit handler waits for its threads, stuck as said */
+  }
+  int again = 0;
+  if (!getenv("OPENBLAS_NUM_THREADS")) {
+    char n[16];
+    snprintf(n, sizeof n, "%d", dl_blas_thread_cap() < 64 ? dl_blas_thread_cap() : 64);
+    if (dl_blas_thread_cap() < DL_BLAS_UNLIMITED) again |= setenv("OPENBLAS_NUM_THREADS", n, 1) == 0;
+  }
+  if (!getenv("MALLOC_ARENA_MAX")) again |= setenv("MALLOC_ARENA_MAX", "2", 1) == 0;
+  return again;
+}
+
 static void tame_thread_pools(char **argv) {
   const char *pre = getenv("LD_PRELOAD");
   /* under valgrind /proc/self/exe is valgrind's own tool: stay as we are */
   if (pre && strstr(pre, "vgpreload")) return;
-  int again = 0;
+  int again = fit_address_space();
   if (!getenv("OPENBLAS_THREAD_TIMEOUT")) again |= setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1) == 0;
   const char *core = getenv("OPENBLAS_CORETYPE") ? NULL : blas_core_for_cpu();
   if (core) again |= setenv("OPENBLAS_CORETYPE", core, 1) == 0;

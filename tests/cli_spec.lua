@@ -281,6 +281,25 @@ print(...)
     assert.equals(theirs, ours)
   end)
 
+  -- Under `ulimit -v 192 MiB` every ddplua process spun forever: OpenBLAS
+  -- retries the 128 MiB buffer of each of its threads without end (and
+  -- its exit handler waits for them).  Too little is refused by name; a
+  -- limit with room runs, OpenBLAS's threads fitted into it.
+  it("refuses an address-space limit too small for OpenBLAS, and runs under one with room", function()
+    local t0 = os.time()
+    local out, rc = run("-e 'print(1)'", { env = "ulimit -v 196608;" })
+    assert.equals(1, rc, out)
+    assert.matches("ddplua: the address%-space limit %(ulimit %-v%) is 192 MiB; ddplua needs at least 288 MiB", out)
+    assert.truthy(os.time() - t0 < 10)
+    local s = tempfile("local ddp = require 'ddp'\nddp.init()\n"
+                       .. "local x = ddp.randn(512, 512):matmul(ddp.randn(512, 512))\nddp.all_reduce(x)\n"
+                       .. "print('ok', ddp.rank())\n")
+    out, rc = run("--nproc 2 " .. q(s), { env = "ulimit -v 307200; timeout 60" })
+    assert.equals(0, rc, out)
+    assert.matches("%[0%] ok\t0", out)
+    assert.matches("%[1%] ok\t1", out)
+  end)
+
   it("runs require 'ddp' from any directory", function()
     local s = tempfile("local ddp = require 'ddp'\nprint(type(ddp))\n")
     local out, rc = run(q(s), { cwd = "/tmp" })

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/internal.h"
@@ -89,11 +90,23 @@ static void pool_init(void) {
   if (!pool.budget) dl_set_num_threads(default_threads());
 }
 
+/* OpenBLAS threads the address-space limit (ulimit -v) leaves room for:
+** each of its threads keeps a 128 MiB buffer, and one that cannot have it
+** retries forever (so does the process's exit, which waits for it).
+** Half a GiB for the rest, 256 MiB a thread; DL_BLAS_UNLIMITED without. */
+DL_API int dl_blas_thread_cap(void) {
+  struct rlimit as;
+  if (getrlimit(RLIMIT_AS, &as) != 0 || as.rlim_cur == RLIM_INFINITY) return DL_BLAS_UNLIMITED;
+  long long mib = (long long)(as.rlim_cur >> 20), cap = (mib - 512) / 256;
+  return cap < 1 ? 1 : cap > MAX_THREADS ? MAX_THREADS : (int)cap;
+}
+
 DL_API int dl_set_num_threads(int n) {
   if (n < 1) return dl_err(EM_BADVALUE, "set_num_threads", "need at least 1 thread");
   if (n > MAX_THREADS) n = MAX_THREADS;
   pool.budget = n;
-  openblas_set_num_threads(n);
+  int cap = dl_blas_thread_cap();
+  openblas_set_num_threads(n < cap ? n : cap);
   return 0;
 }
 

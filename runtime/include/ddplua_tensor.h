@@ -37,8 +37,15 @@ DL_API dl_dtype dl_promote_types(dl_dtype a, dl_dtype b);
 
 /* -- Runtime: threads, memory ------------------------------------------- */
 
-/* The per-process thread budget, applied to our pool and to OpenBLAS. */
+/* The per-process thread budget, applied to our pool and to OpenBLAS (at
+** most dl_blas_thread_cap() of them). */
 DL_API int dl_set_num_threads(int n);
+/* The OpenBLAS threads an address-space limit (RLIMIT_AS, ulimit -v)
+** leaves room for (each keeps a 128 MiB buffer, and waits forever for one
+** it cannot have): (limit - 512 MiB) / 256 MiB, at least 1; or
+** DL_BLAS_UNLIMITED when no limit is set. */
+#define DL_BLAS_UNLIMITED 1024
+DL_API int dl_blas_thread_cap(void);
 DL_API int dl_get_num_threads(void);
 /* Bytes held by live CPU storages, and the high-water mark. */
 DL_API int64_t dl_mem_allocated(void);
