@@ -182,7 +182,11 @@ static int open_store(job *j) {
     char why[512];
     snprintf(why, sizeof why, "%s", dl_last_error());
     if (!j->master_port) {
-      job_say("cannot serve the rendezvous store on %s: %s", j->bind_addr, why);
+      struct rlimit np;
+      int nproc = strstr(why, "Resource temporarily unavailable") && getrlimit(RLIMIT_NPROC, &np) == 0 &&
+                  np.rlim_cur != RLIM_INFINITY;
+      job_say("cannot serve the rendezvous store on %s: %s%s", j->bind_addr, why,
+              nproc ? " (its thread: the user's process and thread limit, ulimit -u, is reached; raise it)" : "");
       return -1;
     }
     /* who holds the port: this job's store (two launchers as node 0),

@@ -640,11 +640,24 @@ static int fit_address_space(void) {
   return again;
 }
 
+/* Under a small process limit (ulimit -u, which counts threads): OpenBLAS
+** starts its threads when it loads and, refused one, ends the process with
+** SIGINT and only its own words; one thread starts none.  Whatever fails
+** later (a worker, the store's thread) is then ours to name. */
+static int fit_process_limit(void) {
+  struct rlimit np;
+  if (getrlimit(RLIMIT_NPROC, &np) != 0 || np.rlim_cur == RLIM_INFINITY || np.rlim_cur >= 256 ||
+      getenv("OPENBLAS_NUM_THREADS") || geteuid() == 0)  /* root is not held to it */
+    return 0;
+  return setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0;
+}
+
 static void tame_thread_pools(char **argv) {
   const char *pre = getenv("LD_PRELOAD");
   /* under valgrind /proc/self/exe is valgrind's own tool: stay as we are */
   if (pre && strstr(pre, "vgpreload")) return;
   int again = fit_address_space();
+  again |= fit_process_limit();
   if (!getenv("OPENBLAS_THREAD_TIMEOUT")) again |= setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1) == 0;
   const char *core = getenv("OPENBLAS_CORETYPE") ? NULL : blas_core_for_cpu();
   if (core) again |= setenv("OPENBLAS_CORETYPE", core, 1) == 0;

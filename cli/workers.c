@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -535,9 +536,17 @@ static int start_worker(job *j, worker *w) {
   /* `ddplua --nproc N -`: the script read from our stdin, for its stdin */
   if (j->script) job_send(w, "script", 0, j->script, j->script_len);
   return 0;
-fail_os:
-  job_say("cannot start rank %d: %s", w->rank, strerror(errno));
+fail_os: {
+  int e = errno;
+  struct rlimit np;
+  if (e == EAGAIN && getrlimit(RLIMIT_NPROC, &np) == 0 && np.rlim_cur != RLIM_INFINITY)
+    job_say("cannot start rank %d: %s; the user's process and thread limit (ulimit -u %llu) "
+            "counts every thread of every process (OpenBLAS's and ours included): raise it",
+            w->rank, strerror(e), (unsigned long long)np.rlim_cur);
+  else
+    job_say("cannot start rank %d: %s", w->rank, strerror(e));
   return -1;
+}
 }
 
 /* -- Watching ------------------------------------------------------------ */

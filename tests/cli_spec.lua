@@ -300,6 +300,29 @@ print(...)
     assert.matches("%[1%] ok\t1", out)
   end)
 
+  -- Under a small process limit (ulimit -u counts threads) the launcher
+  -- names the limit where a worker or the store's thread cannot start.
+  -- (root is not held to it: the spec runs the job as nobody.)
+  it("names the process limit when a worker or a thread cannot start", function()
+    if shell.sh("id -u"):match("%d+") ~= "0" or shell.sh("command -v setpriv || true") == "" then
+      pending("needs root and setpriv to run the job as another user")
+      return
+    end
+    local bin = ddplua:sub(1, 1) == "/" and ddplua or root .. "/" .. ddplua
+    local function as_nobody(limit)
+      return shell.sh("timeout 30 setpriv --reuid=65534 --regid=65534 --clear-groups bash -c "
+                      .. q("ulimit -u " .. limit .. "; exec " .. q(bin) .. " --nproc 2 -e 'print(1)'")
+                      .. " 2>&1; echo rc=$?")
+    end
+    local out = as_nobody(2)
+    assert.matches("cannot serve the rendezvous store on 127%.0%.0%.1: .*Resource temporarily unavailable "
+                   .. "%(its thread: the user's process and thread limit, ulimit %-u, is reached; raise it%)", out)
+    out = as_nobody(4)
+    assert.matches("cannot start rank %d: Resource temporarily unavailable; the user's process and thread "
+                   .. "limit %(ulimit %-u 4%) counts every thread", out)
+    assert.matches("rc=1%d%d", out)
+  end)
+
   it("runs require 'ddp' from any directory", function()
     local s = tempfile("local ddp = require 'ddp'\nprint(type(ddp))\n")
     local out, rc = run(q(s), { cwd = "/tmp" })
