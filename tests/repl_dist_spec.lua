@@ -156,12 +156,14 @@ describe("the prompt over ranks", function()
   -- the prompt until the third Ctrl-C; the wait for the rest is bounded
   -- (10 s; 1 s here), the rank's prompt turns off, the others go on.
   it("bounds the wait for a frame a rank began and never finished", function()
+    -- the control pipe's write end: write-only and close-on-exec (link_open
+    -- marks it), unlike anything a test harness lets the job inherit
     local stall = table.concat({
       "local ffi = require('ffi');",
       "pcall(ffi.cdef, 'int fcntl(int, int, ...); long write(int, const void *, unsigned long);');",
       "for fd = 3, 255 do",
-      "  local fl = ffi.C.fcntl(fd, 3)",  -- F_GETFL: the control pipe is the one write-only descriptor
-      "  if fl >= 0 and fl % 4 == 1 then ffi.C.write(fd, 'ok 99 100\\nabc', 13) end",
+      "  local fl, fdf = ffi.C.fcntl(fd, 3), ffi.C.fcntl(fd, 1)",  -- F_GETFL, F_GETFD
+      "  if fl >= 0 and fl % 4 == 1 and fdf % 2 == 1 then ffi.C.write(fd, 'ok 99 100\\nabc', 13) end",
       "end;",
       "os.execute('sleep 3')" }, " ")
     local out = prompt.run({ "@1 " .. stall, "@sleep 0.5", "print('others')", "^D" }, "--nproc 2",
