@@ -69,6 +69,25 @@ static int check_param(const char *op, const dl_tensor *p) {
     done = k;                                                                 \
   }
 
+/* Steps the half-precision items whose device has no kernel for them
+** (dl_device.optim_half 0) through float32 chunks, CHUNKS(d, item) each,
+** and moves the others up: n becomes their count. */
+#define HALF_APART(items, n, CHUNKS)                                            \
+  {                                                                           \
+    int kept = 0;                                                             \
+    for (int i = 0; i < (n); i++) {                                           \
+      int half = is_half_dtype((items)[i].p->dtype);                          \
+      const dl_device *hd = half ? device_of(op, (items)[i].p) : NULL;        \
+      if (half && !hd) return -1;                                             \
+      if (!hd || hd->optim_half) {                                            \
+        (items)[kept++] = (items)[i];                                         \
+        continue;                                                             \
+      }                                                                       \
+      if (CHUNKS(hd, &(items)[i])) return -1;                                 \
+    }                                                                         \
+    (n) = kept;                                                               \
+  }
+
 /* One pass of the thread pool over n items' elements end to end: item k
 ** is [off[k], off[k + 1]) and runs run(ctx k, its own range). */
 typedef struct {
@@ -138,18 +157,9 @@ DL_HIDDEN int optim_sgd_items(const char *op, sgd_item *items, int n, double lr,
     tensor_bump_version(items[i].p);
     if (items[i].buf) tensor_bump_version(items[i].buf);
   }
-  int m = 0;  /* half-precision items the device cannot step step apart; the others move up */
-  for (int i = 0; i < n; i++) {
-    const dl_device *d = is_half_dtype(items[i].p->dtype) ? device_of(op, items[i].p) : NULL;
-    if (!d || d->optim_half) {
-      if (is_half_dtype(items[i].p->dtype) && !d) return -1;
-      items[m++] = items[i];
-      continue;
-    }
-    if (optim_chunks_sgd(op, d, &items[i], lr, momentum, dampening, wd, nesterov, maximize))
-      return -1;
-  }
-  n = m;
+#define SGD_CHUNKS(d, it) optim_chunks_sgd(op, d, it, lr, momentum, dampening, wd, nesterov, maximize)
+  HALF_APART(items, n, SGD_CHUNKS)
+#undef SGD_CHUNKS
 #define SGD_RUN(run, nrun) d->sgd(op, run, nrun, lr, momentum, dampening, wd, nesterov, maximize)
   BY_KIND(sgd_item, items, n, SGD_RUN)
 #undef SGD_RUN
@@ -240,18 +250,9 @@ DL_HIDDEN int optim_adam_items(const char *op, adam_item *items, int n, double l
     for (int j = 0; j < 4; j++)
       if (bump[j]) tensor_bump_version(bump[j]);
   }
-  int m = 0;  /* as SGD's */
-  for (int i = 0; i < n; i++) {
-    const dl_device *d = is_half_dtype(items[i].p->dtype) ? device_of(op, items[i].p) : NULL;
-    if (!d || d->optim_half) {
-      if (is_half_dtype(items[i].p->dtype) && !d) return -1;
-      items[m++] = items[i];
-      continue;
-    }
-    if (optim_chunks_adam(op, d, &items[i], lr, beta1, beta2, eps, wd, decoupled, maximize))
-      return -1;
-  }
-  n = m;
+#define ADAM_CHUNKS(d, it) optim_chunks_adam(op, d, it, lr, beta1, beta2, eps, wd, decoupled, maximize)
+  HALF_APART(items, n, ADAM_CHUNKS)
+#undef ADAM_CHUNKS
 #define ADAM_RUN(run, nrun) d->adam(op, run, nrun, lr, beta1, beta2, eps, wd, decoupled, maximize)
   BY_KIND(adam_item, items, n, ADAM_RUN)
 #undef ADAM_RUN

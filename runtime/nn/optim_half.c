@@ -149,40 +149,53 @@ static int chunk_store(chunk *c, int grad) {
   return 0;
 }
 
-DL_HIDDEN int optim_chunks_sgd(const char *op, const dl_device *d, const sgd_item *it, double lr,
-                             double momentum, double dampening, double wd, int nesterov,
-                             int maximize) {
-  const dl_tensor *src[5] = {it->p, it->g, it->buf, NULL, NULL};
-  int64_t n = dl_tensor_numel(it->p);
+/* Runs step on each chunk of n elements of the tensors src (p, g and the
+** state; NULL: none), loaded in float32 and stored back rounded. */
+static int in_chunks(const dl_tensor *const *src, int64_t n, int (*step)(chunk *, const void *),
+                     const void *ctx) {
   for (int64_t s = 0; s < n; s += CHUNK) {
     chunk c;
     int64_t len = n - s < CHUNK ? n - s : CHUNK;
-    int rc = chunk_load(&c, src, s, len);
-    if (!rc) {
-      sgd_item w = {c.work[0], c.work[2], c.work[1], it->first};
-      rc = d->sgd(op, &w, 1, lr, momentum, dampening, wd, nesterov, maximize) || chunk_store(&c, 1);
-    }
+    int rc = chunk_load(&c, src, s, len) || step(&c, ctx) || chunk_store(&c, 1);
     chunk_free(&c);
     if (rc) return -1;
   }
   return 0;
 }
 
+typedef struct {
+  const char *op;
+  const dl_device *d;
+  const void *it;
+  double lr, a, b, c, wd;  /* SGD: momentum, dampening; Adam: beta1, beta2, eps */
+  int f1, f2;              /* SGD: nesterov, maximize; Adam: decoupled, maximize */
+} chunk_step;
+
+static int sgd_chunk(chunk *c, const void *ctx) {
+  const chunk_step *k = ctx;
+  sgd_item w = {c->work[0], c->work[2], c->work[1], ((const sgd_item *)k->it)->first};
+  return k->d->sgd(k->op, &w, 1, k->lr, k->a, k->b, k->wd, k->f1, k->f2);
+}
+
+static int adam_chunk(chunk *c, const void *ctx) {
+  const chunk_step *k = ctx;
+  const adam_item *it = k->it;
+  adam_item w = {c->work[0], c->work[2], c->work[3], c->work[4], c->work[1], it->bc1, it->bc2_sqrt};
+  return k->d->adam(k->op, &w, 1, k->lr, k->a, k->b, k->c, k->wd, k->f1, k->f2);
+}
+
+DL_HIDDEN int optim_chunks_sgd(const char *op, const dl_device *d, const sgd_item *it, double lr,
+                               double momentum, double dampening, double wd, int nesterov,
+                               int maximize) {
+  const dl_tensor *src[5] = {it->p, it->g, it->buf, NULL, NULL};
+  chunk_step k = {op, d, it, lr, momentum, dampening, 0, wd, nesterov, maximize};
+  return in_chunks(src, dl_tensor_numel(it->p), sgd_chunk, &k);
+}
+
 DL_HIDDEN int optim_chunks_adam(const char *op, const dl_device *d, const adam_item *it, double lr,
-                              double beta1, double beta2, double eps, double wd, int decoupled,
-                              int maximize) {
+                                double beta1, double beta2, double eps, double wd, int decoupled,
+                                int maximize) {
   const dl_tensor *src[5] = {it->p, it->g, it->m, it->v, it->vmax};
-  int64_t n = dl_tensor_numel(it->p);
-  for (int64_t s = 0; s < n; s += CHUNK) {
-    chunk c;
-    int64_t len = n - s < CHUNK ? n - s : CHUNK;
-    int rc = chunk_load(&c, src, s, len);
-    if (!rc) {
-      adam_item w = {c.work[0], c.work[2], c.work[3], c.work[4], c.work[1], it->bc1, it->bc2_sqrt};
-      rc = d->adam(op, &w, 1, lr, beta1, beta2, eps, wd, decoupled, maximize) || chunk_store(&c, 1);
-    }
-    chunk_free(&c);
-    if (rc) return -1;
-  }
-  return 0;
+  chunk_step k = {op, d, it, lr, beta1, beta2, eps, wd, decoupled, maximize};
+  return in_chunks(src, dl_tensor_numel(it->p), adam_chunk, &k);
 }
