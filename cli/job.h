@@ -192,6 +192,9 @@ void guardian_stop(job *j);
 /* Processes that left a worker's group (setsid): adopted as the workers'
 ** subreaper, reaped when they end, killed at the job's end (cli/guardian.c). */
 void job_adopt_orphans(void);
+/* 1 and the soft limit when the user's processes are bounded (ulimit -u):
+** the cause of a fork's or a thread's EAGAIN (cli/workers.c). */
+int job_nproc_limit(unsigned long long *lim);
 void job_reap_orphans(job *j);
 void job_kill_orphans(job *j);
 /* Removes /dev/shm/<prefix><n> and point-to-point links <prefix><n>p<g>x<a>x<b>. */

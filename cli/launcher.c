@@ -182,9 +182,8 @@ static int open_store(job *j) {
     char why[512];
     snprintf(why, sizeof why, "%s", dl_last_error());
     if (!j->master_port) {
-      struct rlimit np;
-      int nproc = strstr(why, "Resource temporarily unavailable") && getrlimit(RLIMIT_NPROC, &np) == 0 &&
-                  np.rlim_cur != RLIM_INFINITY;
+      unsigned long long lim;
+      int nproc = strstr(why, "Resource temporarily unavailable") && job_nproc_limit(&lim);
       job_say("cannot serve the rendezvous store on %s: %s%s", j->bind_addr, why,
               nproc ? " (its thread: the user's process and thread limit, ulimit -u, is reached; raise it)" : "");
       return -1;

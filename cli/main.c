@@ -631,10 +631,11 @@ static int fit_address_space(void) {
     _exit(1);  /* not exit(): OpenBLAS's exit handler waits for its threads, stuck as said */
   }
   int again = 0;
+  int cap = dl_blas_thread_cap();  /* below DL_BLAS_UNLIMITED: a limit is set */
   if (!getenv("OPENBLAS_NUM_THREADS")) {
     char n[16];
-    snprintf(n, sizeof n, "%d", dl_blas_thread_cap() < 64 ? dl_blas_thread_cap() : 64);
-    if (dl_blas_thread_cap() < DL_BLAS_UNLIMITED) again |= setenv("OPENBLAS_NUM_THREADS", n, 1) == 0;
+    snprintf(n, sizeof n, "%d", cap < 64 ? cap : 64);
+    again |= setenv("OPENBLAS_NUM_THREADS", n, 1) == 0;
   }
   if (!getenv("MALLOC_ARENA_MAX")) again |= setenv("MALLOC_ARENA_MAX", "2", 1) == 0;
   return again;

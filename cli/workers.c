@@ -301,6 +301,13 @@ static void on_frame(job *j, worker *w, const frame *f) {
   }
 }
 
+int job_nproc_limit(unsigned long long *lim) {
+  struct rlimit np;
+  if (getrlimit(RLIMIT_NPROC, &np) != 0 || np.rlim_cur == RLIM_INFINITY) return 0;
+  *lim = (unsigned long long)np.rlim_cur;
+  return 1;
+}
+
 /* A worker's control channel is of no more use (a garbled frame, one cut
 ** off): what comes on it is dropped from now on (read, so the worker's
 ** writes neither block nor meet a closed pipe), and a request it was
@@ -325,8 +332,12 @@ static void ctl_lost(worker *w, const char *why) {
 ** worker writes a frame in one go, so a pause this long is one that never
 ** ends (DDPLUA_CTL_STALL_S for tests). */
 static double ctl_stall_s(void) {
-  const char *v = getenv("DDPLUA_CTL_STALL_S");
-  return v && atof(v) > 0 ? atof(v) : 10.0;
+  static double s;  /* read once: job_turn asks for every worker, every turn */
+  if (s == 0) {
+    const char *v = getenv("DDPLUA_CTL_STALL_S");
+    s = v && atof(v) > 0 ? atof(v) : 10.0;
+  }
+  return s;
 }
 
 /* Reads frames from a worker's control pipe, each handled when whole. */
@@ -538,11 +549,11 @@ static int start_worker(job *j, worker *w) {
   return 0;
 fail_os: {
   int e = errno;
-  struct rlimit np;
-  if (e == EAGAIN && getrlimit(RLIMIT_NPROC, &np) == 0 && np.rlim_cur != RLIM_INFINITY)
+  unsigned long long lim;
+  if (e == EAGAIN && job_nproc_limit(&lim))
     job_say("cannot start rank %d: %s; the user's process and thread limit (ulimit -u %llu) "
             "counts every thread of every process (OpenBLAS's and ours included): raise it",
-            w->rank, strerror(e), (unsigned long long)np.rlim_cur);
+            w->rank, strerror(e), lim);
   else
     job_say("cannot start rank %d: %s", w->rank, strerror(e));
   return -1;

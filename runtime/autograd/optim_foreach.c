@@ -142,7 +142,6 @@ out:
   return rc;
 }
 
-
 /* -- Gradient scaling (GradScaler's unscale_) ---------------------------------- */
 
 /* Whether every element of g is finite, as a 0-dim bool on g's device. */

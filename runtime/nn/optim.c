@@ -130,7 +130,6 @@ static int multi_for(const char *op, const void *items, size_t item_size, int n,
 
 /* -- SGD -------------------------------------------------------------------- */
 
-
 #define SGD_BODY(T)                                                          \
   {                                                                         \
     T *p = (T *)c->p, *buf = (T *)c->buf;                                   \
@@ -201,7 +200,6 @@ DL_HIDDEN int cpu_sgd(const char *op, const sgd_item *items, int n, double lr, d
 }
 
 /* -- Adam and AdamW ---------------------------------------------------------- */
-
 
 /* Branch-free in the element loop (the flags become multipliers that are
 ** exact: x * 1, x + 0) so GCC vectorises it; amsgrad has its own loop. */

@@ -5,7 +5,8 @@
 ** formatted by the caller only on failure, as a step checks every
 ** parameter), Adam's bias corrections, and the run through each device's
 ** kernel, a pass per device and dtype (items is reordered); bfloat16 and
-** float16 parameters step in float32 chunks through the same kernels.
+** float16 parameters step in the device's own half loops, or where it has
+** none in float32 chunks through its float32 kernels (nn/optim_half.c).
 */
 #ifndef DL_NN_OPTIM_H
 #define DL_NN_OPTIM_H
