@@ -188,7 +188,14 @@ local function enc(v, out, seen, path)
     if v ~= v or v == math.huge or v == -math.huge then
       raise(("json.encode: %s is %s, which JSON cannot hold"):format(path, tostring(v)))
     end
-    out[#out + 1] = (v == floor(v) and v > -2^53 and v < 2^53) and format("%d", v) or format("%.17g", v)
+    if v == floor(v) and v > -2^53 and v < 2^53 then
+      out[#out + 1] = format("%d", v)
+    else  -- the shortest of 15 to 17 digits that reads back as v: 1e-05, not 1.0000000000000001e-05
+      local s = format("%.15g", v)
+      if tonumber(s) ~= v then s = format("%.16g", v) end
+      if tonumber(s) ~= v then s = format("%.17g", v) end
+      out[#out + 1] = s
+    end
   elseif t == "string" then
     out[#out + 1] = enc_str(v)
   elseif t == "table" then

@@ -190,6 +190,46 @@ function F.layer_norm(x, normalized_shape, w, b, eps)
   return new(C.dl_f_layer_norm, x, core.shape_buf, n, w, b, eps or 1e-5)
 end
 
+-- rms_norm(x, normalized_shape, weight, eps), as torch.nn.functional.rms_norm:
+-- x / sqrt(mean(x^2) + eps) over the trailing normalized_shape dims, times
+-- weight.  eps nil: the dtype's machine epsilon, as PyTorch.  A bfloat16 or
+-- float16 x is normalised and scaled in float32 and rounded once, as
+-- PyTorch's kernel (Hugging Face's LlamaRMSNorm rounds before the weight:
+-- ddp.hf.llama does that itself).  Composed of tensor ops, so autograd
+-- follows.
+local machine_eps = { float32 = 2 ^ -23, float64 = 2 ^ -52, bfloat16 = 2 ^ -7, float16 = 2 ^ -10 }
+function F.rms_norm(x, normalized_shape, w, eps)
+  x = tensor_arg(x, "rms_norm", "input")
+  w = opt_tensor(w, "rms_norm", "weight")
+  local shape = type(normalized_shape) == "number" and { normalized_shape } or normalized_shape
+  if type(shape) ~= "table" or core.is_tensor(shape) then
+    raise("rms_norm: normalized_shape must be an integer or a table of integers, got " .. core.show(normalized_shape))
+  end
+  local xs, k = x:shape(), #shape
+  local fits = k <= #xs
+  for i = 1, k do fits = fits and xs[#xs - k + i] == shape[i] end
+  if not fits then
+    raise(("rms_norm: normalized_shape %s does not match the last dims of the input %s")
+          :format(core.fmt_shape(shape), core.fmt_shape(xs)))
+  end
+  if w and core.fmt_shape(w:shape()) ~= core.fmt_shape(shape) then
+    raise(("rms_norm: weight has shape %s, expected normalized_shape %s")
+          :format(core.fmt_shape(w:shape()), core.fmt_shape(shape)))
+  end
+  local dtype = x:dtype()
+  if eps ~= nil and type(eps) ~= "number" then raise("rms_norm: eps must be a number or nil, got " .. core.show(eps)) end
+  eps = eps or machine_eps[dtype]
+  if not eps then raise(("rms_norm: input must be a floating tensor, got %s"):format(dtype)) end
+  local half = dtype == "bfloat16" or dtype == "float16"
+  local xf = half and x:float() or x
+  local dims = {}
+  for i = 1, k do dims[i] = #xs - k + i - 1 end
+  local y = xf:mul(xf:square():mean(dims, true):add(eps):rsqrt())
+  if w then y = y:mul(half and w:dtype() == dtype and w:float() or w) end
+  if half and (not w or w:dtype() == dtype) then y = y:to(dtype) end  -- else the promoted dtype, as PyTorch
+  return y
+end
+
 -- batch_norm(x, running_mean, running_var, weight, bias, training, momentum,
 -- eps), or with a table {weight=, bias=, training=, momentum=, eps=}
 local batch_norm_names = { "weight", "bias", "training", "momentum", "eps" }

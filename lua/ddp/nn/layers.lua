@@ -1,6 +1,6 @@
 -- ddp.nn.layers: the layers of torch.nn that hold no other module --
 -- Linear, Conv2d, pooling, Flatten, the activations, Dropout, LayerNorm,
--- BatchNorm1d/2d and Embedding -- over ddp.nn.functional.
+-- RMSNorm, BatchNorm1d/2d and Embedding -- over ddp.nn.functional.
 local core = require "ddp.core"
 local factory = require "ddp.tensor.factory"
 local autograd = require "ddp.autograd"
@@ -124,6 +124,27 @@ function nn.LayerNorm:extra_repr()
   local shape = #dims == 1 and "(" .. dims[1] .. ",)" or "(" .. table.concat(dims, ", ") .. ")"
   return ("%s, eps=%g, elementwise_affine=%s, bias=%s"):format(shape, self.eps, self.weight and "True" or "False",
                                                               self.bias and "True" or "False")
+end
+
+-- nn.RMSNorm(normalized_shape[, {eps =, elementwise_affine =, dtype =}]), as
+-- torch.nn.RMSNorm: F.rms_norm with a weight of ones (eps nil: the input
+-- dtype's epsilon).
+nn.RMSNorm = Module:extend("RMSNorm")
+function nn.RMSNorm:init(shape, opts)
+  opts = core.check_opts(opts or {}, "RMSNorm", { eps = true, elementwise_affine = true, dtype = true })
+  self.normalized_shape = type(shape) == "table" and shape or { shape }
+  self.eps = opts.eps
+  if opts.elementwise_affine ~= false then
+    self.weight = factory.ones(self.normalized_shape, { dtype = opts.dtype }):requires_grad_()
+  end
+end
+function nn.RMSNorm:forward(x) return F.rms_norm(x, self.normalized_shape, self.weight, self.eps) end
+function nn.RMSNorm:extra_repr()
+  local dims = {}
+  for i, d in ipairs(self.normalized_shape) do dims[i] = tostring(d) end
+  local shape = #dims == 1 and "(" .. dims[1] .. ",)" or "(" .. table.concat(dims, ", ") .. ")"
+  return ("%s, eps=%s, elementwise_affine=%s"):format(shape, self.eps and ("%g"):format(self.eps) or "None",
+                                                     self.weight and "True" or "False")
 end
 
 -- A batch norm's options, parameters and buffers on self (BatchNorm1d/2d

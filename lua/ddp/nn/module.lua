@@ -415,24 +415,35 @@ end
 
 -- to(dtype): parameters and floating buffers become new tensors of that
 -- dtype; to("cuda[:N]") / to("cpu"): parameters and all buffers move
--- (create optimizers after, as in PyTorch).
+-- (create optimizers after, as in PyTorch).  A tensor held by two modules
+-- (tied weights: a language model's lm_head and its embedding) becomes one
+-- new tensor held by both, as PyTorch keeps the Parameter object.
 function Module:to(what)
   local device = type(what) == "string" and (what == "cpu" or what:match("^cuda"))
   if device then core.device_arg(what, "Module:to") end
+  local done = {}  -- old tensor's address -> its new tensor
+  local function moved(t, make)
+    local key = tostring(core.address(t))
+    local r = done[key]
+    if r == nil then r = make(t); done[key] = r end
+    return r
+  end
+  local function param(p)
+    local q = autograd.no_grad(function()
+      local r = p:to(what)
+      if core.same(r, p) then return p end
+      return device and r or r:clone()
+    end)
+    if core.same(q, p) then return p end
+    return q:requires_grad_()
+  end
+  local function buffer(b) return b:to(what) end
   for _, m in ipairs(self:modules()) do
     local names = { unpack(m._params) }  -- _set reorders m._params
-    for _, name in ipairs(names) do
-      local p = m._fields[name]
-      local q = autograd.no_grad(function()
-        local r = p:to(what)
-        if core.same(r, p) then return p end
-        return device and r or r:clone()
-      end)
-      if not core.same(q, p) then m._fields[name] = q:requires_grad_() end
-    end
+    for _, name in ipairs(names) do m._fields[name] = moved(m._fields[name], param) end
     for _, name in ipairs(m._buffers) do
       local b = m._fields[name]
-      if b and (device or b:is_floating_point()) then m._fields[name] = b:to(what) end
+      if b and (device or b:is_floating_point()) then m._fields[name] = moved(b, buffer) end
     end
   end
   return self
