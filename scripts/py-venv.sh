@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints the python of a cached virtual environment, making it first if
 # missing; never installs into the system Python.  With no arguments: the
-# current torch, torchvision, numpy and Pillow from PyPI, for the
+# current torch, torchvision, transformers, numpy and Pillow from PyPI, for the
 # golden-value scripts (tests/golden/*) and the data benchmark, in
 # ~/.cache/ddplua/venv (DDPLUA_VENV names another place).  Other
 # environments give their place, the modules that must import, and their
@@ -10,8 +10,8 @@
 #   scripts/py-venv.sh --venv DIR --imports tensorboard tensorboard
 set -euo pipefail
 venv=${DDPLUA_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ddplua/venv}
-imports="numpy, PIL, torch, torchvision"
-want=(numpy pillow torch torchvision safetensors)
+imports="numpy, PIL, torch, torchvision, transformers"
+want=(numpy pillow torch torchvision safetensors transformers)
 if [ "${1:-}" = --venv ]; then venv=$2; shift 2; fi
 if [ "${1:-}" = --imports ]; then imports=$2; shift 2; fi
 [ $# -gt 0 ] && want=("$@")

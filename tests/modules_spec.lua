@@ -33,6 +33,7 @@ local LAYERS = {
     "ddp.data.shard_sampler", "ddp.data.shard_writer", "ddp.data.transforms_functional", "ddp.data.transforms",
     "ddp.data.tokens", "ddp.tokens", "ddp.data", "ddp.progress", "ddp.trace",
     "ddp.summary.tfevents", "ddp.summary.histogram", "ddp.summary", "ddp.argparse" },
+  { "ddp.hf.parts", "ddp.hf.files", "ddp.hf.gpt2", "ddp.hf.llama", "ddp.hf" },
   { "ddp.console.chunk", "ddp.console.format", "ddp.console.complete", "ddp.console" },
   { "ddp.testing.compare", "ddp.testing.assertions", "ddp.testing.run", "ddp.testing" },
 }

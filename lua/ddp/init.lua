@@ -4,7 +4,7 @@
 -- the runtime's switches (threads, memory, ddp.cuda), checkpoints, grad
 -- mode, the process group's functions (ddp.dist: ddp.init, ddp.rank, ...),
 -- ddp.DDP, and the submodules ddp.nn, ddp.optim, ddp.data, ddp.dist,
--- ddp.store, ddp.argparse.
+-- ddp.store, ddp.argparse, ddp.hf.
 --
 -- The library is lua/ddp/ in folders by concern; a folder's init.lua is
 -- the module of the folder's name (ddp.nn is nn/init.lua) and gathers its
@@ -28,6 +28,7 @@
 --     .json, .webdataset, .shard_sampler, .shard_writer, .tokens (also ddp.tokens); ddp.data;
 --     ddp.progress, ddp.summary.tfevents, .histogram; ddp.summary (ddp.SummaryWriter),
 --     ddp.argparse
+--   ddp.hf.parts, .files, .gpt2, .llama; ddp.hf (Hugging Face model folders)
 --   ddp.console.chunk, .format, .complete; ddp.console (the prompt's side in Lua)
 --   ddp (this file)
 -- so none of them requires "ddp" back, and everything here loads at once.
@@ -49,6 +50,7 @@ local argparse = require "ddp.argparse"
 local progress = require "ddp.progress"
 local summary = require "ddp.summary"
 local console = require "ddp.console"
+local hf = require "ddp.hf"
 local C, ffi = core.C, core.ffi
 local new, check, raise = core.new, core.check, core.raise
 local is_integer = core.is_integer
@@ -195,6 +197,8 @@ ddp.amp = { GradScaler = optim.GradScaler, autocast = autocast.autocast }
 
 -- The submodules, as ddp.nn etc. (require "ddp.nn" gives the same table).
 ddp.nn, ddp.optim, ddp.data, ddp.dist, ddp.store, ddp.argparse = nn, optim, data, dist, store, argparse
+-- ddp.hf: Hugging Face model folders (from_pretrained, save_pretrained, GPT-2, Llama).
+ddp.hf = hf
 
 -- ddp.DDP(model[, opts]) (ddp.nn.parallel): the data-parallel wrapper.
 ddp.DDP = nn.parallel.DDP
