@@ -42,11 +42,12 @@ local kinds = {
             architectures = { LlamaForCausalLM = true, LlamaModel = true },
             dropped = { "%.rotary_emb%.inv_freq$" } },
 }
-local function supported()
+-- a set's keys, sorted and joined (the names an error offers)
+local function names_of(set, sep)
   local names = {}
-  for k in pairs(kinds) do names[#names + 1] = k end
+  for k in pairs(set) do names[#names + 1] = k end
   table.sort(names)
-  return table.concat(names, ", ")
+  return table.concat(names, sep)
 end
 
 local float_dtypes = { float32 = true, float64 = true, bfloat16 = true, float16 = true }
@@ -107,17 +108,14 @@ function M.from_pretrained(dir, opts)
   local config, config_path = hf_files.read_config(dir, what)
   local kind = kinds[config.model_type]
   if not kind then
-    raise(("%s: %s: model_type %s is not supported (supported: %s)"):format(what, config_path, show(config.model_type), supported()))
+    raise(("%s: %s: model_type %s is not supported (supported: %s)"):format(what, config_path, show(config.model_type), names_of(kinds, ", ")))
   end
   local arch = config.architectures
   if type(arch) == "table" and arch ~= json.null then
     for _, a in ipairs(arch) do
       if not kind.architectures[a] then
-        local known = {}
-        for k in pairs(kind.architectures) do known[#known + 1] = k end
-        table.sort(known)
         raise(("%s: %s: architecture %s is not supported (this model_type loads as %s)")
-              :format(what, config_path, show(a), table.concat(known, " or ")))
+              :format(what, config_path, show(a), names_of(kind.architectures, " or ")))
       end
     end
   end

@@ -117,11 +117,14 @@ function nn.LayerNorm:init(shape, opts)
   end
 end
 function nn.LayerNorm:forward(x) return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps) end
--- as torch prints it: the shape as a Python tuple
-function nn.LayerNorm:extra_repr()
+-- a normalized_shape as torch prints it: a Python tuple, "(5,)"
+local function shape_tuple(shape)
   local dims = {}
-  for i, d in ipairs(self.normalized_shape) do dims[i] = tostring(d) end
-  local shape = #dims == 1 and "(" .. dims[1] .. ",)" or "(" .. table.concat(dims, ", ") .. ")"
+  for i, d in ipairs(shape) do dims[i] = tostring(d) end
+  return #dims == 1 and "(" .. dims[1] .. ",)" or "(" .. table.concat(dims, ", ") .. ")"
+end
+function nn.LayerNorm:extra_repr()
+  local shape = shape_tuple(self.normalized_shape)
   return ("%s, eps=%g, elementwise_affine=%s, bias=%s"):format(shape, self.eps, self.weight and "True" or "False",
                                                               self.bias and "True" or "False")
 end
@@ -140,10 +143,7 @@ function nn.RMSNorm:init(shape, opts)
 end
 function nn.RMSNorm:forward(x) return F.rms_norm(x, self.normalized_shape, self.weight, self.eps) end
 function nn.RMSNorm:extra_repr()
-  local dims = {}
-  for i, d in ipairs(self.normalized_shape) do dims[i] = tostring(d) end
-  local shape = #dims == 1 and "(" .. dims[1] .. ",)" or "(" .. table.concat(dims, ", ") .. ")"
-  return ("%s, eps=%s, elementwise_affine=%s"):format(shape, self.eps and ("%g"):format(self.eps) or "None",
+  return ("%s, eps=%s, elementwise_affine=%s"):format(shape_tuple(self.normalized_shape), self.eps and ("%g"):format(self.eps) or "None",
                                                      self.weight and "True" or "False")
 end
 
